@@ -1,0 +1,136 @@
+//! Sandbox and node ids.
+//!
+//! Sandbox ids appear in host names (`{port}-{id}.{domain}`), paths and SQL, so
+//! they are kept to `[a-z0-9]`, 1..=64 characters. Node ids are
+//! `[a-z0-9-]`, 1..=63 characters, not starting or ending with `-`.
+
+use rand::Rng;
+
+/// Longest sandbox id accepted.
+pub const MAX_SANDBOX_ID_LEN: usize = 64;
+/// Longest node id accepted.
+pub const MAX_NODE_ID_LEN: usize = 63;
+/// Length of a generated sandbox id (E2B's ids are 20 characters too).
+pub const GENERATED_SANDBOX_ID_LEN: usize = 20;
+
+/// Why an id was rejected; the message names the problem for the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidId {
+    #[error("{kind} id is empty")]
+    Empty { kind: &'static str },
+    #[error("{kind} id is {len} characters long; the limit is {max}")]
+    TooLong {
+        kind: &'static str,
+        len: usize,
+        max: usize,
+    },
+    #[error("{kind} id {shown:?} has a character outside {allowed}")]
+    BadChar {
+        kind: &'static str,
+        shown: String,
+        allowed: &'static str,
+    },
+}
+
+fn shown(id: &str) -> String {
+    id.chars().take(80).collect()
+}
+
+/// Checks a sandbox id: 1..=64 characters of `[a-z0-9]`.
+pub fn validate_sandbox_id(id: &str) -> Result<(), InvalidId> {
+    const KIND: &str = "sandbox";
+    if id.is_empty() {
+        return Err(InvalidId::Empty { kind: KIND });
+    }
+    if id.len() > MAX_SANDBOX_ID_LEN {
+        return Err(InvalidId::TooLong {
+            kind: KIND,
+            len: id.len(),
+            max: MAX_SANDBOX_ID_LEN,
+        });
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    {
+        return Err(InvalidId::BadChar {
+            kind: KIND,
+            shown: shown(id),
+            allowed: "[a-z0-9]",
+        });
+    }
+    Ok(())
+}
+
+/// Checks a node id: 1..=63 characters of `[a-z0-9-]`, no leading or trailing `-`.
+pub fn validate_node_id(id: &str) -> Result<(), InvalidId> {
+    const KIND: &str = "node";
+    if id.is_empty() {
+        return Err(InvalidId::Empty { kind: KIND });
+    }
+    if id.len() > MAX_NODE_ID_LEN {
+        return Err(InvalidId::TooLong {
+            kind: KIND,
+            len: id.len(),
+            max: MAX_NODE_ID_LEN,
+        });
+    }
+    let ok_chars = id
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if !ok_chars || id.starts_with('-') || id.ends_with('-') {
+        return Err(InvalidId::BadChar {
+            kind: KIND,
+            shown: shown(id),
+            allowed: "[a-z0-9-] (not starting or ending with '-')",
+        });
+    }
+    Ok(())
+}
+
+/// A new random sandbox id of [`GENERATED_SANDBOX_ID_LEN`] characters of `[a-z0-9]`.
+pub fn new_sandbox_id() -> String {
+    random_token(GENERATED_SANDBOX_ID_LEN)
+}
+
+/// A random string of `[a-z0-9]`, for ids, access tokens and API keys.
+pub fn random_token(len: usize) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut rng = rand::rng();
+    (0..len)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_ids() {
+        assert!(validate_sandbox_id("abc123").is_ok());
+        assert!(validate_sandbox_id(&new_sandbox_id()).is_ok());
+        assert!(matches!(
+            validate_sandbox_id(""),
+            Err(InvalidId::Empty { .. })
+        ));
+        assert!(matches!(
+            validate_sandbox_id(&"a".repeat(65)),
+            Err(InvalidId::TooLong { len: 65, .. })
+        ));
+        let err = validate_sandbox_id("ABC").unwrap_err();
+        assert!(err.to_string().contains("[a-z0-9]"), "{err}");
+        assert!(validate_sandbox_id("a-b").is_err());
+        assert!(validate_sandbox_id("a.b").is_err());
+        assert!(validate_sandbox_id("é").is_err());
+    }
+
+    #[test]
+    fn node_ids() {
+        assert!(validate_node_id("node-1").is_ok());
+        assert!(validate_node_id("-node").is_err());
+        assert!(validate_node_id("node-").is_err());
+        assert!(validate_node_id("Node").is_err());
+        assert!(validate_node_id(&"n".repeat(64)).is_err());
+    }
+}

@@ -1,0 +1,30 @@
+//! What every warren component shares.
+//!
+//! # Layout
+//! - [`id`]: sandbox and node id validation and generation.
+//! - [`headers`]: the headers warren puts on the wire between its parts.
+//! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
+//!   validated before any socket is bound; bad config exits with code 64.
+//! - [`admin`]: the admin listener (`/metrics`, `/healthz`, `/readyz`).
+//! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
+//! - [`logging`]: `tracing` setup (text or JSON).
+//! - [`time`]: wall-clock milliseconds for stored timestamps.
+
+pub mod admin;
+pub mod config;
+pub mod headers;
+pub mod id;
+pub mod logging;
+pub mod shutdown;
+pub mod time;
+
+/// Prints `"{component} {name} listening on {addr}"` to stdout and flushes.
+///
+/// Every component announces each listener this way once it is bound; people
+/// read it, and `warren dev` and the tests parse it (so ports can be `:0`).
+pub fn announce(component: &str, name: &str, addr: impl std::fmt::Display) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{component} {name} listening on {addr}");
+    let _ = out.flush();
+}

@@ -1,0 +1,164 @@
+//! `warren`: one binary for every part.
+//!
+//! # Layout
+//! - `main.rs`: parses the subcommand and hands the rest of the command line to
+//!   that part's `Config` (flags + `WARREN_*` env + `--config FILE` TOML, via
+//!   `warren_core::config`), then runs it. Bad configuration exits with 64.
+//! - `dev.rs`: `warren dev`, a whole local cluster as child processes.
+//! - `cli/`: operator commands (`sandbox`, `node`, `route`) over the gateway's API.
+
+mod cli;
+mod dev;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use warren_core::config::{self, EX_CONFIG};
+use warren_core::logging::{self, LogFormat};
+
+const USAGE: &str = "\
+warren — routing and control for AI agent sandboxes (speaks the E2B API)
+
+Usage: warren <COMMAND> [OPTIONS]
+
+Run a cluster:
+  dev         a whole local cluster (scheduler, nodes, gateways) in one command
+  scheduler   the source of truth for where sandboxes live
+  gateway     the public entry: E2B REST API + sandbox traffic proxy
+  node        a sandbox host
+  envd        the agent inside each sandbox (started by the node)
+
+Operate:
+  sandbox     ls | create | exec | rm   (through a gateway)
+  node ls     list nodes (through a gateway)
+
+Every command takes --help. Settings come from flags, WARREN_* environment
+variables, or a TOML file named by --config (or WARREN_CONFIG).
+Logs: --log-format text|json (WARREN_LOG_FORMAT); filter with WARREN_LOG / RUST_LOG.
+";
+
+fn main() -> ExitCode {
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    if args.len() < 2 {
+        eprint!("{USAGE}");
+        return ExitCode::from(EX_CONFIG as u8);
+    }
+    let sub = args.remove(1).to_string_lossy().into_owned();
+    let log_format = take_log_format(&mut args);
+    let prog = format!("warren {sub}");
+    args[0] = prog.clone().into();
+    match sub.as_str() {
+        "-h" | "--help" | "help" => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        "-V" | "--version" | "version" => {
+            println!("warren {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        "scheduler" => {
+            component::<warren_scheduler::Config, _, _>(args, log_format, warren_scheduler::main)
+        }
+        "gateway" => {
+            component::<warren_gateway::Config, _, _>(args, log_format, warren_gateway::main)
+        }
+        "envd" => component::<warren_envd::Config, _, _>(args, log_format, warren_envd::main),
+        "node" if args.get(1).is_some_and(|a| a == "ls") => cli::run(&sub, args, log_format),
+        "node" => component::<warren_node::Config, _, _>(args, log_format, warren_node::main),
+        "dev" => component::<dev::Config, _, _>(args, log_format, dev::main),
+        "sandbox" | "route" => cli::run(&sub, args, log_format),
+        other => {
+            eprintln!("warren: unknown command {other:?}\n\n{USAGE}");
+            ExitCode::from(EX_CONFIG as u8)
+        }
+    }
+}
+
+/// `--log-format` is shared by every subcommand, so it is taken out before the
+/// subcommand's own parser sees the line.
+fn take_log_format(args: &mut Vec<OsString>) -> LogFormat {
+    let mut format = match std::env::var("WARREN_LOG_FORMAT").as_deref() {
+        Ok("json") => LogFormat::Json,
+        _ => LogFormat::Text,
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy().into_owned();
+        let value = if a == "--log-format" && i + 1 < args.len() {
+            let v = args[i + 1].to_string_lossy().into_owned();
+            args.drain(i..i + 2);
+            Some(v)
+        } else if let Some(v) = a.strip_prefix("--log-format=") {
+            let v = v.to_string();
+            args.remove(i);
+            Some(v)
+        } else {
+            i += 1;
+            None
+        };
+        match value.as_deref() {
+            Some("json") => format = LogFormat::Json,
+            Some("text") => format = LogFormat::Text,
+            Some(other) => eprintln!("warren: ignoring unknown --log-format {other:?} (text|json)"),
+            None => {}
+        }
+    }
+    format
+}
+
+/// The `--config FILE` (or `WARREN_CONFIG`) named on the line, if any.
+fn config_path(args: &[OsString]) -> Option<PathBuf> {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        let a = a.to_string_lossy();
+        if a == "--config" {
+            return it.next().map(PathBuf::from);
+        }
+        if let Some(v) = a.strip_prefix("--config=") {
+            return Some(PathBuf::from(v));
+        }
+    }
+    std::env::var_os("WARREN_CONFIG").map(PathBuf::from)
+}
+
+/// Parses a part's configuration completely, then starts a runtime and runs it.
+fn component<C, F, Fut>(args: Vec<OsString>, log_format: LogFormat, run: F) -> ExitCode
+where
+    C: clap::CommandFactory + clap::FromArgMatches,
+    F: FnOnce(C) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let path = config_path(&args);
+    let cfg: C = match config::load_from(args, path.as_deref()) {
+        Ok(c) => c,
+        Err(config::ConfigError::Help(msg)) => {
+            print!("{msg}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("warren: bad configuration: {e}");
+            return ExitCode::from(EX_CONFIG as u8);
+        }
+    };
+    logging::init(log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("warren: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("warren: {e:#}");
+            match e.downcast_ref::<config::ConfigError>() {
+                Some(_) => ExitCode::from(EX_CONFIG as u8),
+                None => ExitCode::FAILURE,
+            }
+        }
+    }
+}
