@@ -28,3 +28,9 @@ pub fn announce(component: &str, name: &str, addr: impl std::fmt::Display) {
     let _ = writeln!(out, "{component} {name} listening on {addr}");
     let _ = out.flush();
 }
+
+/// Parses a line printed by [`announce`]: `Some(("<component> <name>", addr))`.
+pub fn parse_announce(line: &str) -> Option<(&str, &str)> {
+    let (what, addr) = line.split_once(" listening on ")?;
+    Some((what.trim(), addr.trim()))
+}

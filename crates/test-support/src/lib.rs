@@ -72,8 +72,8 @@ impl Proc {
                     "{label} exited ({status}) before announcing {wait_for:?}; saw {addrs:?}"
                 );
             };
-            if let Some((what, addr)) = line.split_once(" listening on ") {
-                addrs.insert(what.to_string(), addr.trim().to_string());
+            if let Some((what, addr)) = warren_core::parse_announce(&line) {
+                addrs.insert(what.to_string(), addr.to_string());
             }
         }
         let collected = Arc::new(Mutex::new(Vec::new()));
