@@ -1,10 +1,348 @@
-//! `warren dev`: placeholder, being written.
+//! `warren dev`: a whole local cluster in one command.
+//!
+//! It starts one scheduler (embedded SQLite under `--data-dir`), `--nodes`
+//! nodes and `--gateways` gateways, each as a child process of this binary, so
+//! any one of them can be killed to see what happens. Children bind
+//! `127.0.0.1:0` (gateways: `--listen` and the ports after it) and announce
+//! their listeners on stdout; `warren dev` reads those lines, wires the parts
+//! together, and prints the exports an `e2b` SDK user needs.
+//!
+//! On Ctrl-C or SIGTERM it stops gateways first (no new traffic), then nodes,
+//! then the scheduler, each with SIGTERM and a bounded wait, then SIGKILL.
+//! A child that dies on its own is reported and left dead.
+
+use anyhow::Context;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+use warren_core::config::ConfigError;
 
 /// Flags for `warren dev`.
 #[derive(Debug, clap::Parser)]
-#[command(name = "warren dev")]
-pub struct Config {}
+#[command(
+    name = "warren dev",
+    about = "Run a whole warren cluster on this machine: one scheduler, N nodes, N gateways"
+)]
+pub struct Config {
+    /// Where the scheduler's SQLite file and the nodes' sandboxes live.
+    #[arg(long, env = "WARREN_DEV_DATA_DIR", default_value = ".warren/dev")]
+    pub data_dir: PathBuf,
+    /// The first gateway's address; further gateways take the following ports.
+    #[arg(long, env = "WARREN_DEV_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+    /// How many nodes to start.
+    #[arg(long, env = "WARREN_DEV_NODES", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=32))]
+    pub nodes: u16,
+    /// How many gateways to start.
+    #[arg(long, env = "WARREN_DEV_GATEWAYS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub gateways: u16,
+    /// The API key clients use (team `dev`); a random one is generated and printed if unset.
+    #[arg(long, env = "WARREN_DEV_API_KEY")]
+    pub api_key: Option<String>,
+    /// Sandbox runtime for the nodes: auto (bwrap when it works), bwrap or process.
+    #[arg(long, env = "WARREN_DEV_RUNTIME", default_value = "auto")]
+    pub runtime: String,
+    /// The scheduler's gRPC address (default: any free port).
+    #[arg(long, env = "WARREN_DEV_SCHEDULER_LISTEN", default_value = "127.0.0.1:0")]
+    pub scheduler_listen: SocketAddr,
+    /// Node lease given to the scheduler (how soon a dead node is noticed).
+    #[arg(long, env = "WARREN_DEV_LEASE", default_value = "10s")]
+    pub lease: String,
+    /// How long each child gets to exit after SIGTERM before SIGKILL.
+    #[arg(long, env = "WARREN_DEV_STOP_TIMEOUT", default_value = "10s", value_parser = warren_core::config::parse_duration)]
+    pub stop_timeout: Duration,
+    /// Extra arguments passed to every gateway (space-separated), e.g. "--route-cache-ttl 5s".
+    #[arg(long, env = "WARREN_DEV_GATEWAY_ARGS", default_value = "", allow_hyphen_values = true)]
+    pub gateway_args: String,
+    /// Extra arguments passed to every node (space-separated).
+    #[arg(long, env = "WARREN_DEV_NODE_ARGS", default_value = "", allow_hyphen_values = true)]
+    pub node_args: String,
+    /// Extra arguments passed to the scheduler (space-separated).
+    #[arg(long, env = "WARREN_DEV_SCHEDULER_ARGS", default_value = "", allow_hyphen_values = true)]
+    pub scheduler_args: String,
+}
 
-pub async fn main(_config: Config) -> anyhow::Result<()> {
-    anyhow::bail!("warren dev is not implemented yet")
+/// The team every `warren dev` key belongs to.
+const DEV_TEAM: &str = "dev";
+
+/// One running child.
+struct Part {
+    /// `scheduler`, `node-1`, `gateway-1`, ...
+    name: String,
+    child: Child,
+    /// `"<component> <name>"` → address, from its announce lines.
+    addrs: HashMap<String, String>,
+}
+
+pub async fn main(config: Config) -> anyhow::Result<()> {
+    if !matches!(config.runtime.as_str(), "auto" | "bwrap" | "process") {
+        return Err(ConfigError::Invalid(format!(
+            "--runtime must be auto, bwrap or process, not {:?}",
+            config.runtime
+        ))
+        .into());
+    }
+    let last_port = u32::from(config.listen.port()) + u32::from(config.gateways) - 1;
+    if config.listen.port() == 0 && config.gateways > 1 || last_port > 65535 {
+        return Err(ConfigError::Invalid(format!(
+            "--listen {} leaves no room for {} gateways on the following ports",
+            config.listen, config.gateways
+        ))
+        .into());
+    }
+    let api_key = match &config.api_key {
+        Some(k) if k.is_empty() || k.contains(char::is_whitespace) || k.contains(':') => {
+            return Err(ConfigError::Invalid(
+                "--api-key must be non-empty, without spaces or ':'".into(),
+            )
+            .into())
+        }
+        Some(k) => k.clone(),
+        None => format!("warren_{}", warren_core::id::random_token(32)),
+    };
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let data_dir = config
+        .data_dir
+        .canonicalize()
+        .with_context(|| format!("cannot resolve {}", config.data_dir.display()))?;
+    let exe = std::env::current_exe().context("cannot find the warren binary")?;
+
+    let (exited_tx, mut exited_rx) = mpsc::unbounded_channel::<String>();
+    let mut parts: Vec<Part> = Vec::new();
+    let started = start_all(&config, &exe, &data_dir, &api_key, &mut parts).await;
+    if let Err(e) = started {
+        stop_all(&mut parts, config.stop_timeout).await;
+        return Err(e);
+    }
+    print_summary(&config, &parts, &api_key, &data_dir);
+
+    // Report children that die on their own, and leave them dead: that is the
+    // point of running the parts as separate processes.
+    let mut watchers = Vec::new();
+    for part in &mut parts {
+        let Some(pid) = part.child.id() else { continue };
+        let name = part.name.clone();
+        let tx = exited_tx.clone();
+        watchers.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                if !Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid) {
+                    let _ = tx.send(name);
+                    return;
+                }
+            }
+        }));
+    }
+    let shutdown = warren_core::shutdown::signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            Some(name) = exited_rx.recv() => {
+                if let Some(p) = parts.iter_mut().find(|p| p.name == name) {
+                    let status = p.child.try_wait().ok().flatten();
+                    eprintln!("warren dev: {name} exited ({}); the rest keep running", status.map(|s| s.to_string()).unwrap_or_else(|| "gone".into()));
+                }
+            }
+        }
+    }
+    for w in watchers {
+        w.abort();
+    }
+    eprintln!("warren dev: stopping");
+    stop_all(&mut parts, config.stop_timeout).await;
+    eprintln!("warren dev: stopped");
+    Ok(())
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with('Z'))
+                .unwrap_or(false)
+        })
+        .unwrap_or(true)
+}
+
+async fn start_all(
+    config: &Config,
+    exe: &Path,
+    data_dir: &Path,
+    api_key: &str,
+    parts: &mut Vec<Part>,
+) -> anyhow::Result<()> {
+    let sched_dir = data_dir.join("scheduler");
+    let mut args = vec![
+        "scheduler".to_string(),
+        "--listen".into(),
+        config.scheduler_listen.to_string(),
+        "--admin-listen".into(),
+        "127.0.0.1:0".into(),
+        "--data-dir".into(),
+        sched_dir.display().to_string(),
+        "--lease".into(),
+        config.lease.clone(),
+    ];
+    args.extend(config.scheduler_args.split_whitespace().map(String::from));
+    let sched = spawn_part(exe, "scheduler", &args, &["scheduler grpc", "scheduler admin"]).await?;
+    let sched_url = format!("http://{}", sched.addrs["scheduler grpc"]);
+    parts.push(sched);
+
+    for i in 1..=config.nodes {
+        let name = format!("node-{i}");
+        let mut args = vec![
+            "node".to_string(),
+            "--node-id".into(),
+            name.clone(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--admin-listen".into(),
+            "127.0.0.1:0".into(),
+            "--scheduler".into(),
+            sched_url.clone(),
+            "--data-dir".into(),
+            data_dir.join(&name).display().to_string(),
+            "--runtime".into(),
+            config.runtime.clone(),
+        ];
+        args.extend(config.node_args.split_whitespace().map(String::from));
+        parts.push(spawn_part(exe, &name, &args, &["node http", "node admin"]).await?);
+    }
+
+    for i in 0..config.gateways {
+        let name = format!("gateway-{}", i + 1);
+        let listen = SocketAddr::new(config.listen.ip(), config.listen.port() + i);
+        let mut args = vec![
+            "gateway".to_string(),
+            "--listen".into(),
+            listen.to_string(),
+            "--admin-listen".into(),
+            "127.0.0.1:0".into(),
+            "--scheduler".into(),
+            sched_url.clone(),
+            "--api-key".into(),
+            format!("{api_key}:{DEV_TEAM}"),
+        ];
+        args.extend(config.gateway_args.split_whitespace().map(String::from));
+        parts.push(spawn_part(exe, &name, &args, &["gateway http", "gateway admin"]).await?);
+    }
+    Ok(())
+}
+
+/// Starts `exe args`, and waits until it announced every listener in `wait_for`.
+async fn spawn_part(
+    exe: &Path,
+    name: &str,
+    args: &[String],
+    wait_for: &[&str],
+) -> anyhow::Result<Part> {
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {name}"))?;
+    let stdout = child
+        .stdout
+        .take()
+        .with_context(|| format!("no stdout from {name}"))?;
+    let mut lines = BufReader::new(stdout).lines();
+    let mut addrs = HashMap::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !wait_for.iter().all(|w| addrs.contains_key(*w)) {
+        let line = match tokio::time::timeout_at(deadline, lines.next_line()).await {
+            Err(_) => anyhow::bail!("{name} did not come up within 60s"),
+            Ok(Err(e)) => anyhow::bail!("reading {name}'s output: {e}"),
+            Ok(Ok(None)) => {
+                let status = child.wait().await?;
+                anyhow::bail!("{name} exited ({status}) while starting; its log is above");
+            }
+            Ok(Ok(Some(line))) => line,
+        };
+        if let Some((what, addr)) = warren_core::parse_announce(&line) {
+            addrs.insert(what.to_string(), addr.to_string());
+        }
+    }
+    // Keep draining its stdout (later announce lines, e.g. admin) so it never
+    // blocks on a full pipe; remember nothing more.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(Part {
+        name: name.to_string(),
+        child,
+        addrs,
+    })
+}
+
+fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path) {
+    let gw = parts
+        .iter()
+        .find(|p| p.name == "gateway-1")
+        .and_then(|p| p.addrs.get("gateway http"))
+        .cloned()
+        .unwrap_or_else(|| config.listen.to_string());
+    println!();
+    println!("warren dev is up: 1 scheduler, {} node(s), {} gateway(s). Data in {}.", config.nodes, config.gateways, data_dir.display());
+    println!();
+    println!("Point the e2b SDK (or `warren sandbox ...`) at it:");
+    println!();
+    println!("  export E2B_API_URL=http://{gw}");
+    println!("  export E2B_SANDBOX_URL=http://{gw}");
+    println!("  export E2B_API_KEY={api_key}");
+    println!();
+    println!("Components (kill any of them to see what happens):");
+    for p in parts {
+        let pid = p.child.id().unwrap_or(0);
+        let mut addrs: Vec<_> = p.addrs.iter().collect();
+        addrs.sort();
+        let shown: Vec<String> = addrs
+            .iter()
+            .map(|(what, addr)| {
+                let label = what.split_whitespace().nth(1).unwrap_or(what);
+                if label == "admin" {
+                    format!("metrics http://{addr}/metrics")
+                } else {
+                    format!("{label} {addr}")
+                }
+            })
+            .collect();
+        println!("  {:<10} pid {:<7} {}", p.name, pid, shown.join("  "));
+    }
+    println!();
+    println!("Ctrl-C stops everything.");
+}
+
+async fn stop_all(parts: &mut [Part], timeout: Duration) {
+    // Gateways first (no new traffic), then nodes, then the scheduler.
+    for prefix in ["gateway", "node", "scheduler"] {
+        let group: Vec<&mut Part> = parts
+            .iter_mut()
+            .filter(|p| p.name.starts_with(prefix))
+            .collect();
+        for p in &group {
+            if let Some(pid) = p.child.id() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+            }
+        }
+        for p in group {
+            match tokio::time::timeout(timeout, p.child.wait()).await {
+                Ok(_) => {}
+                Err(_) => {
+                    eprintln!("warren dev: {} did not stop within {timeout:?}; killing it", p.name);
+                    let _ = p.child.kill().await;
+                }
+            }
+        }
+    }
 }
