@@ -48,7 +48,11 @@ pub struct Config {
     #[arg(long, env = "WARREN_DEV_RUNTIME", default_value = "auto")]
     pub runtime: String,
     /// The scheduler's gRPC address (default: any free port).
-    #[arg(long, env = "WARREN_DEV_SCHEDULER_LISTEN", default_value = "127.0.0.1:0")]
+    #[arg(
+        long,
+        env = "WARREN_DEV_SCHEDULER_LISTEN",
+        default_value = "127.0.0.1:0"
+    )]
     pub scheduler_listen: SocketAddr,
     /// Node lease given to the scheduler (how soon a dead node is noticed).
     #[arg(long, env = "WARREN_DEV_LEASE", default_value = "10s")]
@@ -57,13 +61,28 @@ pub struct Config {
     #[arg(long, env = "WARREN_DEV_STOP_TIMEOUT", default_value = "10s", value_parser = warren_core::config::parse_duration)]
     pub stop_timeout: Duration,
     /// Extra arguments passed to every gateway (space-separated), e.g. "--route-cache-ttl 5s".
-    #[arg(long, env = "WARREN_DEV_GATEWAY_ARGS", default_value = "", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "WARREN_DEV_GATEWAY_ARGS",
+        default_value = "",
+        allow_hyphen_values = true
+    )]
     pub gateway_args: String,
     /// Extra arguments passed to every node (space-separated).
-    #[arg(long, env = "WARREN_DEV_NODE_ARGS", default_value = "", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "WARREN_DEV_NODE_ARGS",
+        default_value = "",
+        allow_hyphen_values = true
+    )]
     pub node_args: String,
     /// Extra arguments passed to the scheduler (space-separated).
-    #[arg(long, env = "WARREN_DEV_SCHEDULER_ARGS", default_value = "", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        env = "WARREN_DEV_SCHEDULER_ARGS",
+        default_value = "",
+        allow_hyphen_values = true
+    )]
     pub scheduler_args: String,
 }
 
@@ -191,7 +210,13 @@ async fn start_all(
         config.lease.clone(),
     ];
     args.extend(config.scheduler_args.split_whitespace().map(String::from));
-    let sched = spawn_part(exe, "scheduler", &args, &["scheduler grpc", "scheduler admin"]).await?;
+    let sched = spawn_part(
+        exe,
+        "scheduler",
+        &args,
+        &["scheduler grpc", "scheduler admin"],
+    )
+    .await?;
     let sched_url = format!("http://{}", sched.addrs["scheduler grpc"]);
     parts.push(sched);
 
@@ -290,7 +315,12 @@ fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path
         .cloned()
         .unwrap_or_else(|| config.listen.to_string());
     println!();
-    println!("warren dev is up: 1 scheduler, {} node(s), {} gateway(s). Data in {}.", config.nodes, config.gateways, data_dir.display());
+    println!(
+        "warren dev is up: 1 scheduler, {} node(s), {} gateway(s). Data in {}.",
+        config.nodes,
+        config.gateways,
+        data_dir.display()
+    );
     println!();
     println!("Point the e2b SDK (or `warren sandbox ...`) at it:");
     println!();
@@ -318,6 +348,12 @@ fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path
     }
     println!();
     println!("Ctrl-C stops everything.");
+    // Machine-readable lines for scripts and tests, in the same form every part uses.
+    for p in parts.iter().filter(|p| p.name.starts_with("gateway")) {
+        if let Some(addr) = p.addrs.get("gateway http") {
+            warren_core::announce("dev", &p.name, addr);
+        }
+    }
 }
 
 async fn stop_all(parts: &mut [Part], timeout: Duration) {
@@ -339,7 +375,10 @@ async fn stop_all(parts: &mut [Part], timeout: Duration) {
             match tokio::time::timeout(timeout, p.child.wait()).await {
                 Ok(_) => {}
                 Err(_) => {
-                    eprintln!("warren dev: {} did not stop within {timeout:?}; killing it", p.name);
+                    eprintln!(
+                        "warren dev: {} did not stop within {timeout:?}; killing it",
+                        p.name
+                    );
                     let _ = p.child.kill().await;
                 }
             }

@@ -34,10 +34,18 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&nodes)?);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{:<16} {:<8} {:<24} {:>9} {:>9}", "NODE ID", "STATE", "ENDPOINT", "SANDBOXES", "CAPACITY");
+    println!(
+        "{:<16} {:<8} {:<24} {:>9} {:>9}",
+        "NODE ID", "STATE", "ENDPOINT", "SANDBOXES", "CAPACITY"
+    );
     for n in nodes.as_array().into_iter().flatten() {
         let s = |k: &str| n.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
-        let num = |k: &str| n.get(k).and_then(|v| v.as_u64()).map(|v| v.to_string()).unwrap_or_else(|| "-".into());
+        let num = |k: &str| {
+            n.get(k)
+                .and_then(|v| v.as_u64())
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "-".into())
+        };
         println!(
             "{:<16} {:<8} {:<24} {:>9} {:>9}",
             s("nodeID"),

@@ -13,7 +13,10 @@ use warren_envd_proto::process::{
 };
 
 #[derive(Debug, clap::Parser)]
-#[command(name = "warren sandbox", about = "List, create, run commands in, and remove sandboxes")]
+#[command(
+    name = "warren sandbox",
+    about = "List, create, run commands in, and remove sandboxes"
+)]
 struct Cmd {
     #[command(flatten)]
     api: ApiArgs,
@@ -75,7 +78,10 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&list)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!("{:<22} {:<10} {:<8} {:<26} {:<26} METADATA", "SANDBOX ID", "TEMPLATE", "STATE", "STARTED", "ENDS");
+            println!(
+                "{:<22} {:<10} {:<8} {:<26} {:<26} METADATA",
+                "SANDBOX ID", "TEMPLATE", "STATE", "STARTED", "ENDS"
+            );
             for s in list.as_array().into_iter().flatten() {
                 let field = |k: &str| s.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
                 let meta = s
@@ -130,7 +136,10 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
         Action::Rm { sandbox_ids } => {
             let mut failed = false;
             for id in sandbox_ids {
-                match api.ok(Method::DELETE, &format!("/sandboxes/{id}"), None).await {
+                match api
+                    .ok(Method::DELETE, &format!("/sandboxes/{id}"), None)
+                    .await
+                {
                     Ok(_) => println!("{id} removed"),
                     Err(e) => {
                         eprintln!("warren: {e:#}");
@@ -138,7 +147,11 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
-            Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+            Ok(if failed {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
     }
 }
@@ -161,7 +174,12 @@ impl Api {
 
 /// Runs `command` through envd's `process.Process/Start`, over the sandbox
 /// traffic path (E2b-Sandbox-Id / E2b-Sandbox-Port headers), streaming output.
-async fn exec(api: &Api, args: &ApiArgs, sandbox_id: &str, command: &str) -> anyhow::Result<ExitCode> {
+async fn exec(
+    api: &Api,
+    args: &ApiArgs,
+    sandbox_id: &str,
+    command: &str,
+) -> anyhow::Result<ExitCode> {
     warren_core::id::validate_sandbox_id(sandbox_id)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let info = api

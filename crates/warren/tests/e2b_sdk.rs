@@ -1,0 +1,70 @@
+//! The unmodified `e2b` Python SDK (pinned in `scripts/setup-test-env`) against
+//! `warren dev`, started exactly as the README tells a new user to.
+//!
+//! The checks themselves live in `tests/e2b/test_sdk.py`; this test starts the
+//! cluster, runs the script with the exports `warren dev` prints, and fails with
+//! the script's report if any check failed.
+
+use std::time::Duration;
+use warren_test_support::{e2b_python, temp_dir, workspace_root, Proc};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2b_python_sdk_end_to_end_against_warren_dev() {
+    let python = e2b_python();
+    assert!(
+        python.exists(),
+        "no Python with the e2b SDK at {} — run scripts/setup-test-env (or set WARREN_E2B_PYTHON)",
+        python.display()
+    );
+    let data = temp_dir();
+    let api_key = "warren_e2e_key_dev";
+    let other_key = "warren_e2e_key_other";
+    let dev = Proc::spawn(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        &[
+            "dev",
+            "--data-dir",
+            data.path().to_str().expect("utf-8 temp path"),
+            "--listen",
+            "127.0.0.1:0",
+            "--nodes",
+            "2",
+            "--api-key",
+            api_key,
+            "--gateway-args",
+            &format!("--api-key {other_key}:other"),
+        ],
+        &[],
+        &["dev gateway-1"],
+    )
+    .await
+    .expect("warren dev starts");
+    let gateway = format!("http://{}", dev.addr("dev gateway-1"));
+
+    let script = workspace_root().join("tests/e2b/test_sdk.py");
+    let out = tokio::time::timeout(
+        Duration::from_secs(300),
+        tokio::process::Command::new(&python)
+            .arg(&script)
+            .env("E2B_API_URL", &gateway)
+            .env("E2B_SANDBOX_URL", &gateway)
+            .env("E2B_API_KEY", api_key)
+            .env("WARREN_OTHER_API_KEY", other_key)
+            .env_remove("E2B_DOMAIN")
+            .env_remove("E2B_ACCESS_TOKEN")
+            .output(),
+    )
+    .await
+    .expect("the SDK checks finish within 5 minutes")
+    .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "e2b SDK checks failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    assert!(stdout.contains(" 0 failed"), "{stdout}");
+    drop(dev);
+}
