@@ -6,6 +6,9 @@
 //!   so every test can bind `127.0.0.1:0`. Killed when dropped.
 //! - [`wait_until`]: polls a condition with a deadline instead of sleeping.
 //! - [`e2b_python`]: the Python interpreter that has the pinned `e2b` SDK.
+//! - [`postgres::PgServer`]: a private PostgreSQL server on a free loopback port.
+
+pub mod postgres;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -178,4 +181,19 @@ pub fn workspace_root() -> PathBuf {
         .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn private_postgres_starts_and_takes_connections() {
+        let pg = super::postgres::PgServer::start().expect("postgres starts");
+        let url = pg.create_database("probe").expect("createdb");
+        assert!(url.ends_with("/probe"));
+        let out = std::process::Command::new("psql")
+            .args([url.as_str(), "-tAc", "select 40 + 2"])
+            .output()
+            .expect("psql runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+    }
 }
