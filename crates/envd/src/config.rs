@@ -1,0 +1,227 @@
+//! `warren envd`'s configuration, and [`Settings`], the validated form the
+//! server runs on.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use warren_core::config::ConfigError;
+
+/// The env var that carries the sandbox's access token. Never a flag: argv is
+/// visible to every process in the sandbox through `/proc`.
+pub const ACCESS_TOKEN_ENV: &str = "WARREN_ENVD_ACCESS_TOKEN";
+
+/// Command-line / env / TOML configuration for `warren envd`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "warren envd",
+    about = "The agent inside a sandbox: E2B's envd API (process and filesystem RPCs, /files, /health) and a port relay"
+)]
+pub struct Config {
+    /// Unix socket to serve the envd API on (what the node uses).
+    #[arg(long, env = "WARREN_ENVD_SOCKET", conflicts_with = "listen")]
+    pub socket: Option<PathBuf>,
+
+    /// TCP address to serve the envd API on instead of a Unix socket (tests, development).
+    #[arg(long, env = "WARREN_ENVD_LISTEN")]
+    pub listen: Option<String>,
+
+    /// Unix socket for the port relay (`<port>\n` → `OK\n` + spliced bytes).
+    #[arg(long, env = "WARREN_ENVD_RELAY_SOCKET")]
+    pub relay_socket: Option<PathBuf>,
+
+    /// The sandbox's root directory: every client path is resolved under it,
+    /// and neither `..` nor a symlink can lead out of it.
+    #[arg(long, env = "WARREN_ENVD_ROOT", default_value = "/")]
+    pub root: PathBuf,
+
+    /// The user's home, as seen from inside the sandbox (relative to --root):
+    /// relative client paths start here, and processes get it as cwd and HOME.
+    #[arg(long, env = "WARREN_ENVD_HOME", default_value = "/home/user")]
+    pub home: String,
+
+    /// How much output (stdout and stderr together) each process keeps for
+    /// replay with `ConnectRequest.offset`.
+    #[arg(long, env = "WARREN_ENVD_MAX_OUTPUT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub max_output_bytes: usize,
+
+    /// How many finished processes are kept so that Connect after exit works.
+    #[arg(long, env = "WARREN_ENVD_KEEP_FINISHED", default_value_t = 64)]
+    pub keep_finished: usize,
+
+    /// Interval of keepalive events on process streams when the client sends
+    /// no `Keepalive-Ping-Interval` header (the e2b SDK sends 50 s).
+    #[arg(long, env = "WARREN_ENVD_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
+    pub keepalive: Duration,
+}
+
+/// Parses `500ms`, `30s`, `2m` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 30s, 500ms or 2m"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        _ => Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m)")),
+    }
+}
+
+/// Where the envd API listens.
+#[derive(Debug, Clone)]
+pub enum ApiAddr {
+    /// A Unix socket path (production: the node connects here).
+    Unix(PathBuf),
+    /// A TCP address (tests, development).
+    Tcp(String),
+}
+
+/// Everything the server needs, validated. Built by [`Settings::from_config`]
+/// or directly by tests.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The sandbox root, canonicalized (so prefix checks on canonical paths work).
+    pub root: PathBuf,
+    /// The home directory as the client sees it (absolute, normalized).
+    pub home: String,
+    /// Per-process output retention in bytes.
+    pub max_output_bytes: usize,
+    /// How many finished processes stay reattachable.
+    pub keep_finished: usize,
+    /// Default keepalive interval on process streams.
+    pub keepalive: Duration,
+    /// The access token every request but `/health` must carry, if set.
+    pub access_token: Option<String>,
+}
+
+impl Settings {
+    /// Settings with defaults for `root` (tests start from here).
+    pub fn new(root: impl AsRef<Path>) -> Result<Settings, ConfigError> {
+        Settings::build(
+            root.as_ref(),
+            "/home/user",
+            16 * 1024 * 1024,
+            64,
+            Duration::from_secs(30),
+            None,
+        )
+    }
+
+    /// Validates `config` and reads the access token from the environment.
+    pub fn from_config(config: &Config) -> Result<Settings, ConfigError> {
+        let token = std::env::var(ACCESS_TOKEN_ENV)
+            .ok()
+            .filter(|t| !t.is_empty());
+        Settings::build(
+            &config.root,
+            &config.home,
+            config.max_output_bytes,
+            config.keep_finished,
+            config.keepalive,
+            token,
+        )
+    }
+
+    fn build(
+        root: &Path,
+        home: &str,
+        max_output_bytes: usize,
+        keep_finished: usize,
+        keepalive: Duration,
+        access_token: Option<String>,
+    ) -> Result<Settings, ConfigError> {
+        let root = std::fs::canonicalize(root)
+            .map_err(|e| ConfigError::Invalid(format!("--root {}: {e}", root.display())))?;
+        if !root.is_dir() {
+            return Err(ConfigError::Invalid(format!(
+                "--root {} is not a directory",
+                root.display()
+            )));
+        }
+        let home = crate::paths::normalize_absolute(home).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "--home {home:?}: {e} (it must be absolute, like /home/user)"
+            ))
+        })?;
+        if max_output_bytes < 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "--max-output-bytes {max_output_bytes} is too small (at least 1024)"
+            )));
+        }
+        if keepalive < Duration::from_millis(10) {
+            return Err(ConfigError::Invalid(
+                "--keepalive must be at least 10ms".to_string(),
+            ));
+        }
+        Ok(Settings {
+            root,
+            home,
+            max_output_bytes,
+            keep_finished,
+            keepalive,
+            access_token,
+        })
+    }
+
+    /// Replaces the access token (tests).
+    pub fn with_access_token(mut self, token: impl Into<String>) -> Settings {
+        self.access_token = Some(token.into());
+        self
+    }
+
+    /// Replaces the output retention (tests).
+    pub fn with_max_output_bytes(mut self, bytes: usize) -> Settings {
+        self.max_output_bytes = bytes.max(1);
+        self
+    }
+}
+
+impl Config {
+    /// Where the API should listen: exactly one of `--socket` and `--listen`.
+    pub fn api_addr(&self) -> Result<ApiAddr, ConfigError> {
+        match (&self.socket, &self.listen) {
+            (Some(path), None) => Ok(ApiAddr::Unix(path.clone())),
+            (None, Some(addr)) => Ok(ApiAddr::Tcp(addr.clone())),
+            (None, None) => Err(ConfigError::Invalid(
+                "one of --socket PATH or --listen HOST:PORT is required".to_string(),
+            )),
+            (Some(_), Some(_)) => Err(ConfigError::Invalid(
+                "--socket and --listen are mutually exclusive".to_string(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("3h").is_err());
+    }
+
+    #[test]
+    fn relative_home_is_rejected() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = Settings::build(
+            dir.path(),
+            "home/user",
+            4096,
+            1,
+            Duration::from_secs(1),
+            None,
+        )
+        .expect_err("relative home");
+        assert!(err.to_string().contains("--home"), "{err}");
+    }
+}

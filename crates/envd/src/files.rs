@@ -1,0 +1,359 @@
+//! `GET /files` (download) and `POST /files` (upload), as the e2b SDK sends
+//! them, and the presigned-URL check (`signature`, `signature_expiration`).
+//!
+//! - Download: `?path=P` → the raw bytes, streamed.
+//! - Upload, `multipart/form-data`: one or more parts named `file`; each goes
+//!   to `?path=` when given (one file), else to the part's file name (the SDK
+//!   puts the destination path there).
+//! - Upload, `application/octet-stream` (envd >= 0.5.7 clients): the body is
+//!   the file, `?path=` is required, `Content-Encoding: gzip` is undone.
+//!
+//! Both answer `[{"path", "name", "type": "file"}]`. Parent directories are
+//! created; an existing file is overwritten. `username` is accepted and
+//! ignored: every file belongs to the user envd runs as.
+
+use crate::paths::{Follow, Jail};
+use crate::reply::{self, Body};
+use crate::rpc_error::{http_status, path_error};
+use futures_util::TryStreamExt;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, BodyStream, StreamBody};
+use hyper::body::{Frame, Incoming};
+use std::collections::HashMap;
+use std::io::Write;
+use tokio::io::AsyncWriteExt;
+
+/// The query of a `/files` request.
+#[derive(Debug, Default)]
+pub struct Query {
+    /// `path`, as the client named it.
+    pub path: Option<String>,
+    /// `username` (for the signature; otherwise ignored).
+    pub username: Option<String>,
+    /// `signature`: `v1_` + base64(sha256(...)) for presigned URLs.
+    pub signature: Option<String>,
+    /// `signature_expiration`: unix seconds.
+    pub signature_expiration: Option<String>,
+}
+
+impl Query {
+    /// Parses a URL query string.
+    pub fn parse(query: Option<&str>) -> Query {
+        let map: HashMap<String, String> = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .into_owned()
+            .collect();
+        let get = |k: &str| map.get(k).cloned();
+        Query {
+            path: get("path").filter(|p| !p.is_empty()),
+            username: get("username").filter(|u| !u.is_empty()),
+            signature: get("signature"),
+            signature_expiration: get("signature_expiration"),
+        }
+    }
+}
+
+/// Whether `query` carries a valid, unexpired signature for `method` made
+/// with `token` (the e2b SDK's `get_signature`: sha256 of
+/// `path:operation:user:token[:expiration]`).
+pub fn signature_ok(query: &Query, method: &Method, token: &str) -> bool {
+    use base64::Engine;
+    use sha2::Digest;
+    let Some(signature) = query.signature.as_deref() else {
+        return false;
+    };
+    let operation = if method == Method::GET {
+        "read"
+    } else {
+        "write"
+    };
+    let path = query.path.as_deref().unwrap_or("");
+    let user = query.username.as_deref().unwrap_or("");
+    let mut raw = format!("{path}:{operation}:{user}:{token}");
+    if let Some(exp) = query.signature_expiration.as_deref() {
+        let Ok(exp) = exp.parse::<u64>() else {
+            return false;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if now > exp {
+            return false;
+        }
+        raw.push_str(&format!(":{exp}"));
+    }
+    let digest = sha2::Sha256::digest(raw.as_bytes());
+    let expected = format!(
+        "v1_{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest)
+    );
+    crate::server::constant_time_eq(expected.as_bytes(), signature.as_bytes())
+}
+
+/// Serves `/files`.
+pub async fn handle(jail: &Jail, req: Request<Incoming>) -> Response<Body> {
+    let query = Query::parse(req.uri().query());
+    match *req.method() {
+        Method::GET | Method::HEAD => download(jail, &query, req.method() == Method::HEAD).await,
+        Method::POST => match upload(jail, &query, req).await {
+            Ok(written) => reply::json(StatusCode::OK, &serde_json::Value::Array(written)),
+            Err(res) => res,
+        },
+        _ => {
+            let mut res = reply::error(StatusCode::METHOD_NOT_ALLOWED, "use GET or POST on /files");
+            res.headers_mut().insert(
+                header::ALLOW,
+                header::HeaderValue::from_static("GET, HEAD, POST"),
+            );
+            res
+        }
+    }
+}
+
+fn resolve_error(e: crate::paths::PathError) -> Response<Body> {
+    let err = path_error(e);
+    reply::error(http_status(err.code), err.message.unwrap_or_default())
+}
+
+fn io_response(client: &str, e: std::io::Error) -> Response<Body> {
+    let err = crate::rpc_error::io_error(client, e);
+    reply::error(http_status(err.code), err.message.unwrap_or_default())
+}
+
+async fn download(jail: &Jail, query: &Query, head: bool) -> Response<Body> {
+    let Some(path) = query.path.as_deref() else {
+        return reply::error(
+            StatusCode::BAD_REQUEST,
+            "the path query parameter is required",
+        );
+    };
+    let r = match jail.resolve(path, Follow::All) {
+        Ok(r) => r,
+        Err(e) => return resolve_error(e),
+    };
+    let file = match tokio::fs::File::open(&r.host).await {
+        Ok(f) => f,
+        Err(e) => return io_response(&r.client, e),
+    };
+    let meta = match file.metadata().await {
+        Ok(m) => m,
+        Err(e) => return io_response(&r.client, e),
+    };
+    if meta.is_dir() {
+        return reply::error(
+            StatusCode::BAD_REQUEST,
+            format!("path {:?} is a directory", r.client),
+        );
+    }
+    let body = if head {
+        reply::empty()
+    } else {
+        let frames = tokio_util::io::ReaderStream::new(file)
+            .map_ok(Frame::data)
+            .map_err(|e| Box::new(e) as reply::BoxError);
+        BodyExt::boxed_unsync(StreamBody::new(frames))
+    };
+    let name = r
+        .client
+        .rsplit('/')
+        .next()
+        .unwrap_or("file")
+        .replace('"', "");
+    let mut res = Response::new(body);
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/octet-stream"),
+    );
+    h.insert(header::CONTENT_LENGTH, meta.len().into());
+    if let Ok(v) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    res
+}
+
+async fn upload(
+    jail: &Jail,
+    query: &Query,
+    req: Request<Incoming>,
+) -> Result<Vec<serde_json::Value>, Response<Body>> {
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let gzip = match req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.as_bytes())
+    {
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(other) => {
+            return Err(reply::error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!(
+                    "unsupported Content-Encoding {:?} (identity or gzip)",
+                    String::from_utf8_lossy(other)
+                ),
+            ))
+        }
+    };
+    if content_type.starts_with("multipart/form-data") {
+        if gzip {
+            return Err(reply::error(
+                StatusCode::BAD_REQUEST,
+                "gzip is only supported with application/octet-stream uploads",
+            ));
+        }
+        return upload_multipart(jail, query, &content_type, req.into_body()).await;
+    }
+    let Some(path) = query.path.as_deref() else {
+        return Err(reply::error(
+            StatusCode::BAD_REQUEST,
+            "the path query parameter is required for application/octet-stream uploads",
+        ));
+    };
+    let mut sink = Sink::open(jail, path, gzip).await?;
+    let mut body = req.into_body();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            reply::error(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))
+        })?;
+        if let Ok(data) = frame.into_data() {
+            sink.write(&data).await?;
+        }
+    }
+    Ok(vec![sink.finish().await?])
+}
+
+async fn upload_multipart(
+    jail: &Jail,
+    query: &Query,
+    content_type: &str,
+    body: Incoming,
+) -> Result<Vec<serde_json::Value>, Response<Body>> {
+    let boundary = multer::parse_boundary(content_type).map_err(|e| {
+        reply::error(
+            StatusCode::BAD_REQUEST,
+            format!("bad multipart Content-Type: {e}"),
+        )
+    })?;
+    let stream =
+        BodyStream::new(body).try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
+    let mut multipart = multer::Multipart::new(stream, boundary);
+    let bad = |e: multer::Error| {
+        reply::error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"))
+    };
+    let mut written = Vec::new();
+    while let Some(mut field) = multipart.next_field().await.map_err(bad)? {
+        if field.name() != Some("file") && field.file_name().is_none() {
+            continue;
+        }
+        let dest = match (&query.path, field.file_name()) {
+            (Some(_), _) if !written.is_empty() => {
+                return Err(reply::error(
+                    StatusCode::BAD_REQUEST,
+                    "several files were sent with one path query parameter; name each file's path in its part instead",
+                ))
+            }
+            (Some(p), _) => p.clone(),
+            (None, Some(name)) if !name.is_empty() => name.to_string(),
+            (None, _) => {
+                return Err(reply::error(
+                    StatusCode::BAD_REQUEST,
+                    "a file part needs a file name (its destination) or the path query parameter",
+                ))
+            }
+        };
+        let mut sink = Sink::open(jail, &dest, false).await?;
+        while let Some(chunk) = field.chunk().await.map_err(bad)? {
+            sink.write(&chunk).await?;
+        }
+        written.push(sink.finish().await?);
+    }
+    if written.is_empty() {
+        return Err(reply::error(
+            StatusCode::BAD_REQUEST,
+            "the multipart body has no file part",
+        ));
+    }
+    Ok(written)
+}
+
+/// A file being written, optionally through a gzip decoder.
+struct Sink {
+    file: tokio::fs::File,
+    client: String,
+    gunzip: Option<flate2::write::GzDecoder<Vec<u8>>>,
+}
+
+impl Sink {
+    async fn open(jail: &Jail, path: &str, gzip: bool) -> Result<Sink, Response<Body>> {
+        let r = jail.resolve(path, Follow::All).map_err(resolve_error)?;
+        if let Ok(meta) = tokio::fs::metadata(&r.host).await {
+            if meta.is_dir() {
+                return Err(reply::error(
+                    StatusCode::BAD_REQUEST,
+                    format!("path {:?} is a directory", r.client),
+                ));
+            }
+        }
+        if let Some(parent) = r.host.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| io_response(&r.client, e))?;
+        }
+        let file = tokio::fs::File::create(&r.host)
+            .await
+            .map_err(|e| io_response(&r.client, e))?;
+        Ok(Sink {
+            file,
+            client: r.client,
+            gunzip: gzip.then(|| flate2::write::GzDecoder::new(Vec::new())),
+        })
+    }
+
+    async fn write(&mut self, data: &[u8]) -> Result<(), Response<Body>> {
+        let plain = match self.gunzip.as_mut() {
+            Some(dec) => {
+                dec.write_all(data).map_err(gzip_error)?;
+                std::mem::take(dec.get_mut())
+            }
+            None => data.to_vec(),
+        };
+        self.put(&plain).await
+    }
+
+    async fn put(&mut self, data: &[u8]) -> Result<(), Response<Body>> {
+        self.file
+            .write_all(data)
+            .await
+            .map_err(|e| io_response(&self.client, e))
+    }
+
+    async fn finish(mut self) -> Result<serde_json::Value, Response<Body>> {
+        if let Some(dec) = self.gunzip.take() {
+            let rest = dec.finish().map_err(gzip_error)?;
+            self.put(&rest).await?;
+        }
+        self.file
+            .flush()
+            .await
+            .map_err(|e| io_response(&self.client, e))?;
+        let name = self
+            .client
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        Ok(serde_json::json!({ "path": self.client, "name": name, "type": "file" }))
+    }
+}
+
+fn gzip_error(e: std::io::Error) -> Response<Body> {
+    reply::error(
+        StatusCode::BAD_REQUEST,
+        format!("the gzip upload body is invalid: {e}"),
+    )
+}

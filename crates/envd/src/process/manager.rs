@@ -1,0 +1,484 @@
+//! The process table: spawning, the per-process output log, stdin, signals,
+//! and how long finished processes stay reattachable.
+//!
+//! Each process runs in its own process group (so a signal reaches what a
+//! `bash -c` started, too). Two reader tasks append its stdout and stderr to
+//! its [`OutputLog`]; a waiter task records its exit. Every change bumps a
+//! `watch` channel that the RPC streams wait on, so streams never hold the
+//! process: a client that goes away leaves it running and reattachable.
+
+use super::output::{OutputLog, Pipe};
+use crate::paths::{Follow, Jail};
+use bytes::BytesMut;
+use nix::sys::signal::Signal;
+use std::collections::{HashMap, VecDeque};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::ChildStdin;
+use tokio::sync::watch;
+
+/// How long output may keep arriving after the process itself exited: a
+/// background child can hold the pipes open forever, and the end event must
+/// not wait for it.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(250);
+
+/// Bytes read from a pipe at once.
+const READ_CHUNK: usize = 32 * 1024;
+
+/// The default `PATH` of sandbox processes.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What a caller asked to run.
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
+    /// The program.
+    pub cmd: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment, over the defaults.
+    pub envs: HashMap<String, String>,
+    /// Working directory as the client names it; home when `None`.
+    pub cwd: Option<String>,
+    /// Whether stdin is a pipe the client can write to (else /dev/null).
+    pub stdin: bool,
+    /// The client's tag for finding the process again.
+    pub tag: Option<String>,
+    /// `USER`/`LOGNAME` for the process (from the SDK's Basic auth header).
+    pub user: Option<String>,
+}
+
+/// How a process ended, as E2B's envd reports it (Go's `ProcessState`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    /// The exit code; -1 when killed by a signal.
+    pub exit_code: i32,
+    /// Whether it exited on its own (as opposed to by a signal).
+    pub exited: bool,
+    /// `"exit status 3"`, `"signal: killed"`, ...
+    pub status: String,
+    /// Set when envd could not wait for it.
+    pub error: Option<String>,
+}
+
+/// Why a request about a process failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcError {
+    /// No process with that pid or tag (or it was forgotten).
+    #[error("process {0} not found")]
+    NotFound(String),
+    /// The program could not be started (missing, not executable, bad cwd...).
+    #[error("cannot start {cmd:?}: {source}")]
+    Spawn {
+        /// The program.
+        cmd: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The working directory is not valid.
+    #[error(transparent)]
+    Path(#[from] crate::paths::PathError),
+    /// Stdin was not requested at start, or has been closed.
+    #[error(
+        "stdin of process {0} is not open (start it with stdin enabled, and do not close it first)"
+    )]
+    StdinClosed(u32),
+    /// Writing to stdin failed (the process closed its end).
+    #[error("writing to stdin of process {pid}: {source}")]
+    StdinWrite {
+        /// The process.
+        pid: u32,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// `kill(2)` failed.
+    #[error("signalling process {pid}: {source}")]
+    Signal {
+        /// The process.
+        pid: u32,
+        /// Why.
+        source: nix::Error,
+    },
+}
+
+/// What the process has done so far; guarded by [`Proc::state`]'s mutex.
+#[derive(Debug)]
+pub struct State {
+    /// Its output.
+    pub log: OutputLog,
+    /// Set once it has ended and its output is complete.
+    pub exit: Option<Exit>,
+}
+
+/// One process started through envd.
+#[derive(Debug)]
+pub struct Proc {
+    /// Its pid (also its process group id).
+    pub pid: u32,
+    /// The client's tag.
+    pub tag: Option<String>,
+    /// Start order, so the newest process wins a tag lookup.
+    seq: u64,
+    /// What was started, for List.
+    pub spec: Spec,
+    /// Output and exit, read by streams.
+    state: Mutex<State>,
+    /// Bumped whenever `state` changes; streams wait on it.
+    changed: watch::Sender<()>,
+    /// The write end of its stdin while open.
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+}
+
+impl Proc {
+    /// Locks its state (poisoning is ignored: the state stays consistent
+    /// because every update is a single push or assignment).
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A receiver that wakes when output arrives or the process ends.
+    pub fn subscribe(&self) -> watch::Receiver<()> {
+        self.changed.subscribe()
+    }
+
+    /// Whether it is still running (its exit is not recorded yet).
+    pub fn running(&self) -> bool {
+        self.state().exit.is_none()
+    }
+
+    /// Writes `data` to its stdin.
+    pub async fn write_stdin(&self, data: &[u8]) -> Result<(), ProcError> {
+        let mut guard = self.stdin.lock().await;
+        let stdin = guard.as_mut().ok_or(ProcError::StdinClosed(self.pid))?;
+        let res = async {
+            stdin.write_all(data).await?;
+            stdin.flush().await
+        }
+        .await;
+        res.map_err(|source| ProcError::StdinWrite {
+            pid: self.pid,
+            source,
+        })
+    }
+
+    /// Closes its stdin (EOF for the process). Closing twice is fine.
+    pub async fn close_stdin(&self) -> Result<(), ProcError> {
+        let mut guard = self.stdin.lock().await;
+        match guard.take() {
+            Some(mut stdin) => {
+                let _ = stdin.shutdown().await;
+                Ok(())
+            }
+            None if self.spec.stdin => Ok(()),
+            None => Err(ProcError::StdinClosed(self.pid)),
+        }
+    }
+
+    /// Sends `signal` to its whole process group, so what a `bash -c`
+    /// started goes too, and to the process itself in case it left the
+    /// group. A group that is already empty is not an error: the process
+    /// ended a moment ago and nothing is left to signal.
+    pub fn signal(&self, signal: Signal) -> Result<(), ProcError> {
+        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+        let group = nix::sys::signal::killpg(pid, signal);
+        if self.running() {
+            let _ = nix::sys::signal::kill(pid, signal);
+        }
+        match group {
+            Ok(()) | Err(nix::Error::ESRCH) => Ok(()),
+            Err(source) => Err(ProcError::Signal {
+                pid: self.pid,
+                source,
+            }),
+        }
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|_| ());
+    }
+}
+
+/// Every process envd started, running or recently finished.
+#[derive(Debug)]
+pub struct Manager {
+    jail: Jail,
+    max_output_bytes: usize,
+    keep_finished: usize,
+    table: Mutex<Table>,
+    seq: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    procs: HashMap<u32, Arc<Proc>>,
+    /// Finished pids, oldest first; beyond `keep_finished` they are forgotten.
+    finished: VecDeque<u32>,
+}
+
+impl Manager {
+    /// An empty table.
+    pub fn new(jail: Jail, max_output_bytes: usize, keep_finished: usize) -> Arc<Manager> {
+        Arc::new(Manager {
+            jail,
+            max_output_bytes,
+            keep_finished,
+            table: Mutex::new(Table::default()),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    fn table(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a process; its output is recorded from the first byte.
+    pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Arc<Proc>, ProcError> {
+        let cwd = self
+            .jail
+            .resolve(spec.cwd.as_deref().unwrap_or(""), Follow::All)?;
+        let home = self.jail.home_host();
+        let mut cmd = tokio::process::Command::new(&spec.cmd);
+        cmd.args(&spec.args)
+            .env_clear()
+            .envs(self.environment(&spec, &home))
+            .current_dir(&cwd.host)
+            .stdin(if spec.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own group, so signals reach what it spawns too.
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(|source| ProcError::Spawn {
+            cmd: spec.cmd.clone(),
+            source,
+        })?;
+        let pid = child.id().ok_or_else(|| ProcError::Spawn {
+            cmd: spec.cmd.clone(),
+            source: std::io::Error::other("process exited before its pid was known"),
+        })?;
+        let (changed, _) = watch::channel(());
+        let proc = Arc::new(Proc {
+            pid,
+            tag: spec.tag.clone(),
+            seq: self.seq.fetch_add(1, Ordering::Relaxed),
+            spec,
+            state: Mutex::new(State {
+                log: OutputLog::new(self.max_output_bytes),
+                exit: None,
+            }),
+            changed,
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        });
+        self.table().procs.insert(pid, proc.clone());
+
+        let out = child
+            .stdout
+            .take()
+            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stdout));
+        let err = child
+            .stderr
+            .take()
+            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stderr));
+        let manager = self.clone();
+        let p = proc.clone();
+        tokio::spawn(async move {
+            let exit = match child.wait().await {
+                Ok(status) => exit_of(status),
+                Err(e) => Exit {
+                    exit_code: -1,
+                    exited: false,
+                    status: "unknown".to_string(),
+                    error: Some(format!("waiting for the process: {e}")),
+                },
+            };
+            for reader in [out, err].into_iter().flatten() {
+                let abort = reader.abort_handle();
+                if tokio::time::timeout(DRAIN_AFTER_EXIT, reader)
+                    .await
+                    .is_err()
+                {
+                    abort.abort();
+                }
+            }
+            p.stdin.lock().await.take();
+            p.state().exit = Some(exit);
+            p.notify();
+            manager.finished(p.pid);
+        });
+        Ok(proc)
+    }
+
+    /// Sandbox processes get a small default environment, then envd's own
+    /// (minus its `WARREN_ENVD_*` settings: the node puts the sandbox's env
+    /// vars there), then what the request asked for.
+    fn environment(&self, spec: &Spec, home: &std::path::Path) -> HashMap<String, String> {
+        let user = spec.user.clone().unwrap_or_else(|| "user".to_string());
+        let mut env: HashMap<String, String> = [
+            ("PATH", DEFAULT_PATH.to_string()),
+            ("HOME", home.to_string_lossy().into_owned()),
+            ("USER", user.clone()),
+            ("LOGNAME", user),
+            ("SHELL", "/bin/bash".to_string()),
+            ("LANG", "C.UTF-8".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in std::env::vars() {
+            if !k.starts_with("WARREN_ENVD_") {
+                env.insert(k, v);
+            }
+        }
+        env.extend(spec.envs.clone());
+        env
+    }
+
+    fn finished(&self, pid: u32) {
+        let mut table = self.table();
+        table.finished.push_back(pid);
+        while table.finished.len() > self.keep_finished {
+            let Some(old) = table.finished.pop_front() else {
+                break;
+            };
+            // The pid may have been reused by a newer, running process.
+            if table.procs.get(&old).is_some_and(|p| !p.running()) {
+                table.procs.remove(&old);
+            }
+        }
+    }
+
+    /// The process with this pid, running or recently finished.
+    pub fn by_pid(&self, pid: u32) -> Result<Arc<Proc>, ProcError> {
+        self.table()
+            .procs
+            .get(&pid)
+            .cloned()
+            .ok_or_else(|| ProcError::NotFound(format!("with pid {pid}")))
+    }
+
+    /// The newest process with this tag, preferring running ones.
+    pub fn by_tag(&self, tag: &str) -> Result<Arc<Proc>, ProcError> {
+        self.table()
+            .procs
+            .values()
+            .filter(|p| p.tag.as_deref() == Some(tag))
+            .max_by_key(|p| (p.running(), p.seq))
+            .cloned()
+            .ok_or_else(|| ProcError::NotFound(format!("with tag {tag:?}")))
+    }
+
+    /// The running processes, oldest first.
+    pub fn running(&self) -> Vec<Arc<Proc>> {
+        let mut procs: Vec<_> = self
+            .table()
+            .procs
+            .values()
+            .filter(|p| p.running())
+            .cloned()
+            .collect();
+        procs.sort_by_key(|p| p.seq);
+        procs
+    }
+
+    /// SIGKILLs every running process group (envd is going away; nothing it
+    /// started should outlive it).
+    pub fn kill_all(&self) {
+        for p in self.running() {
+            let _ = p.signal(Signal::SIGKILL);
+        }
+    }
+}
+
+fn spawn_reader(
+    proc: Arc<Proc>,
+    mut pipe: impl AsyncRead + Unpin + Send + 'static,
+    which: Pipe,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        loop {
+            buf.reserve(READ_CHUNK);
+            match pipe.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let data = buf.split().freeze();
+                    proc.state().log.push(which, data);
+                    proc.notify();
+                }
+            }
+        }
+    })
+}
+
+/// Go's `ProcessState.String()` and `ExitCode()`, which E2B's envd reports.
+fn exit_of(status: ExitStatus) -> Exit {
+    if let Some(code) = status.code() {
+        return Exit {
+            exit_code: code,
+            exited: true,
+            status: format!("exit status {code}"),
+            error: None,
+        };
+    }
+    let sig = status.signal().unwrap_or(0);
+    let mut text = format!("signal: {}", signal_name(sig));
+    if status.core_dumped() {
+        text.push_str(" (core dumped)");
+    }
+    Exit {
+        exit_code: -1,
+        exited: false,
+        status: text,
+        error: None,
+    }
+}
+
+/// Go's names for signals in `ProcessState.String()`.
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "hangup",
+        libc::SIGINT => "interrupt",
+        libc::SIGQUIT => "quit",
+        libc::SIGILL => "illegal instruction",
+        libc::SIGTRAP => "trace/breakpoint trap",
+        libc::SIGABRT => "aborted",
+        libc::SIGBUS => "bus error",
+        libc::SIGFPE => "floating point exception",
+        libc::SIGKILL => "killed",
+        libc::SIGUSR1 => "user defined signal 1",
+        libc::SIGSEGV => "segmentation fault",
+        libc::SIGUSR2 => "user defined signal 2",
+        libc::SIGPIPE => "broken pipe",
+        libc::SIGALRM => "alarm clock",
+        libc::SIGTERM => "terminated",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_statuses_read_like_go() {
+        let e = exit_of(ExitStatus::from_raw(3 << 8));
+        assert_eq!(
+            (e.exit_code, e.exited, e.status.as_str()),
+            (3, true, "exit status 3")
+        );
+        let e = exit_of(ExitStatus::from_raw(libc::SIGKILL));
+        assert_eq!(
+            (e.exit_code, e.exited, e.status.as_str()),
+            (-1, false, "signal: killed")
+        );
+        let e = exit_of(ExitStatus::from_raw(libc::SIGTERM));
+        assert_eq!(e.status, "signal: terminated");
+    }
+}

@@ -1,0 +1,213 @@
+//! The envd HTTP server: one hyper listener (HTTP/1.1 and h2c) that routes
+//! `/health`, `/files` and everything else to the Connect router.
+//!
+//! Every request but `GET /health` needs the access token when one is set:
+//! `X-Access-Token`, or for `/files` a presigned signature. Without it,
+//! `/files` and unknown paths get E2B's `401` JSON and RPCs a Connect
+//! `unauthenticated` error in their own wire shape.
+
+use crate::config::Settings;
+use crate::files;
+use crate::filesystem::FilesystemService;
+use crate::paths::Jail;
+use crate::process::manager::Manager;
+use crate::process::ProcessService;
+use crate::reply::{self, Body};
+use connectrpc::{ConnectError, ConnectRpcService, Limits, Router};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, UnixListener};
+
+/// The largest Connect message envd accepts (a SendInput chunk, say). Larger
+/// ones are refused with `resource_exhausted` before they are buffered.
+const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// How long in-flight requests may finish after shutdown is asked for.
+/// Process streams never finish on their own, so this is short.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// A bound listener for the envd API.
+#[derive(Debug)]
+pub enum ApiListener {
+    /// TCP (tests, development).
+    Tcp(TcpListener),
+    /// A Unix socket (the node); the path is removed on shutdown.
+    Unix(UnixListener, PathBuf),
+}
+
+impl ApiListener {
+    /// What `announce` prints: `host:port` or `unix:/path`.
+    pub fn display_addr(&self) -> String {
+        match self {
+            ApiListener::Tcp(l) => l
+                .local_addr()
+                .map_or_else(|e| format!("tcp:?({e})"), |a| a.to_string()),
+            ApiListener::Unix(_, path) => format!("unix:{}", path.display()),
+        }
+    }
+}
+
+/// Shared state of the HTTP routes.
+struct App {
+    jail: Arc<Jail>,
+    token: Option<String>,
+    connect: ConnectRpcService<Router>,
+}
+
+/// Serves the envd API on `listener` until `shutdown` resolves, then drains
+/// briefly and kills every process it started.
+pub async fn serve(
+    settings: Settings,
+    listener: ApiListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let jail = Arc::new(Jail::new(settings.root.clone(), settings.home.clone()));
+    // A home that does not exist yet would make every relative path fail.
+    let _ = std::fs::create_dir_all(jail.home_host());
+    let manager = Manager::new(
+        (*jail).clone(),
+        settings.max_output_bytes,
+        settings.keep_finished,
+    );
+    let router = Router::new()
+        .add_service(Arc::new(ProcessService::new(
+            manager.clone(),
+            settings.keepalive,
+        )))
+        .add_service(Arc::new(FilesystemService::new(jail.clone())));
+    let connect = ConnectRpcService::new(router).with_limits(
+        Limits::default()
+            .with_max_message_size(MAX_MESSAGE_BYTES)
+            .with_max_request_body_size(MAX_MESSAGE_BYTES + 1024),
+    );
+    let app = Arc::new(App {
+        jail,
+        token: settings.access_token.clone(),
+        connect,
+    });
+
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        let io: Box<dyn Io> = tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = accept(&listener) => match accepted {
+                Ok(io) => io,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accepting an envd connection failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |req| {
+            let app = app.clone();
+            async move { Ok::<_, std::convert::Infallible>(route(&app, req).await) }
+        });
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(io), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "envd connection ended with an error");
+            }
+        });
+    }
+    tracing::info!("envd shutting down");
+    if tokio::time::timeout(DRAIN, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::debug!("envd connections still open after the drain timeout");
+    }
+    manager.kill_all();
+    if let ApiListener::Unix(_, path) = &listener {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+/// A connection of either kind.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
+
+async fn accept(listener: &ApiListener) -> std::io::Result<Box<dyn Io>> {
+    Ok(match listener {
+        ApiListener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Box::new(s)
+        }
+        ApiListener::Unix(l, _) => Box::new(l.accept().await?.0),
+    })
+}
+
+async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path();
+    if path == "/health" && (req.method() == Method::GET || req.method() == Method::HEAD) {
+        return reply::status(StatusCode::NO_CONTENT);
+    }
+    let is_files = path == "/files";
+    if !authorized(app, &req, is_files) {
+        return unauthorized(&req);
+    }
+    if is_files {
+        return files::handle(&app.jail, req).await;
+    }
+    let mut connect = app.connect.clone();
+    let res = match tower_service::Service::call(&mut connect, req).await {
+        Ok(res) => res,
+        Err(never) => match never {},
+    };
+    res.map(|b| b.map_err(|never| match never {}).boxed_unsync())
+}
+
+fn authorized(app: &App, req: &Request<Incoming>, is_files: bool) -> bool {
+    let Some(token) = app.token.as_deref() else {
+        return true;
+    };
+    let header_ok = req
+        .headers()
+        .get("x-access-token")
+        .is_some_and(|v| constant_time_eq(v.as_bytes(), token.as_bytes()));
+    header_ok
+        || (is_files
+            && files::signature_ok(&files::Query::parse(req.uri().query()), req.method(), token))
+}
+
+fn unauthorized(req: &Request<Incoming>) -> Response<Body> {
+    let message = "missing or invalid access token (X-Access-Token)";
+    let is_rpc = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/"))
+        && req.uri().path().matches('/').count() == 2
+        && req.uri().path() != "/files";
+    if is_rpc {
+        ConnectError::unauthenticated(message)
+            .into_http_response(req.headers())
+            .map(|b| b.map_err(|never| match never {}).boxed_unsync())
+    } else {
+        reply::error(StatusCode::UNAUTHORIZED, message)
+    }
+}
+
+/// Compares secrets without leaking where they differ through timing.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
