@@ -1,11 +1,107 @@
-//! placeholder: being written.
+//! `warren gateway`: the public entry. It serves the E2B control-plane REST
+//! API and proxies sandbox traffic to the node that hosts each sandbox.
+//!
+//! # Layout
+//! - [`config`]: flags/env/TOML ([`Config`]) validated into [`Settings`]
+//!   before any socket is bound.
+//! - [`server`]: the listener (HTTP/1.1 + h2c, upgrades), plane dispatch,
+//!   metrics per request, graceful drain.
+//! - [`target`]: is a request data plane (`E2b-Sandbox-Id`/`-Port` headers or
+//!   host `{port}-{id}.{domain}`), and for which sandbox and port.
+//! - [`control`]: the E2B REST API (create, list, get, kill, timeout,
+//!   connect, fork); [`models`]: its JSON; [`auth`]: `X-API-Key` → team.
+//! - [`proxy`]: the data plane, streaming both ways, WebSocket splicing.
+//! - [`resolver`]: the [`Resolver`](resolver::Resolver) trait the data plane
+//!   routes through, and today's uncached implementation (`LookupNode` per
+//!   request); the route cache slots in behind it.
+//! - [`scheduler`]: scheduler gRPC client with replica failover.
+//! - [`node_client`]: the pooled HTTP client to nodes and their control API.
+//! - [`error`]: JSON errors (`code`, `error_code`, `message`);
+//!   [`response`]: the body type and builders; [`metrics`]: Prometheus.
+//! - [`state`]: [`App`](state::App), what handlers share.
 
-/// Command-line / env / TOML configuration for `warren gateway`.
-#[derive(Debug, clap::Parser)]
-#[command(name = "warren gateway")]
-pub struct Config {}
+pub mod auth;
+pub mod config;
+mod control;
+pub mod error;
+pub mod metrics;
+pub mod models;
+pub mod node_client;
+mod proxy;
+pub mod resolver;
+pub mod response;
+pub mod scheduler;
+mod server;
+pub mod state;
+pub mod target;
+
+pub use config::{Config, Settings};
+
+use anyhow::Context;
+use std::future::Future;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use warren_core::admin::Admin;
 
 /// Runs `warren gateway` until SIGTERM/Ctrl-C.
-pub async fn main(_config: Config) -> anyhow::Result<()> {
-    anyhow::bail!("warren gateway is not implemented yet")
+pub async fn main(config: Config) -> anyhow::Result<()> {
+    let settings = config.validate()?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let admin = TcpListener::bind(config.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
+    run(settings, listener, admin, warren_core::shutdown::signal()).await
+}
+
+/// Runs a gateway on already-bound listeners until `shutdown` resolves, then
+/// turns readiness off, stops accepting, and drains in-flight requests for
+/// up to `settings.drain_timeout`. Announces both listeners on stdout.
+pub async fn run(
+    settings: Settings,
+    listener: TcpListener,
+    admin_listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let admin = Admin::new("warren_gateway");
+    let metrics = metrics::Metrics::register(&admin);
+    let scheduler = Arc::new(scheduler::Scheduler::new(
+        &settings.schedulers,
+        settings.connect_timeout,
+        settings.request_timeout,
+    )?);
+    let resolver = Arc::new(resolver::UncachedResolver::new(
+        scheduler.clone(),
+        metrics.clone(),
+    ));
+    let http = node_client::http_client(settings.connect_timeout);
+    let drain = settings.drain_timeout;
+    let app = Arc::new(state::App::new(
+        settings, scheduler, resolver, http, metrics,
+    ));
+
+    warren_core::announce("gateway", "http", listener.local_addr()?);
+    warren_core::announce("gateway", "admin", admin_listener.local_addr()?);
+    let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
+    let admin_task = tokio::spawn(admin.clone().serve(admin_listener, async move {
+        let _ = admin_stopped.await;
+    }));
+    admin.set_ready(true);
+
+    let ready = admin.clone();
+    server::serve(
+        app,
+        listener,
+        async move {
+            shutdown.await;
+            // Load balancers see the replica leave before connections close.
+            ready.set_ready(false);
+        },
+        drain,
+    )
+    .await;
+    let _ = admin_stop.send(());
+    let _ = admin_task.await;
+    Ok(())
 }

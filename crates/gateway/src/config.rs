@@ -1,0 +1,281 @@
+//! `warren gateway` configuration: flags, `WARREN_GATEWAY_*` environment
+//! variables and TOML (through `warren_core::config`), validated into
+//! [`Settings`] before any socket is bound.
+
+use crate::auth::ApiKeys;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use warren_core::config::{parse_duration, ConfigError};
+
+/// Command-line / env / TOML configuration for `warren gateway`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "warren gateway",
+    about = "The public entry: E2B REST API + sandbox traffic proxy"
+)]
+pub struct Config {
+    /// TOML file with any of these settings (keys are the long flag names).
+    #[arg(long, env = "WARREN_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Address for the public listener (E2B REST API and sandbox traffic;
+    /// HTTP/1.1 and h2c on one port).
+    #[arg(long, env = "WARREN_GATEWAY_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+
+    /// Address for the admin listener (/metrics, /healthz, /readyz).
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_ADMIN_LISTEN",
+        default_value = "127.0.0.1:0"
+    )]
+    pub admin_listen: SocketAddr,
+
+    /// Scheduler gRPC URL(s), comma-separated; the first that answers is used
+    /// and the gateway fails over to the next on transport errors.
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_SCHEDULER",
+        default_value = "http://127.0.0.1:50051",
+        value_delimiter = ','
+    )]
+    pub scheduler: Vec<String>,
+
+    /// Sandbox domain: returned to the SDK as `domain` and used for host
+    /// routing `{port}-{sandboxId}.{domain}`.
+    #[arg(long, env = "WARREN_GATEWAY_DOMAIN", default_value = "localhost")]
+    pub domain: String,
+
+    /// An API key and the team it belongs to, as `KEY:TEAM` (repeatable;
+    /// comma-separated in the environment).
+    #[arg(
+        long = "api-key",
+        env = "WARREN_GATEWAY_API_KEY",
+        value_delimiter = ','
+    )]
+    pub api_keys: Vec<String>,
+
+    /// A file of API keys, one `KEY TEAM` per line (`#` starts a comment).
+    #[arg(long, env = "WARREN_GATEWAY_API_KEYS_FILE")]
+    pub api_keys_file: Option<PathBuf>,
+
+    /// How long to wait for a TCP connection to a node.
+    #[arg(long, env = "WARREN_GATEWAY_CONNECT_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// Deadline for each control-plane call (scheduler RPCs, node control API).
+    #[arg(long, env = "WARREN_GATEWAY_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// How long in-flight requests may take to finish after SIGTERM.
+    #[arg(long, env = "WARREN_GATEWAY_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// Largest control-plane JSON body accepted, in bytes.
+    #[arg(long, env = "WARREN_GATEWAY_MAX_BODY", default_value_t = 1024 * 1024)]
+    pub max_body: usize,
+}
+
+/// Validated settings the gateway runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Scheduler endpoints in failover order (each with a scheme).
+    pub schedulers: Vec<String>,
+    /// Lower-cased sandbox domain.
+    pub domain: String,
+    /// API key → team.
+    pub api_keys: ApiKeys,
+    /// TCP connect timeout towards nodes and schedulers.
+    pub connect_timeout: Duration,
+    /// Deadline for each control-plane call.
+    pub request_timeout: Duration,
+    /// Bound on draining in-flight requests at shutdown.
+    pub drain_timeout: Duration,
+    /// Largest control-plane JSON body accepted.
+    pub max_body: usize,
+}
+
+impl Config {
+    /// Checks everything that can be checked without the network.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let invalid = |m: String| ConfigError::Invalid(m);
+        let mut schedulers = Vec::new();
+        for raw in self
+            .scheduler
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+        {
+            let url = if raw.contains("://") {
+                raw.to_string()
+            } else {
+                format!("http://{raw}")
+            };
+            let uri: http::Uri = url
+                .parse()
+                .map_err(|e| invalid(format!("--scheduler {raw:?} is not a URL: {e}")))?;
+            // The scheduler API is plaintext gRPC (h2c) on a private network;
+            // TLS is not built in, so `https://` would only fail later.
+            if uri.scheme_str() != Some("http") || uri.host().is_none() {
+                return Err(invalid(format!(
+                    "--scheduler {raw:?} must be http://host:port (or host:port)"
+                )));
+            }
+            schedulers.push(url);
+        }
+        if schedulers.is_empty() {
+            return Err(invalid(
+                "--scheduler: at least one scheduler URL is required".into(),
+            ));
+        }
+
+        let domain = self
+            .domain
+            .trim()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        let domain_ok = !domain.is_empty()
+            && domain.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if !domain_ok {
+            return Err(invalid(format!(
+                "--domain {:?} is not a DNS name (labels of [a-z0-9-] separated by dots)",
+                self.domain
+            )));
+        }
+
+        let mut api_keys = ApiKeys::default();
+        for entry in &self.api_keys {
+            let Some((key, team)) = entry.split_once(':') else {
+                return Err(invalid(format!(
+                    "--api-key {:?} must be KEY:TEAM",
+                    redact(entry)
+                )));
+            };
+            api_keys
+                .insert(key.trim(), team.trim())
+                .map_err(|e| invalid(format!("--api-key: {e}")))?;
+        }
+        if let Some(path) = &self.api_keys_file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let mut parts = line.split_whitespace();
+                let (Some(key), Some(team), None) = (parts.next(), parts.next(), parts.next())
+                else {
+                    return Err(invalid(format!(
+                        "{}:{}: expected `KEY TEAM`",
+                        path.display(),
+                        n + 1
+                    )));
+                };
+                api_keys
+                    .insert(key, team)
+                    .map_err(|e| invalid(format!("{}:{}: {e}", path.display(), n + 1)))?;
+            }
+        }
+        if api_keys.is_empty() {
+            return Err(invalid(
+                "no API keys configured: pass --api-key KEY:TEAM (or WARREN_GATEWAY_API_KEY) \
+                 or --api-keys-file FILE"
+                    .into(),
+            ));
+        }
+
+        if self.connect_timeout.is_zero() {
+            return Err(invalid(
+                "--connect-timeout must be greater than zero".into(),
+            ));
+        }
+        if self.request_timeout.is_zero() {
+            return Err(invalid(
+                "--request-timeout must be greater than zero".into(),
+            ));
+        }
+        if self.max_body == 0 {
+            return Err(invalid("--max-body must be greater than zero".into()));
+        }
+        Ok(Settings {
+            schedulers,
+            domain,
+            api_keys,
+            connect_timeout: self.connect_timeout,
+            request_timeout: self.request_timeout,
+            drain_timeout: self.drain_timeout,
+            max_body: self.max_body,
+        })
+    }
+}
+
+/// Shows only the start of a secret in error messages.
+fn redact(s: &str) -> String {
+    let shown: String = s.chars().take(4).collect();
+    format!("{shown}…")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Config {
+        Config::try_parse_from(std::iter::once("gw").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn needs_an_api_key() {
+        let err = parse(&[]).validate().unwrap_err();
+        assert!(err.to_string().contains("no API keys"), "{err}");
+        let ok = parse(&["--api-key", "k1:team-a", "--api-key", "k2:team-b"])
+            .validate()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ok.api_keys.team("k2"), Some("team-b"));
+        assert_eq!(ok.api_keys.team("nope"), None);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let err = parse(&["--api-key", "nocolon"]).validate().unwrap_err();
+        assert!(err.to_string().contains("KEY:TEAM"), "{err}");
+        let err = parse(&["--api-key", "k:t", "--domain", "bad domain"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--domain"), "{err}");
+        let err = parse(&["--api-key", "k:t", "--scheduler", "ftp://x"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--scheduler"), "{err}");
+    }
+
+    #[test]
+    fn scheduler_list_and_keys_file() {
+        let dir = std::env::temp_dir().join(format!("warren-gw-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.join("keys");
+        std::fs::write(&file, "# comment\nkey1 team1\n\nkey2 team2 # trailing\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s = parse(&[
+            "--scheduler",
+            "127.0.0.1:1,http://127.0.0.1:2",
+            "--api-keys-file",
+            file.to_str().unwrap_or_default(),
+        ])
+        .validate()
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.schedulers, ["http://127.0.0.1:1", "http://127.0.0.1:2"]);
+        assert_eq!(s.api_keys.team("key2"), Some("team2"));
+    }
+}

@@ -1,0 +1,349 @@
+//! Creating sandboxes: `POST /sandboxes`, `POST /v2/sandboxes` and forks.
+//!
+//! Both follow DESIGN.md's create path: scheduler `Place` (binding
+//! CREATING, id and generation allocated; the idempotency key maps a retry
+//! to the same sandbox) → node create (or fork) → scheduler
+//! `RecordAssignment` (RUNNING). When the node step fails the gateway
+//! deletes whatever the node may have made and reports a fenced DELETE, so
+//! no half-made binding lingers; the scheduler's sweep covers a gateway that
+//! dies in between.
+
+use super::{owned, reply};
+use crate::auth::Team;
+use crate::error::ApiError;
+use crate::models::{ForkError, ForkRequest, ForkResult, NewSandbox, Sandbox};
+use crate::node_client::{CreateSandbox, NodeError, SandboxInfo};
+use crate::resolver::Route;
+use crate::response::Body;
+use crate::state::App;
+use http::{HeaderMap, Response, StatusCode};
+use warren_core::headers::IDEMPOTENCY_KEY;
+use warren_proto::scheduler::v1::{
+    Binding, BindingState, EventType, PlaceRequest, Placement, RecordAssignmentRequest,
+    ReportSandboxEventRequest, SandboxEvent,
+};
+
+/// Longest `Idempotency-Key` accepted.
+const MAX_IDEMPOTENCY_KEY: usize = 256;
+
+/// The client's `Idempotency-Key`, validated.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(v) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    let bad = |why: &str| {
+        ApiError::bad_request("invalid_idempotency_key", format!("Idempotency-Key {why}"))
+    };
+    let s = v.to_str().map_err(|_| bad("must be visible ASCII"))?.trim();
+    if s.is_empty() {
+        return Err(bad("is empty"));
+    }
+    if s.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(bad(&format!(
+            "is longer than {MAX_IDEMPOTENCY_KEY} characters"
+        )));
+    }
+    Ok(Some(s.to_string()))
+}
+
+/// `POST /sandboxes` (v1) and `POST /v2/sandboxes`.
+pub(super) async fn create(
+    app: &App,
+    team: &Team,
+    headers: &HeaderMap,
+    body: &[u8],
+    v2: bool,
+) -> Result<Response<Body>, ApiError> {
+    let new = NewSandbox::parse(body, if v2 { 300 } else { 15 })?;
+    // Without a client key the gateway makes one up, so that its own retry
+    // of Place on another scheduler replica cannot place twice.
+    let key = idempotency_key(headers)?.unwrap_or_else(|| warren_core::id::random_token(32));
+    let placement = place(
+        app,
+        PlaceRequest {
+            template_id: new.template_id.clone(),
+            resources: None,
+            team_id: team.0.clone(),
+            timeout_secs: new.timeout_secs,
+            metadata: new.metadata.clone(),
+            idempotency_key: key,
+            env_vars: new.env_vars.clone(),
+            require_node_id: String::new(),
+        },
+    )
+    .await?;
+    let binding = placement.binding.clone().unwrap_or_default();
+    if placement.existing && placement.state == BindingState::Running as i32 {
+        // A retry of a create that already finished: the same sandbox again.
+        let envd_version = app.envd_version(&placement.endpoint).await;
+        let json = sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
+        return reply(StatusCode::CREATED, &json);
+    }
+    let child = CreateSandbox {
+        sandbox_id: placement.sandbox_id.clone(),
+        generation: placement.generation,
+        template_id: new.template_id.clone(),
+        env_vars: new.env_vars,
+        metadata: new.metadata,
+        access_token: non_empty(&binding.access_token),
+        timeout_secs: Some(new.timeout_secs),
+    };
+    let created = app.nodes.create(&placement.endpoint, &child).await;
+    let info = finish(app, &placement, created).await?;
+    let json = sandbox_json(
+        app,
+        &placement,
+        &binding,
+        &new.template_id,
+        info.envd_version,
+    );
+    reply(StatusCode::CREATED, &json)
+}
+
+/// `POST /sandboxes/{id}/fork`: `count` children on the parent's node.
+pub(super) async fn fork(
+    app: &App,
+    team: &Team,
+    headers: &HeaderMap,
+    parent_id: &str,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let req = ForkRequest::parse(body)?;
+    let key = idempotency_key(headers)?;
+    let parent = owned(app, team, parent_id).await?;
+    match BindingState::try_from(parent.state) {
+        Ok(BindingState::Running) => {}
+        Ok(BindingState::Lost) => return Err(ApiError::node_down(parent_id)),
+        _ => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "sandbox_not_running",
+                format!("sandbox {parent_id} is not running, so it cannot be forked"),
+            ))
+        }
+    }
+    let mut results = Vec::with_capacity(req.count as usize);
+    for i in 0..req.count {
+        let key = match &key {
+            Some(k) => format!("fork:{parent_id}:{k}:{i}"),
+            None => warren_core::id::random_token(32),
+        };
+        let result = match fork_one(app, team, &parent, req.timeout_secs, key).await {
+            Ok(sandbox) => ForkResult {
+                sandbox: Some(sandbox),
+                error: None,
+            },
+            Err(e) => ForkResult {
+                sandbox: None,
+                error: Some(ForkError {
+                    code: e.status.as_u16(),
+                    error_code: e.error_code,
+                    message: e.message,
+                }),
+            },
+        };
+        results.push(result);
+    }
+    reply(StatusCode::CREATED, &results)
+}
+
+async fn fork_one(
+    app: &App,
+    team: &Team,
+    parent: &Binding,
+    timeout_secs: u64,
+    key: String,
+) -> Result<Sandbox, ApiError> {
+    let placement = place(
+        app,
+        PlaceRequest {
+            template_id: parent.template_id.clone(),
+            resources: parent.resources,
+            team_id: team.0.clone(),
+            timeout_secs,
+            metadata: parent.metadata.clone(),
+            idempotency_key: key,
+            env_vars: parent.env_vars.clone(),
+            require_node_id: parent.node_id.clone(),
+        },
+    )
+    .await?;
+    let binding = placement.binding.clone().unwrap_or_default();
+    if placement.existing && placement.state == BindingState::Running as i32 {
+        let envd_version = app.envd_version(&placement.endpoint).await;
+        return Ok(sandbox_json(
+            app,
+            &placement,
+            &binding,
+            &parent.template_id,
+            envd_version,
+        ));
+    }
+    let child = CreateSandbox {
+        sandbox_id: placement.sandbox_id.clone(),
+        generation: placement.generation,
+        template_id: parent.template_id.clone(),
+        env_vars: parent.env_vars.clone(),
+        metadata: parent.metadata.clone(),
+        access_token: non_empty(&binding.access_token),
+        timeout_secs: Some(timeout_secs),
+    };
+    let forked = app
+        .nodes
+        .fork(
+            &placement.endpoint,
+            &parent.sandbox_id,
+            parent.generation,
+            &child,
+        )
+        .await;
+    let info = finish(app, &placement, forked).await?;
+    Ok(sandbox_json(
+        app,
+        &placement,
+        &binding,
+        &parent.template_id,
+        info.envd_version,
+    ))
+}
+
+async fn place(app: &App, req: PlaceRequest) -> Result<Placement, ApiError> {
+    app.scheduler
+        .call("Place", |mut c| {
+            let req = req.clone();
+            async move { c.place(req).await }
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, None))
+}
+
+/// After the node step: record the assignment, or clean up.
+async fn finish(
+    app: &App,
+    placement: &Placement,
+    node_result: Result<SandboxInfo, NodeError>,
+) -> Result<SandboxInfo, ApiError> {
+    let id = placement.sandbox_id.as_str();
+    let info = match node_result {
+        Ok(info) => info,
+        Err(e) => {
+            tracing::warn!(sandbox = id, node = %placement.node_id, error = %e, "node create failed; abandoning the placement");
+            abandon(app, placement).await;
+            return Err(create_failed(&e));
+        }
+    };
+    app.note_envd_version(&placement.endpoint, &info.envd_version)
+        .await;
+    let recorded = app
+        .scheduler
+        .call("RecordAssignment", |mut c| async move {
+            c.record_assignment(RecordAssignmentRequest {
+                sandbox_id: id.to_string(),
+                node_id: placement.node_id.clone(),
+                generation: placement.generation,
+            })
+            .await
+        })
+        .await;
+    if let Err(status) = recorded {
+        tracing::warn!(sandbox = id, code = ?status.code(), message = status.message(),
+            "RecordAssignment failed; abandoning the placement");
+        // Unreachable scheduler: leave the sandbox for the sweep (the node's
+        // roster decides). A refusal means the binding moved on: undo ours.
+        if !matches!(
+            status.code(),
+            tonic::Code::Unavailable | tonic::Code::Unknown
+        ) {
+            abandon(app, placement).await;
+        }
+        return Err(ApiError::from_scheduler(&status, Some(id)));
+    }
+    app.resolver.learn(&Route {
+        sandbox_id: id.to_string(),
+        node_id: placement.node_id.clone(),
+        endpoint: placement.endpoint.clone(),
+        generation: placement.generation,
+        state: BindingState::Running,
+        team_id: placement
+            .binding
+            .as_ref()
+            .map(|b| b.team_id.clone())
+            .unwrap_or_default(),
+    });
+    Ok(info)
+}
+
+/// Deletes what the node may have made and reports a fenced DELETE, both
+/// best effort (the sweep and the node's roster reconcile the rest).
+async fn abandon(app: &App, placement: &Placement) {
+    let id = placement.sandbox_id.as_str();
+    if let Err(e) = app
+        .nodes
+        .delete(&placement.endpoint, id, placement.generation)
+        .await
+    {
+        tracing::debug!(sandbox = id, error = %e, "cleanup delete on the node failed");
+    }
+    let reported = app
+        .scheduler
+        .call("ReportSandboxEvent", |mut c| async move {
+            c.report_sandbox_event(ReportSandboxEventRequest {
+                node_id: placement.node_id.clone(),
+                events: vec![SandboxEvent {
+                    sandbox_id: id.to_string(),
+                    generation: placement.generation,
+                    r#type: EventType::Delete as i32,
+                }],
+            })
+            .await
+        })
+        .await;
+    if let Err(status) = reported {
+        tracing::warn!(sandbox = id, code = ?status.code(), "cannot report the abandoned create; the sweep will clean it up");
+    }
+}
+
+fn create_failed(e: &NodeError) -> ApiError {
+    match e {
+        NodeError::Status {
+            status, message, ..
+        } if status.is_client_error() => {
+            ApiError::new(*status, "sandbox_create_failed", message.clone())
+        }
+        NodeError::Unreachable { .. } | NodeError::Timeout { .. } => ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "sandbox_create_failed",
+            format!("failed to create the sandbox: {e}"),
+        ),
+        _ => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "sandbox_create_failed",
+            format!("failed to create the sandbox: {e}"),
+        ),
+    }
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn sandbox_json(
+    app: &App,
+    placement: &Placement,
+    binding: &Binding,
+    template_id: &str,
+    envd_version: String,
+) -> Sandbox {
+    Sandbox {
+        template_id: if binding.template_id.is_empty() {
+            template_id.to_string()
+        } else {
+            binding.template_id.clone()
+        },
+        sandbox_id: placement.sandbox_id.clone(),
+        client_id: placement.node_id.clone(),
+        envd_version,
+        envd_access_token: non_empty(&binding.access_token),
+        domain: app.settings.domain.clone(),
+    }
+}

@@ -1,0 +1,235 @@
+//! The control plane: the E2B REST API subset the `e2b` SDK uses.
+//!
+//! Routing is explicit (one `match` on path segments) so unknown paths are
+//! a JSON 404 and known paths with the wrong method a JSON 405 with
+//! `Allow`. Order of checks: route, API key (401), sandbox id in the path
+//! (400, never sent to the scheduler), body (400 naming the field), then
+//! the handler.
+//!
+//! - [`create`]: `POST /sandboxes`, `POST /v2/sandboxes`, `POST /sandboxes/{id}/fork`
+//!   (Place → node → RecordAssignment, cleaned up if the node fails).
+//! - [`sandboxes`]: get, list (v1, v2), kill, timeout, connect (v1, v2).
+
+mod create;
+mod sandboxes;
+
+use crate::auth::Team;
+use crate::error::ApiError;
+use crate::response::{json, no_content, Body};
+use crate::state::App;
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use warren_core::id::validate_sandbox_id;
+use warren_proto::scheduler::v1::{Binding, GetSandboxRequest};
+
+/// One control-plane endpoint, with the sandbox id from its path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Endpoint {
+    Health,
+    /// `/sandboxes` (v1) or `/v2/sandboxes`.
+    Sandboxes {
+        v2: bool,
+    },
+    Sandbox(String),
+    Timeout(String),
+    Connect {
+        id: String,
+        v2: bool,
+    },
+    Fork(String),
+    Pause(String),
+    Resume(String),
+}
+
+impl Endpoint {
+    fn parse(path: &str) -> Option<Endpoint> {
+        let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let id = |s: &str| s.to_string();
+        Some(match segs.as_slice() {
+            ["health"] => Endpoint::Health,
+            ["sandboxes"] => Endpoint::Sandboxes { v2: false },
+            ["v2", "sandboxes"] => Endpoint::Sandboxes { v2: true },
+            ["sandboxes", s] => Endpoint::Sandbox(id(s)),
+            ["sandboxes", s, "timeout"] => Endpoint::Timeout(id(s)),
+            ["sandboxes", s, "connect"] => Endpoint::Connect {
+                id: id(s),
+                v2: false,
+            },
+            ["v2", "sandboxes", s, "connect"] => Endpoint::Connect {
+                id: id(s),
+                v2: true,
+            },
+            ["sandboxes", s, "fork"] => Endpoint::Fork(id(s)),
+            ["sandboxes", s, "pause"] => Endpoint::Pause(id(s)),
+            ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
+            _ => return None,
+        })
+    }
+
+    fn methods(&self) -> &'static [Method] {
+        match self {
+            Endpoint::Health => &[Method::GET, Method::HEAD],
+            Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
+            Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
+            _ => &[Method::POST],
+        }
+    }
+
+    fn sandbox_id(&self) -> Option<&str> {
+        match self {
+            Endpoint::Health | Endpoint::Sandboxes { .. } => None,
+            Endpoint::Sandbox(id)
+            | Endpoint::Timeout(id)
+            | Endpoint::Connect { id, .. }
+            | Endpoint::Fork(id)
+            | Endpoint::Pause(id)
+            | Endpoint::Resume(id) => Some(id),
+        }
+    }
+}
+
+/// Answers one control-plane request.
+pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
+    match dispatch(app, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let Some(endpoint) = Endpoint::parse(&path) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no such endpoint: {method} {path}"),
+        ));
+    };
+    let allowed = endpoint.methods();
+    if !allowed.contains(&method) {
+        let list = allowed
+            .iter()
+            .map(Method::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut r = ApiError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("{method} is not allowed on {path}; use {list}"),
+        )
+        .into_response();
+        if let Ok(v) = HeaderValue::from_str(&list) {
+            r.headers_mut().insert(header::ALLOW, v);
+        }
+        return Ok(r);
+    }
+    if endpoint == Endpoint::Health {
+        return Ok(no_content(StatusCode::NO_CONTENT));
+    }
+    let team = app.settings.api_keys.authenticate(req.headers())?;
+    if let Some(id) = endpoint.sandbox_id() {
+        validate_sandbox_id(id).map_err(|e| {
+            ApiError::bad_request("invalid_sandbox_id", format!("invalid sandbox id: {e}"))
+        })?;
+    }
+    let (parts, body) = req.into_parts();
+    let body = read_body(body, app.settings.max_body).await?;
+    let query = parts.uri.query().unwrap_or("");
+    match (endpoint, parts.method) {
+        (Endpoint::Sandboxes { v2 }, Method::POST) => {
+            create::create(app, &team, &parts.headers, &body, v2).await
+        }
+        (Endpoint::Sandboxes { v2: false }, _) => sandboxes::list_v1(app, &team, query).await,
+        (Endpoint::Sandboxes { v2: true }, _) => sandboxes::list_v2(app, &team, query).await,
+        (Endpoint::Sandbox(id), Method::DELETE) => sandboxes::kill(app, &team, &id).await,
+        (Endpoint::Sandbox(id), _) => sandboxes::get(app, &team, &id).await,
+        (Endpoint::Timeout(id), _) => sandboxes::set_timeout(app, &team, &id, &body).await,
+        (Endpoint::Connect { id, v2 }, _) => sandboxes::connect(app, &team, &id, &body, v2).await,
+        (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
+        (Endpoint::Pause(id) | Endpoint::Resume(id), _) => {
+            // Still check existence and ownership so a 501 never confirms
+            // that another team's sandbox exists.
+            owned(app, &team, &id).await?;
+            Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "not_implemented",
+                "pausing and resuming sandboxes is not supported by warren yet",
+            ))
+        }
+        (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
+    }
+}
+
+/// Reads a control-plane body, bounded by `--max-body`.
+async fn read_body(body: Incoming, max: usize) -> Result<Bytes, ApiError> {
+    match Limited::new(body, max).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("request body is larger than {max} bytes"),
+        )),
+        Err(e) => Err(ApiError::bad_request(
+            "invalid_body",
+            format!("cannot read the request body: {e}"),
+        )),
+    }
+}
+
+/// The binding of `id` if it belongs to `team`; another team's sandbox is
+/// "not found", exactly like an unknown one.
+async fn owned(app: &App, team: &Team, id: &str) -> Result<Binding, ApiError> {
+    let binding = app
+        .scheduler
+        .call("GetSandbox", |mut c| async move {
+            c.get_sandbox(GetSandboxRequest {
+                sandbox_id: id.to_string(),
+            })
+            .await
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+    if binding.team_id != team.0 {
+        return Err(ApiError::sandbox_not_found(id));
+    }
+    Ok(binding)
+}
+
+/// `status` with `value` as JSON (re-exported for the handlers).
+fn reply<T: serde::Serialize>(status: StatusCode, value: &T) -> Result<Response<Body>, ApiError> {
+    Ok(json(status, value))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes() {
+        assert_eq!(
+            Endpoint::parse("/sandboxes"),
+            Some(Endpoint::Sandboxes { v2: false })
+        );
+        assert_eq!(
+            Endpoint::parse("/v2/sandboxes/"),
+            Some(Endpoint::Sandboxes { v2: true })
+        );
+        assert_eq!(
+            Endpoint::parse("/v2/sandboxes/abc/connect"),
+            Some(Endpoint::Connect {
+                id: "abc".into(),
+                v2: true
+            })
+        );
+        assert_eq!(
+            Endpoint::parse("/sandboxes/abc/fork"),
+            Some(Endpoint::Fork("abc".into()))
+        );
+        assert_eq!(Endpoint::parse("/templates"), None);
+        assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);
+    }
+}

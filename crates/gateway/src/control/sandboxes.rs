@@ -1,0 +1,422 @@
+//! Reading and changing existing sandboxes: get, list (v1 and v2), kill,
+//! timeout and connect.
+
+use super::{owned, reply};
+use crate::auth::Team;
+use crate::error::ApiError;
+use crate::models::{parse_metadata_filter, Sandbox, SandboxDetail, Timeout};
+use crate::node_client::NodeError;
+use crate::response::{no_content, Body};
+use crate::state::App;
+use http::{header, HeaderValue, Response, StatusCode};
+use std::collections::HashMap;
+use warren_core::time::{now_ms, rfc3339_ms};
+use warren_proto::scheduler::v1::{
+    Binding, BindingState, EventType, ListSandboxesRequest, ReportSandboxEventRequest,
+    SandboxEvent, SetTimeoutRequest,
+};
+
+/// What the API reports when the scheduler has no resources for a sandbox
+/// (the built-in template's sizes).
+const DEFAULT_CPU_COUNT: u32 = 2;
+const DEFAULT_MEMORY_MB: u32 = 512;
+/// Largest page `GET /v2/sandboxes` returns (E2B's limit).
+const MAX_PAGE: u32 = 100;
+/// How many times a kill re-reads a binding that moved under it.
+const KILL_ATTEMPTS: usize = 3;
+
+/// E2B's `SandboxState` has only `running` and `paused`; warren's other
+/// states are running as far as a client can tell (a lost sandbox answers
+/// 502 on the data plane, which says more than a new state name would).
+fn state_name(state: i32) -> &'static str {
+    match BindingState::try_from(state) {
+        Ok(BindingState::Paused) => "paused",
+        _ => "running",
+    }
+}
+
+fn detail(app: &App, b: &Binding, envd_version: String, full: bool) -> SandboxDetail {
+    let res = b.resources.unwrap_or_default();
+    SandboxDetail {
+        template_id: b.template_id.clone(),
+        sandbox_id: b.sandbox_id.clone(),
+        client_id: b.node_id.clone(),
+        started_at: rfc3339_ms(b.started_at_ms),
+        end_at: rfc3339_ms(b.end_at_ms),
+        envd_version,
+        cpu_count: if res.cpu_count == 0 {
+            DEFAULT_CPU_COUNT
+        } else {
+            res.cpu_count
+        },
+        memory_mb: if res.memory_mb == 0 {
+            DEFAULT_MEMORY_MB
+        } else {
+            res.memory_mb
+        },
+        disk_size_mb: 0,
+        state: state_name(b.state),
+        metadata: b.metadata.clone(),
+        envd_access_token: (full && !b.access_token.is_empty()).then(|| b.access_token.clone()),
+        domain: full.then(|| app.settings.domain.clone()),
+    }
+}
+
+/// `GET /sandboxes/{id}`.
+pub(super) async fn get(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {
+    let b = owned(app, team, id).await?;
+    let envd_version = app.envd_version(&b.endpoint).await;
+    reply(StatusCode::OK, &detail(app, &b, envd_version, true))
+}
+
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect()
+}
+
+/// Filters that `ListSandboxes` cannot apply, applied per page.
+#[derive(Default)]
+struct LocalFilter {
+    template: Option<String>,
+    started_after_ms: Option<i64>,
+}
+
+impl LocalFilter {
+    fn keeps(&self, b: &Binding) -> bool {
+        self.template.as_ref().is_none_or(|t| &b.template_id == t)
+            && self.started_after_ms.is_none_or(|t| b.started_at_ms >= t)
+    }
+}
+
+/// Sandboxes being created are not listed: they are not usable yet.
+fn listed_states(running: bool, paused: bool) -> Vec<i32> {
+    let mut states = Vec::new();
+    if running {
+        states.extend([
+            BindingState::Running as i32,
+            BindingState::Lost as i32,
+            BindingState::Expiring as i32,
+        ]);
+    }
+    if paused {
+        states.push(BindingState::Paused as i32);
+    }
+    states
+}
+
+async fn list_page(
+    app: &App,
+    req: ListSandboxesRequest,
+) -> Result<(Vec<Binding>, String), ApiError> {
+    let resp = app
+        .scheduler
+        .call("ListSandboxes", |mut c| {
+            let req = req.clone();
+            async move { c.list_sandboxes(req).await }
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, None))?;
+    Ok((resp.sandboxes, resp.next_page_token))
+}
+
+async fn listed(app: &App, bindings: &[Binding]) -> Vec<SandboxDetail> {
+    let mut out = Vec::with_capacity(bindings.len());
+    for b in bindings {
+        let v = app.cached_envd_version(&b.endpoint).await;
+        out.push(detail(app, b, v, false));
+    }
+    out
+}
+
+/// `GET /sandboxes` (deprecated v1): every running sandbox of the team.
+pub(super) async fn list_v1(
+    app: &App,
+    team: &Team,
+    query: &str,
+) -> Result<Response<Body>, ApiError> {
+    let mut metadata = HashMap::new();
+    for (k, v) in query_pairs(query) {
+        if k == "metadata" {
+            metadata = parse_metadata_filter(&v);
+        }
+    }
+    let mut all = Vec::new();
+    let mut token = String::new();
+    loop {
+        let (page, next) = list_page(
+            app,
+            ListSandboxesRequest {
+                team_id: team.0.clone(),
+                states: listed_states(true, false),
+                metadata: metadata.clone(),
+                page_size: 1000,
+                page_token: token,
+                node_id: String::new(),
+            },
+        )
+        .await?;
+        all.extend(page);
+        if next.is_empty() {
+            break;
+        }
+        token = next;
+    }
+    reply(StatusCode::OK, &listed(app, &all).await)
+}
+
+/// `GET /v2/sandboxes`: one page, `x-next-token` naming the next.
+pub(super) async fn list_v2(
+    app: &App,
+    team: &Team,
+    query: &str,
+) -> Result<Response<Body>, ApiError> {
+    let bad = |m: String| ApiError::bad_request("invalid_query", m);
+    let mut metadata = HashMap::new();
+    let (mut running, mut paused) = (true, true);
+    let mut limit = MAX_PAGE;
+    let mut token = String::new();
+    let mut local = LocalFilter::default();
+    for (k, v) in query_pairs(query) {
+        match k.as_str() {
+            "metadata" => metadata = parse_metadata_filter(&v),
+            "state" => {
+                (running, paused) = (false, false);
+                for s in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    match s {
+                        "running" => running = true,
+                        "paused" => paused = true,
+                        other => {
+                            return Err(bad(format!(
+                                "unknown state {other:?} (use running, paused)"
+                            )))
+                        }
+                    }
+                }
+            }
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| bad(format!("limit must be between 1 and {MAX_PAGE}")))?;
+            }
+            "nextToken" => token = v,
+            "template" if !v.is_empty() => local.template = Some(v),
+            "startedAfter" if !v.is_empty() => {
+                local.started_after_ms = Some(parse_rfc3339_ms(&v).ok_or_else(|| {
+                    bad(format!("startedAfter {v:?} is not an RFC 3339 timestamp"))
+                })?);
+            }
+            "order" if !matches!(v.as_str(), "asc" | "desc") => {
+                return Err(bad(format!("order {v:?} must be asc or desc")));
+            }
+            _ => {}
+        }
+    }
+    let (page, next) = list_page(
+        app,
+        ListSandboxesRequest {
+            team_id: team.0.clone(),
+            states: listed_states(running, paused),
+            metadata,
+            page_size: limit,
+            page_token: token,
+            node_id: String::new(),
+        },
+    )
+    .await?;
+    let kept: Vec<Binding> = page.into_iter().filter(|b| local.keeps(b)).collect();
+    let mut r = crate::response::json(StatusCode::OK, &listed(app, &kept).await);
+    if !next.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&next) {
+            r.headers_mut().insert("x-next-token", v);
+        }
+    }
+    Ok(r)
+}
+
+/// `DELETE /sandboxes/{id}`: node delete, then the fenced scheduler delete.
+pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {
+    for _ in 0..KILL_ATTEMPTS {
+        let b = match owned(app, team, id).await {
+            Ok(b) => b,
+            Err(e) => return Err(e),
+        };
+        // A lost node cannot be asked; an unreachable one will kill the
+        // sandbox as an orphan when it comes back (its roster no longer
+        // matches the scheduler). Either way the binding goes.
+        if b.state != BindingState::Lost as i32 {
+            match app.nodes.delete(&b.endpoint, id, b.generation).await {
+                Ok(()) => {}
+                Err(NodeError::Status {
+                    not_hosted: true, ..
+                }) => {}
+                Err(e) => {
+                    tracing::warn!(sandbox = id, error = %e, "node delete failed; removing the binding anyway")
+                }
+            }
+        }
+        let resp = app
+            .scheduler
+            .call("ReportSandboxEvent", |mut c| {
+                let b = &b;
+                async move {
+                    c.report_sandbox_event(ReportSandboxEventRequest {
+                        node_id: b.node_id.clone(),
+                        events: vec![SandboxEvent {
+                            sandbox_id: id.to_string(),
+                            generation: b.generation,
+                            r#type: EventType::Delete as i32,
+                        }],
+                    })
+                    .await
+                }
+            })
+            .await
+            .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+        // Not applied: the binding moved (new node or generation) between
+        // our read and the delete; read it again and delete that one.
+        if resp.results.iter().all(|r| r.applied) {
+            app.resolver.evict(&crate::resolver::Route {
+                sandbox_id: id.to_string(),
+                node_id: b.node_id.clone(),
+                endpoint: b.endpoint.clone(),
+                generation: b.generation,
+                state: BindingState::try_from(b.state).unwrap_or(BindingState::Unspecified),
+                team_id: b.team_id.clone(),
+            });
+            return Ok(no_content(StatusCode::NO_CONTENT));
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "conflict",
+        format!("sandbox {id} kept moving while being killed; retry"),
+    ))
+}
+
+async fn set_end(app: &App, id: &str, end_at_ms: i64) -> Result<Binding, ApiError> {
+    app.scheduler
+        .call("SetTimeout", |mut c| async move {
+            c.set_timeout(SetTimeoutRequest {
+                sandbox_id: id.to_string(),
+                end_at_ms,
+            })
+            .await
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))
+}
+
+/// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds from now.
+pub(super) async fn set_timeout(
+    app: &App,
+    team: &Team,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let t = Timeout::parse(body, true)?;
+    owned(app, team, id).await?;
+    let secs = t.timeout_secs.unwrap_or(0) as i64;
+    set_end(app, id, now_ms() + secs * 1000).await?;
+    Ok(no_content(StatusCode::NO_CONTENT))
+}
+
+/// `POST /sandboxes/{id}/connect` (timeout required) and
+/// `POST /v2/sandboxes/{id}/connect` (optional): a running sandbox's
+/// details, its end time only ever extended.
+pub(super) async fn connect(
+    app: &App,
+    team: &Team,
+    id: &str,
+    body: &[u8],
+    v2: bool,
+) -> Result<Response<Body>, ApiError> {
+    let t = Timeout::parse(body, !v2)?;
+    let mut b = owned(app, team, id).await?;
+    match BindingState::try_from(b.state) {
+        Ok(BindingState::Running) | Ok(BindingState::Creating) => {}
+        Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
+        Ok(BindingState::Paused) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_IMPLEMENTED,
+                "not_implemented",
+                format!("sandbox {id} is paused, and resuming is not supported by warren yet"),
+            ))
+        }
+        _ => return Err(ApiError::sandbox_not_found(id)),
+    }
+    if let Some(secs) = t.timeout_secs {
+        let wanted = now_ms() + secs as i64 * 1000;
+        if wanted > b.end_at_ms {
+            b = set_end(app, id, wanted).await?;
+        }
+    }
+    let envd_version = app.envd_version(&b.endpoint).await;
+    let json = Sandbox {
+        template_id: b.template_id.clone(),
+        sandbox_id: b.sandbox_id.clone(),
+        client_id: b.node_id.clone(),
+        envd_version,
+        envd_access_token: (!b.access_token.is_empty()).then(|| b.access_token.clone()),
+        domain: app.settings.domain.clone(),
+    };
+    let mut r = crate::response::json(StatusCode::OK, &json);
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(r)
+}
+
+/// Parses `2024-01-02T03:04:05(.fff)?(Z|±hh:mm)` into Unix milliseconds.
+fn parse_rfc3339_ms(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (date, rest) = s.split_once(['T', 't', ' '])?;
+    let mut d = date.split('-');
+    let (y, mo, da): (i64, i64, i64) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    let tz_at = rest.find(['Z', 'z', '+', '-']).unwrap_or(rest.len());
+    let (time, tz) = rest.split_at(tz_at);
+    let mut t = time.split(':');
+    let h: i64 = t.next()?.parse().ok()?;
+    let mi: i64 = t.next()?.parse().ok()?;
+    let sec_f: f64 = t.next().unwrap_or("0").parse().ok()?;
+    let offset_min = match tz {
+        "" | "Z" | "z" => 0,
+        _ => {
+            let sign = if tz.starts_with('-') { -1 } else { 1 };
+            let (oh, om) = tz[1..].split_once(':').unwrap_or((&tz[1..], "0"));
+            sign * (oh.parse::<i64>().ok()? * 60 + om.parse::<i64>().ok()?)
+        }
+    };
+    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 23 || mi > 59 {
+        return None;
+    }
+    // days_from_civil (Howard Hinnant).
+    let y2 = if mo <= 2 { y - 1 } else { y };
+    let era = y2.div_euclid(400);
+    let yoe = y2 - era * 400;
+    let mp = (mo + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + da - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h * 3600 + mi * 60 - offset_min * 60;
+    Some(secs * 1000 + (sec_f * 1000.0).round() as i64)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_round_trip() {
+        let ms = 1_796_000_000_123;
+        assert_eq!(parse_rfc3339_ms(&rfc3339_ms(ms)), Some(ms));
+        assert_eq!(parse_rfc3339_ms("1970-01-01T01:00:00+01:00"), Some(0));
+        assert_eq!(parse_rfc3339_ms("yesterday"), None);
+    }
+}

@@ -1,0 +1,198 @@
+//! Errors the gateway answers with, as JSON.
+//!
+//! Every error is `{"code": <status>, "error_code": "<stable name>",
+//! "message": "..."}`: `code` and `message` are what the e2b SDK reads (its
+//! `Error` model), `error_code` is E2B's machine-readable field, a stable
+//! string a client can branch on (e.g. `node_down` vs `upstream_unreachable`,
+//! both 502). Distinct causes get distinct messages (DESIGN.md's error table).
+
+use crate::response::{json, Body};
+use http::{header, HeaderValue, Response, StatusCode};
+use tonic::Code;
+use warren_proto::{REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY};
+
+/// Seconds a client is told to wait before retrying a 503.
+pub const RETRY_AFTER_SECS: u64 = 1;
+
+/// An error response.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{status} {error_code}: {message}")]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable name of the cause.
+    pub error_code: &'static str,
+    /// What went wrong, for people.
+    pub message: String,
+    /// Sent as `Retry-After` (seconds) when set.
+    pub retry_after: Option<u64>,
+}
+
+#[derive(serde::Serialize)]
+struct ErrorBody<'a> {
+    code: u16,
+    error_code: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// An error with this status, stable code and message.
+    pub fn new(status: StatusCode, error_code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            error_code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 400: the client sent something malformed.
+    pub fn bad_request(error_code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, error_code, message)
+    }
+
+    /// 401: no or an unknown API key.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    /// 404 for a sandbox: unknown, or owned by another team (the same answer,
+    /// so ids of other teams do not leak).
+    pub fn sandbox_not_found(id: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "sandbox_not_found",
+            format!("sandbox {id} not found"),
+        )
+    }
+
+    /// 502: the sandbox's node lost its lease.
+    pub fn node_down(id: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "node_down",
+            format!("sandbox {id} is on a node that is down"),
+        )
+    }
+
+    /// 502: the TCP/HTTP connection to the node failed (not an HTTP error
+    /// answered by the node).
+    pub fn upstream_unreachable() -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_unreachable",
+            "Failed to reach sandbox (upstream connection error)",
+        )
+    }
+
+    /// 503: the scheduler cannot be reached or is failing; retry.
+    pub fn routing_unavailable(detail: impl std::fmt::Display) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "routing_unavailable",
+            format!("routing unavailable: {detail}"),
+        );
+        e.retry_after = Some(RETRY_AFTER_SECS);
+        e
+    }
+
+    /// 500: a bug or an answer we did not expect.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_server_error",
+            message,
+        )
+    }
+
+    /// Maps a scheduler error for an RPC about sandbox `id` (if any).
+    pub fn from_scheduler(status: &tonic::Status, id: Option<&str>) -> Self {
+        let reason = status
+            .metadata()
+            .get(REASON_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let shown = id.unwrap_or("?");
+        match status.code() {
+            Code::NotFound => match id {
+                Some(id) => Self::sandbox_not_found(id),
+                None => Self::new(StatusCode::NOT_FOUND, "not_found", status.message()),
+            },
+            Code::FailedPrecondition if reason == REASON_NODE_DOWN => Self::node_down(shown),
+            Code::FailedPrecondition => Self::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("sandbox {shown}: {}", status.message()),
+            ),
+            Code::InvalidArgument => Self::bad_request("bad_request", status.message()),
+            Code::ResourceExhausted if reason == REASON_NO_CAPACITY => {
+                let mut e = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "sandbox_capacity_unavailable",
+                    format!(
+                        "no node has capacity for a new sandbox: {}",
+                        status.message()
+                    ),
+                );
+                e.retry_after = Some(RETRY_AFTER_SECS);
+                e
+            }
+            Code::ResourceExhausted => Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "resource_exhausted",
+                status.message(),
+            ),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown => {
+                Self::routing_unavailable(format!("scheduler: {}", status.message()))
+            }
+            other => Self::internal(format!(
+                "scheduler answered {other:?}: {}",
+                status.message()
+            )),
+        }
+    }
+
+    /// The JSON response.
+    pub fn into_response(self) -> Response<Body> {
+        let mut r = json(
+            self.status,
+            &ErrorBody {
+                code: self.status.as_u16(),
+                error_code: self.error_code,
+                message: &self.message,
+            },
+        );
+        if let Some(secs) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        r
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_scheduler_statuses() {
+        let mut st = tonic::Status::failed_precondition("lost");
+        st.metadata_mut().insert(
+            REASON_METADATA,
+            tonic::metadata::MetadataValue::from_static(REASON_NODE_DOWN),
+        );
+        let e = ApiError::from_scheduler(&st, Some("abc"));
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        assert_eq!(e.error_code, "node_down");
+        assert_eq!(e.message, "sandbox abc is on a node that is down");
+
+        let e = ApiError::from_scheduler(&tonic::Status::not_found("x"), Some("abc"));
+        assert_eq!(e.message, "sandbox abc not found");
+
+        let e = ApiError::from_scheduler(&tonic::Status::unavailable("down"), Some("abc"));
+        assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);
+        let r = e.into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+    }
+}

@@ -1,0 +1,258 @@
+//! E2B control-plane JSON, as the installed `e2b` SDK reads and writes it
+//! (`e2b/api/client/models/*.py`): requests are parsed field by field so a
+//! bad body gets a 400 naming the field; responses are plain serde structs.
+
+use crate::error::ApiError;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+/// Longest sandbox timeout accepted (30 days), in seconds.
+pub const MAX_TIMEOUT_SECS: u64 = 30 * 86_400;
+
+/// `NewSandbox` (v1, default timeout 15 s) / `NewSandboxV2` (default 300 s).
+#[derive(Debug, Clone)]
+pub struct NewSandbox {
+    pub template_id: String,
+    pub timeout_secs: u64,
+    pub metadata: HashMap<String, String>,
+    pub env_vars: HashMap<String, String>,
+}
+
+/// `ConnectSandbox` / `ConnectSandboxV2`, `SandboxTimeoutRequest`,
+/// `SandboxForkRequest`: the fields warren uses.
+#[derive(Debug, Clone, Default)]
+pub struct Timeout {
+    pub timeout_secs: Option<u64>,
+}
+
+/// `SandboxForkRequest`.
+#[derive(Debug, Clone)]
+pub struct ForkRequest {
+    pub timeout_secs: u64,
+    pub count: u32,
+}
+
+/// Most forks one request may ask for.
+pub const MAX_FORK_COUNT: u32 = 10;
+
+fn bad(message: String) -> ApiError {
+    ApiError::bad_request("invalid_body", message)
+}
+
+/// Parses a JSON object body; an empty body counts as `{}` when allowed.
+pub fn object(bytes: &[u8], empty_ok: bool) -> Result<Map<String, Value>, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return if empty_ok {
+            Ok(Map::new())
+        } else {
+            Err(bad("request body is empty; expected a JSON object".into()))
+        };
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(bad("request body must be a JSON object".into())),
+        Err(e) => Err(bad(format!("request body is not valid JSON: {e}"))),
+    }
+}
+
+fn opt_u64(obj: &Map<String, Value>, field: &str) -> Result<Option<u64>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| bad(format!("field {field:?} must be a non-negative integer"))),
+    }
+}
+
+fn timeout_field(obj: &Map<String, Value>) -> Result<Option<u64>, ApiError> {
+    let t = opt_u64(obj, "timeout")?;
+    if let Some(t) = t {
+        if t > MAX_TIMEOUT_SECS {
+            return Err(bad(format!(
+                "field \"timeout\" is {t} seconds; the limit is {MAX_TIMEOUT_SECS}"
+            )));
+        }
+    }
+    Ok(t)
+}
+
+fn string_map(obj: &Map<String, Value>, field: &str) -> Result<HashMap<String, String>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(HashMap::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                _ => Err(bad(format!(
+                    "field {field:?}: value of {k:?} must be a string"
+                ))),
+            })
+            .collect(),
+        Some(_) => Err(bad(format!("field {field:?} must be an object of strings"))),
+    }
+}
+
+impl NewSandbox {
+    /// Parses `NewSandbox`; `default_timeout` differs between v1 and v2.
+    pub fn parse(bytes: &[u8], default_timeout: u64) -> Result<Self, ApiError> {
+        let obj = object(bytes, false)?;
+        let template_id = match obj.get("templateID") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.trim().to_string(),
+            Some(Value::String(_)) => return Err(bad("field \"templateID\" is empty".into())),
+            Some(_) => return Err(bad("field \"templateID\" must be a string".into())),
+            None => return Err(bad("missing required field \"templateID\"".into())),
+        };
+        Ok(NewSandbox {
+            template_id,
+            timeout_secs: timeout_field(&obj)?.unwrap_or(default_timeout),
+            metadata: string_map(&obj, "metadata")?,
+            env_vars: string_map(&obj, "envVars")?,
+        })
+    }
+}
+
+impl Timeout {
+    /// Parses a body with an optional (or, if `required`, mandatory) `timeout`.
+    pub fn parse(bytes: &[u8], required: bool) -> Result<Self, ApiError> {
+        let obj = object(bytes, !required)?;
+        let timeout_secs = timeout_field(&obj)?;
+        if required && timeout_secs.is_none() {
+            return Err(bad("missing required field \"timeout\"".into()));
+        }
+        Ok(Timeout { timeout_secs })
+    }
+}
+
+impl ForkRequest {
+    /// Parses `SandboxForkRequest` (defaults: timeout 15 s, count 1).
+    pub fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        let obj = object(bytes, true)?;
+        let count = opt_u64(&obj, "count")?.unwrap_or(1);
+        if count == 0 || count > u64::from(MAX_FORK_COUNT) {
+            return Err(bad(format!(
+                "field \"count\" must be between 1 and {MAX_FORK_COUNT}"
+            )));
+        }
+        Ok(ForkRequest {
+            timeout_secs: timeout_field(&obj)?.unwrap_or(15),
+            count: count as u32,
+        })
+    }
+}
+
+/// `Sandbox`: the answer to create, connect and each fork.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sandbox {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    #[serde(rename = "envdVersion")]
+    pub envd_version: String,
+    #[serde(rename = "envdAccessToken", skip_serializing_if = "Option::is_none")]
+    pub envd_access_token: Option<String>,
+    pub domain: String,
+}
+
+/// `ListedSandbox` (list) and, with `envdAccessToken`/`domain`, `SandboxDetail` (get).
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxDetail {
+    #[serde(rename = "templateID")]
+    pub template_id: String,
+    #[serde(rename = "sandboxID")]
+    pub sandbox_id: String,
+    #[serde(rename = "clientID")]
+    pub client_id: String,
+    #[serde(rename = "startedAt")]
+    pub started_at: String,
+    #[serde(rename = "endAt")]
+    pub end_at: String,
+    #[serde(rename = "envdVersion")]
+    pub envd_version: String,
+    #[serde(rename = "cpuCount")]
+    pub cpu_count: u32,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    #[serde(rename = "diskSizeMB")]
+    pub disk_size_mb: u32,
+    /// `running` or `paused`, the only values the SDK's `SandboxState` knows.
+    pub state: &'static str,
+    pub metadata: HashMap<String, String>,
+    #[serde(rename = "envdAccessToken", skip_serializing_if = "Option::is_none")]
+    pub envd_access_token: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub domain: Option<String>,
+}
+
+/// One entry of the fork answer: the child, or why it failed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForkResult {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Sandbox>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ForkError>,
+}
+
+/// The `Error` inside a failed [`ForkResult`].
+#[derive(Debug, Clone, Serialize)]
+pub struct ForkError {
+    pub code: u16,
+    pub error_code: &'static str,
+    pub message: String,
+}
+
+/// The `metadata` list filter: a URL-encoded query string (`k=v&k2=v2`)
+/// whose keys and values are themselves percent-encoded, as the SDK sends it.
+pub fn parse_metadata_filter(raw: &str) -> HashMap<String, String> {
+    form_urlencoded::parse(raw.as_bytes())
+        .map(|(k, v)| {
+            let decode = |s: &str| {
+                percent_encoding::percent_decode_str(s)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            (decode(&k), decode(&v))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_sandbox_fields() {
+        let s = NewSandbox::parse(
+            br#"{"templateID":"base","timeout":60,"metadata":{"a":"b"},"envVars":{"X":"1"},"autoPause":false}"#,
+            300,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.template_id, "base");
+        assert_eq!(s.timeout_secs, 60);
+        assert_eq!(s.metadata["a"], "b");
+        assert_eq!(s.env_vars["X"], "1");
+
+        let e = NewSandbox::parse(br#"{"timeout":1}"#, 300).unwrap_err();
+        assert!(e.message.contains("templateID"), "{}", e.message);
+        let e = NewSandbox::parse(br#"{"templateID":"base","timeout":"x"}"#, 300).unwrap_err();
+        assert!(e.message.contains("\"timeout\""), "{}", e.message);
+        let e = NewSandbox::parse(br#"{"templateID":"base","metadata":{"a":1}}"#, 300).unwrap_err();
+        assert!(e.message.contains("metadata"), "{}", e.message);
+        let e = NewSandbox::parse(b"{nope", 300).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400);
+    }
+
+    #[test]
+    fn metadata_filter_is_double_encoded() {
+        // The SDK: urlencode({quote(k): quote(v)}) -> "user%2520id=a%2520b&app=prod",
+        // which arrives here once decoded by the query-string parser.
+        let m = parse_metadata_filter("user%2520id=a%2520b&app=prod");
+        assert_eq!(m["user id"], "a b");
+        assert_eq!(m["app"], "prod");
+    }
+}

@@ -1,0 +1,238 @@
+//! HTTP towards nodes: one pooled hyper-util client shared by the data-plane
+//! proxy and the node control API (`/_warren/v1/...`, docs/internals.md).
+
+use crate::response::{full, Body};
+use bytes::Bytes;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::collections::HashMap;
+use std::time::Duration;
+use warren_core::headers::{ROUTE, ROUTE_NOT_FOUND};
+
+/// The pooled HTTP/1.1 client for node traffic.
+pub type HttpClient = Client<HttpConnector, Body>;
+
+/// Largest control-API answer read from a node.
+const MAX_NODE_ANSWER: usize = 16 * 1024 * 1024;
+
+/// Builds the client: connect timeout as configured, no Nagle (interactive
+/// streams), idle connections kept for reuse.
+pub fn http_client(connect_timeout: Duration) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector.set_nodelay(true);
+    connector.enforce_http(true);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build(connector)
+}
+
+/// `CreateSandbox` of the node control API.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CreateSandbox {
+    pub sandbox_id: String,
+    pub generation: u64,
+    pub template_id: String,
+    pub env_vars: HashMap<String, String>,
+    pub metadata: HashMap<String, String>,
+    pub access_token: Option<String>,
+    pub timeout_secs: Option<u64>,
+}
+
+/// `SandboxInfo` of the node control API.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct SandboxInfo {
+    pub sandbox_id: String,
+    pub generation: u64,
+    #[serde(default)]
+    pub template_id: String,
+    #[serde(default)]
+    pub node_id: String,
+    #[serde(default)]
+    pub started_at_ms: i64,
+    #[serde(default)]
+    pub envd_version: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Roster {
+    #[serde(default)]
+    sandboxes: Vec<SandboxInfo>,
+}
+
+#[derive(serde::Serialize)]
+struct ForkBody<'a> {
+    generation: u64,
+    child: &'a CreateSandbox,
+}
+
+#[derive(serde::Deserialize)]
+struct NodeErrorBody {
+    message: String,
+}
+
+/// A failed node control-API call.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// No HTTP answer: refused, reset, or connect timeout.
+    #[error("cannot reach node {endpoint}: {source}")]
+    Unreachable {
+        endpoint: String,
+        #[source]
+        source: hyper_util::client::legacy::Error,
+    },
+    /// No full answer within the request timeout.
+    #[error("node {endpoint} did not answer within {timeout:?}")]
+    Timeout { endpoint: String, timeout: Duration },
+    /// The node answered with an error status.
+    #[error("node {endpoint} answered {status}: {message}")]
+    Status {
+        endpoint: String,
+        status: StatusCode,
+        message: String,
+        /// The answer carried `X-Warren-Route: not-found`.
+        not_hosted: bool,
+    },
+    /// The answer could not be read or parsed.
+    #[error("node {endpoint} sent an unreadable answer: {message}")]
+    Protocol { endpoint: String, message: String },
+}
+
+/// The node control API.
+#[derive(Clone)]
+pub struct NodeClient {
+    client: HttpClient,
+    timeout: Duration,
+}
+
+impl NodeClient {
+    /// Control-API calls over `client`, each bounded by `timeout`.
+    pub fn new(client: HttpClient, timeout: Duration) -> Self {
+        NodeClient { client, timeout }
+    }
+
+    /// `POST /_warren/v1/sandboxes`.
+    pub async fn create(
+        &self,
+        endpoint: &str,
+        req: &CreateSandbox,
+    ) -> Result<SandboxInfo, NodeError> {
+        let body = serde_json::to_vec(req).unwrap_or_default();
+        let (_, bytes) = self
+            .send(
+                endpoint,
+                Method::POST,
+                "/_warren/v1/sandboxes".into(),
+                Some(body),
+            )
+            .await?;
+        parse(endpoint, &bytes)
+    }
+
+    /// `POST /_warren/v1/sandboxes/{parent}/fork`.
+    pub async fn fork(
+        &self,
+        endpoint: &str,
+        parent: &str,
+        parent_generation: u64,
+        child: &CreateSandbox,
+    ) -> Result<SandboxInfo, NodeError> {
+        let body = serde_json::to_vec(&ForkBody {
+            generation: parent_generation,
+            child,
+        })
+        .unwrap_or_default();
+        let path = format!("/_warren/v1/sandboxes/{parent}/fork");
+        let (_, bytes) = self.send(endpoint, Method::POST, path, Some(body)).await?;
+        parse(endpoint, &bytes)
+    }
+
+    /// `DELETE /_warren/v1/sandboxes/{id}?generation=g`.
+    pub async fn delete(&self, endpoint: &str, id: &str, generation: u64) -> Result<(), NodeError> {
+        let path = format!("/_warren/v1/sandboxes/{id}?generation={generation}");
+        self.send(endpoint, Method::DELETE, path, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// `GET /_warren/v1/sandboxes`: what the node hosts now.
+    pub async fn list(&self, endpoint: &str) -> Result<Vec<SandboxInfo>, NodeError> {
+        let (_, bytes) = self
+            .send(endpoint, Method::GET, "/_warren/v1/sandboxes".into(), None)
+            .await?;
+        parse::<Roster>(endpoint, &bytes).map(|r| r.sandboxes)
+    }
+
+    async fn send(
+        &self,
+        endpoint: &str,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), NodeError> {
+        let protocol = |message: String| NodeError::Protocol {
+            endpoint: endpoint.to_string(),
+            message,
+        };
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(format!("http://{endpoint}{path}"));
+        if body.is_some() {
+            builder = builder.header(header::CONTENT_TYPE, "application/json");
+        }
+        let req = builder
+            .body(full(body.unwrap_or_default()))
+            .map_err(|e| protocol(format!("bad request for endpoint: {e}")))?;
+        let call = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|source| NodeError::Unreachable {
+                    endpoint: endpoint.to_string(),
+                    source,
+                })?;
+            let status = resp.status();
+            let not_hosted = resp
+                .headers()
+                .get(ROUTE)
+                .is_some_and(|v| v.as_bytes() == ROUTE_NOT_FOUND.as_bytes());
+            let bytes = Limited::new(resp.into_body(), MAX_NODE_ANSWER)
+                .collect()
+                .await
+                .map_err(|e| protocol(format!("reading the answer: {e}")))?
+                .to_bytes();
+            if !status.is_success() {
+                let message = serde_json::from_slice::<NodeErrorBody>(&bytes)
+                    .map(|b| b.message)
+                    .unwrap_or_else(|_| {
+                        String::from_utf8_lossy(&bytes).chars().take(300).collect()
+                    });
+                return Err(NodeError::Status {
+                    endpoint: endpoint.to_string(),
+                    status,
+                    message,
+                    not_hosted,
+                });
+            }
+            Ok((status, bytes))
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(NodeError::Timeout {
+                endpoint: endpoint.to_string(),
+                timeout: self.timeout,
+            }),
+        }
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(endpoint: &str, bytes: &[u8]) -> Result<T, NodeError> {
+    serde_json::from_slice(bytes).map_err(|e| NodeError::Protocol {
+        endpoint: endpoint.to_string(),
+        message: e.to_string(),
+    })
+}
