@@ -1,11 +1,212 @@
-//! placeholder: being written.
+//! `warren node`: a sandbox host.
+//!
+//! It creates, forks and deletes sandboxes with a runtime (`bwrap`: own
+//! namespaces; `process`: no isolation, loudly), checks every data-plane
+//! request's sandbox id and generation before it forwards it to that
+//! sandbox's envd over a Unix socket, and keeps the scheduler informed
+//! (register, heartbeat with its roster, lifecycle events).
+//!
+//! # Layout
+//! - [`config`]: flags / `WARREN_NODE_*` env / TOML, validated before binding.
+//! - [`runtime`]: the [`runtime::Runtime`] trait, `bwrap` and `process`,
+//!   resource limits (cgroups v2 or rlimits), killing via `/proc`.
+//! - [`sandbox`]: the registry (roster, per-sandbox locks, create / fork /
+//!   delete / adopt), `sandbox.json`, template and fork files.
+//! - [`envd`]: the envd API socket, relay handshake and `/health` probe.
+//! - [`http`]: the one listener; routes to [`control`] or [`proxy`].
+//! - [`control`]: the JSON control API under `/_warren/v1/`.
+//! - [`proxy`]: the data plane (identity check, then stream to envd).
+//! - [`link`]: the scheduler link (register, heartbeat, events).
+//! - [`metrics`]: `warren_node_*` metrics.
+//!
+//! # Lifecycle and shutdown policy
+//! At start the node adopts sandboxes whose envd still answers on its socket
+//! (their `sandbox.json` says who they are) and removes the rest, then
+//! registers with a fresh incarnation and that roster; the scheduler answers
+//! which of them are orphans, and the node kills those.
+//!
+//! On SIGTERM/SIGINT `/readyz` turns false, the listener closes, in-flight
+//! requests drain for up to `--drain-timeout`, and the node exits 0. It does
+//! not delete sandboxes on the way out: under `process` they keep running and
+//! the next node process on the same `--data-dir` adopts them; under `bwrap`
+//! they die with the node (`--die-with-parent`: a sandbox never outlives the
+//! process that can police it), and the next start cleans up their files.
+//! Either way the scheduler learns the truth from the next registration.
 
-/// Command-line / env / TOML configuration for `warren node`.
-#[derive(Debug, clap::Parser)]
-#[command(name = "warren node")]
-pub struct Config {}
+// Tests may unwrap: a panic there is a test failure with a message.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod config;
+pub mod control;
+pub mod envd;
+pub mod http;
+pub mod link;
+pub mod metrics;
+pub mod proxy;
+pub mod runtime;
+pub mod sandbox;
+
+pub use config::Config;
+
+use config::{RuntimeChoice, Settings};
+use runtime::limits::LimitPlan;
+use runtime::Runtime;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use warren_core::admin::Admin;
+use warren_core::config::ConfigError;
 
 /// Runs `warren node` until SIGTERM/Ctrl-C.
-pub async fn main(_config: Config) -> anyhow::Result<()> {
-    anyhow::bail!("warren node is not implemented yet")
+pub async fn main(config: Config) -> anyhow::Result<()> {
+    let settings = config.validate()?;
+    run(settings, warren_core::shutdown::signal()).await
+}
+
+/// Picks the runtime: `auto` is bwrap when it is installed and a probe
+/// sandbox runs, else process.
+async fn pick_runtime(s: &Settings) -> Result<Arc<dyn Runtime>, ConfigError> {
+    let limits = LimitPlan::detect(&s.node_id, s.limits);
+    let bwrap = match s.runtime {
+        RuntimeChoice::Process => Err("--runtime process was asked for".to_string()),
+        RuntimeChoice::Auto | RuntimeChoice::Bwrap => {
+            match runtime::bwrap::Bwrap::new(limits.clone(), s.sandbox_uid, s.sandbox_gid) {
+                Ok(b) => b.probe().await.map(|()| b),
+                Err(e) => Err(e),
+            }
+        }
+    };
+    match (bwrap, s.runtime) {
+        (Ok(b), _) => {
+            tracing::info!(
+                limits = limits.mechanism(),
+                "runtime: bwrap (each sandbox in its own namespaces)"
+            );
+            Ok(Arc::new(b))
+        }
+        (Err(why), RuntimeChoice::Bwrap) => Err(ConfigError::Invalid(format!(
+            "--runtime bwrap: bubblewrap does not work here: {why}"
+        ))),
+        (Err(why), _) => {
+            if s.runtime == RuntimeChoice::Auto {
+                tracing::info!(%why, "bwrap is not usable; using the process runtime");
+            }
+            tracing::error!(
+                "RUNTIME IS `process`: SANDBOXES ARE NOT ISOLATED. Code in a sandbox runs as \
+                 this node's user and can read and change everything it can, see every process \
+                 and reach every port and every other sandbox. Install bubblewrap (bwrap) for \
+                 isolation."
+            );
+            Ok(Arc::new(runtime::process::Process::new(limits)))
+        }
+    }
+}
+
+/// Runs the node with validated settings until `shutdown` resolves.
+pub async fn run(
+    settings: Settings,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let runtime = pick_runtime(&settings).await?;
+    std::fs::create_dir_all(settings.data_dir.join("sandboxes")).map_err(|e| {
+        ConfigError::Invalid(format!(
+            "--data-dir {}: cannot create it: {e}",
+            settings.data_dir.display()
+        ))
+    })?;
+    let data_dir = settings.data_dir.canonicalize().map_err(|e| {
+        ConfigError::Invalid(format!("--data-dir {}: {e}", settings.data_dir.display()))
+    })?;
+
+    let admin = Admin::new("warren_node");
+    let metrics = {
+        let mut reg = admin
+            .registry
+            .write()
+            .map_err(|_| anyhow::anyhow!("metrics registry poisoned"))?;
+        metrics::Metrics::register(&mut reg)
+    };
+    let (events_tx, events_rx) = mpsc::unbounded_channel();
+    let registry = sandbox::Registry::new(
+        sandbox::RegistryConfig {
+            node_id: settings.node_id.clone(),
+            data_dir,
+            capacity: settings.capacity,
+            envd_bin: settings.envd_bin.clone(),
+            max_output_bytes: settings.max_output_bytes,
+            envd_start_timeout: settings.envd_start_timeout,
+        },
+        runtime.clone(),
+        metrics.clone(),
+        events_tx,
+    );
+    registry.restore().await;
+
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
+    let admin_listener = TcpListener::bind(settings.admin_listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.admin_listen))?;
+    let addr = listener.local_addr()?;
+    let endpoint = settings
+        .advertise
+        .clone()
+        .unwrap_or_else(|| addr.to_string());
+    if settings.advertise.is_none() && addr.ip().is_unspecified() {
+        tracing::warn!(%addr, "listening on a wildcard address without --advertise; gateways will be told {endpoint}");
+    }
+    {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "node runtime {}", runtime.kind().as_str());
+        let _ = out.flush();
+    }
+    warren_core::announce("node", "http", addr);
+    warren_core::announce("node", "admin", admin_listener.local_addr()?);
+
+    let incarnation = loop {
+        let n: u64 = rand::random();
+        if n != 0 {
+            break n;
+        }
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let link = link::Link::new(
+        link::NodeIdentity {
+            node_id: settings.node_id.clone(),
+            endpoint,
+            capacity: settings.capacity,
+            incarnation,
+        },
+        settings.schedulers.clone(),
+        registry.clone(),
+        metrics.clone(),
+        admin.clone(),
+        settings.heartbeat_interval,
+    );
+    tokio::spawn(link.clone().run_heartbeats(stop_rx.clone()));
+    tokio::spawn(link.run_events(events_rx));
+    {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(admin.clone().serve(admin_listener, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }));
+    }
+
+    let shared = Arc::new(http::Shared {
+        registry,
+        metrics,
+        incarnation,
+    });
+    let admin_for_shutdown = admin.clone();
+    let shutdown = async move {
+        shutdown.await;
+        admin_for_shutdown.set_ready(false);
+        tracing::info!("shutting down: not ready, draining");
+    };
+    http::serve(listener, shared, shutdown, settings.drain_timeout).await;
+    let _ = stop_tx.send(true);
+    tracing::info!("node stopped");
+    Ok(())
 }

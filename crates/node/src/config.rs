@@ -1,0 +1,312 @@
+//! `warren node` settings: flags, `WARREN_NODE_*` env, TOML — parsed and
+//! validated completely ([`Config::validate`]) before any socket is bound.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use warren_core::config::{parse_duration, ConfigError};
+
+/// Which runtime hosts sandboxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RuntimeChoice {
+    /// `bwrap` when bubblewrap is installed and works here, else `process`.
+    Auto,
+    /// Each sandbox in its own namespaces (bubblewrap).
+    Bwrap,
+    /// No isolation: a directory and a session per sandbox.
+    Process,
+}
+
+/// Command-line / env / TOML configuration for `warren node`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "warren node", about = "A sandbox host")]
+pub struct Config {
+    /// Config file (TOML; keys are the long flag names).
+    #[arg(long, env = "WARREN_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// This node's id ([a-z0-9-]); default derived from the host name.
+    #[arg(long, env = "WARREN_NODE_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Data plane + control API (HTTP/1.1 and h2c).
+    #[arg(long, env = "WARREN_NODE_LISTEN", default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+    /// host:port gateways dial for this node; default the bound listen address.
+    #[arg(long, env = "WARREN_NODE_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Admin listener (/metrics, /healthz, /readyz).
+    #[arg(long, env = "WARREN_NODE_ADMIN_LISTEN", default_value = "127.0.0.1:0")]
+    pub admin_listen: SocketAddr,
+    /// Scheduler gRPC endpoint URL(s), comma-separated; the first that answers is used.
+    #[arg(
+        long,
+        env = "WARREN_NODE_SCHEDULER",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    pub scheduler: String,
+    /// Where sandboxes' files and state live; default ./.warren/node-<id>.
+    #[arg(long, env = "WARREN_NODE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// How many sandboxes this node accepts.
+    #[arg(long, env = "WARREN_NODE_CAPACITY", default_value_t = 100)]
+    pub capacity: u32,
+    /// auto | bwrap | process.
+    #[arg(long, env = "WARREN_NODE_RUNTIME", value_enum, default_value = "auto")]
+    pub runtime: RuntimeChoice,
+    /// The `warren` binary started as `<bin> envd ...`; default this executable.
+    #[arg(long, env = "WARREN_NODE_ENVD_BIN")]
+    pub envd_bin: Option<PathBuf>,
+    /// Host uid sandbox code runs as under `bwrap` when the node is root.
+    #[arg(long, env = "WARREN_NODE_SANDBOX_UID", default_value_t = 1000)]
+    pub sandbox_uid: u32,
+    /// Host gid sandbox code runs as under `bwrap` when the node is root.
+    #[arg(long, env = "WARREN_NODE_SANDBOX_GID", default_value_t = 1000)]
+    pub sandbox_gid: u32,
+    /// Heartbeat interval; default what the scheduler's RegisterNode answers (2s).
+    #[arg(long, env = "WARREN_NODE_HEARTBEAT_INTERVAL", value_parser = parse_duration)]
+    pub heartbeat_interval: Option<Duration>,
+    /// Memory per sandbox in MiB (cgroup memory.max, or RLIMIT_DATA per process).
+    #[arg(long, env = "WARREN_NODE_MEMORY_LIMIT_MB", default_value_t = 2048)]
+    pub memory_limit_mb: u64,
+    /// Processes per sandbox (cgroup pids.max, or RLIMIT_NPROC).
+    #[arg(long, env = "WARREN_NODE_PIDS_LIMIT", default_value_t = 1024)]
+    pub pids_limit: u64,
+    /// CPUs per sandbox (cgroup cpu.max; no rlimit equivalent). 0 = unlimited.
+    #[arg(long, env = "WARREN_NODE_CPU_LIMIT", default_value_t = 2.0)]
+    pub cpu_limit: f64,
+    /// Output each process keeps for reattaching clients (passed to envd).
+    #[arg(long, env = "WARREN_NODE_MAX_OUTPUT_BYTES", default_value_t = 16 << 20)]
+    pub max_output_bytes: u64,
+    /// How long a create waits for the sandbox's envd to answer /health.
+    #[arg(long, env = "WARREN_NODE_ENVD_START_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub envd_start_timeout: Duration,
+    /// On SIGTERM, how long in-flight requests may take to finish.
+    #[arg(long, env = "WARREN_NODE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+}
+
+/// [`Config`] after validation: every value the node runs with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub node_id: String,
+    pub listen: SocketAddr,
+    pub advertise: Option<String>,
+    pub admin_listen: SocketAddr,
+    /// Scheduler endpoints in the order they are tried.
+    pub schedulers: Vec<String>,
+    pub data_dir: PathBuf,
+    pub capacity: u32,
+    pub runtime: RuntimeChoice,
+    pub envd_bin: PathBuf,
+    pub sandbox_uid: u32,
+    pub sandbox_gid: u32,
+    pub heartbeat_interval: Option<Duration>,
+    pub limits: Limits,
+    pub max_output_bytes: u64,
+    pub envd_start_timeout: Duration,
+    pub drain_timeout: Duration,
+}
+
+/// Resource limits applied to every sandbox.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub memory_bytes: u64,
+    pub pids: u64,
+    /// CPUs (fractional); 0 means unlimited.
+    pub cpus: f64,
+}
+
+fn invalid(msg: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid(msg.into())
+}
+
+impl Config {
+    /// Checks every value and fills in derived defaults.
+    pub fn validate(&self) -> Result<Settings, ConfigError> {
+        let node_id = match &self.node_id {
+            Some(id) => id.clone(),
+            None => node_id_from_hostname(),
+        };
+        warren_core::id::validate_node_id(&node_id)
+            .map_err(|e| invalid(format!("--node-id: {e}")))?;
+        let schedulers: Vec<String> = self
+            .scheduler
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        if schedulers.is_empty() {
+            return Err(invalid("--scheduler: at least one endpoint URL is needed"));
+        }
+        for s in &schedulers {
+            let uri: http::Uri = s
+                .parse()
+                .map_err(|e| invalid(format!("--scheduler: {s:?} is not a URL: {e}")))?;
+            if !matches!(uri.scheme_str(), Some("http") | Some("https")) || uri.host().is_none() {
+                return Err(invalid(format!(
+                    "--scheduler: {s:?} must look like http://host:port"
+                )));
+            }
+        }
+        if let Some(a) = &self.advertise {
+            let ok = a
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+            if !ok {
+                return Err(invalid(format!(
+                    "--advertise: {a:?} must be host:port with a non-zero port"
+                )));
+            }
+        }
+        if self.sandbox_uid == 0 || self.sandbox_gid == 0 {
+            return Err(invalid(
+                "--sandbox-uid/--sandbox-gid must not be 0: sandbox code never runs as root",
+            ));
+        }
+        if self.capacity == 0 {
+            return Err(invalid("--capacity must be at least 1"));
+        }
+        if self.memory_limit_mb < 64 {
+            return Err(invalid("--memory-limit-mb must be at least 64"));
+        }
+        if self.pids_limit < 16 {
+            return Err(invalid("--pids-limit must be at least 16"));
+        }
+        if !self.cpu_limit.is_finite() || self.cpu_limit < 0.0 {
+            return Err(invalid(
+                "--cpu-limit must be 0 (unlimited) or a positive number",
+            ));
+        }
+        if self.max_output_bytes < 4096 {
+            return Err(invalid("--max-output-bytes must be at least 4096"));
+        }
+        if let Some(hb) = self.heartbeat_interval {
+            if hb < Duration::from_millis(100) {
+                return Err(invalid("--heartbeat-interval must be at least 100ms"));
+            }
+        }
+        if self.envd_start_timeout < Duration::from_millis(100) {
+            return Err(invalid("--envd-start-timeout must be at least 100ms"));
+        }
+        let envd_bin = match &self.envd_bin {
+            Some(p) => p.clone(),
+            None => std::env::current_exe()
+                .map_err(|e| invalid(format!("cannot find this executable for --envd-bin: {e}")))?,
+        };
+        if !envd_bin.is_file() {
+            return Err(invalid(format!(
+                "--envd-bin: {} is not a file",
+                envd_bin.display()
+            )));
+        }
+        let envd_bin = envd_bin
+            .canonicalize()
+            .map_err(|e| invalid(format!("--envd-bin: {}: {e}", envd_bin.display())))?;
+        let data_dir = self
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("./.warren/node-{node_id}")));
+        Ok(Settings {
+            node_id,
+            listen: self.listen,
+            advertise: self.advertise.clone(),
+            admin_listen: self.admin_listen,
+            schedulers,
+            data_dir,
+            capacity: self.capacity,
+            runtime: self.runtime,
+            envd_bin,
+            sandbox_uid: self.sandbox_uid,
+            sandbox_gid: self.sandbox_gid,
+            heartbeat_interval: self.heartbeat_interval,
+            limits: Limits {
+                memory_bytes: self.memory_limit_mb << 20,
+                pids: self.pids_limit,
+                cpus: self.cpu_limit,
+            },
+            max_output_bytes: self.max_output_bytes,
+            envd_start_timeout: self.envd_start_timeout,
+            drain_timeout: self.drain_timeout,
+        })
+    }
+}
+
+/// The host name folded into a valid node id (`My_Host.local` → `my-host-local`).
+fn node_id_from_hostname() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .unwrap_or_default();
+    let mut id: String = raw
+        .trim()
+        .chars()
+        .map(|c| {
+            let c = c.to_ascii_lowercase();
+            if c.is_ascii_lowercase() || c.is_ascii_digit() {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    id.truncate(warren_core::id::MAX_NODE_ID_LEN);
+    let id = id.trim_matches('-').to_string();
+    if id.is_empty() {
+        "node".to_string()
+    } else {
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Result<Settings, ConfigError> {
+        let c = Config::try_parse_from(std::iter::once("node").chain(args.iter().copied()))
+            .map_err(|e| invalid(e.to_string()))?;
+        c.validate()
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let s = parse(&["--node-id", "n1", "--envd-bin", "/bin/sh"]).unwrap();
+        assert_eq!(s.data_dir, PathBuf::from("./.warren/node-n1"));
+        assert_eq!(s.schedulers, vec!["http://127.0.0.1:50051".to_string()]);
+        assert_eq!(s.capacity, 100);
+    }
+
+    #[test]
+    fn rejects_bad_values() {
+        let bad: &[&[&str]] = &[
+            &["--node-id", "Bad_Id"],
+            &["--scheduler", "127.0.0.1:50051"],
+            &["--scheduler", " , "],
+            &["--advertise", "nohost"],
+            &["--capacity", "0"],
+            &["--cpu-limit", "-1"],
+            &["--envd-bin", "/definitely/not/here"],
+        ];
+        for args in bad {
+            let mut all = vec!["--node-id", "n1", "--envd-bin", "/bin/sh"];
+            all.extend_from_slice(args);
+            assert!(parse(&all).is_err(), "{args:?} should be rejected");
+        }
+        let s = parse(&[
+            "--node-id",
+            "n1",
+            "--envd-bin",
+            "/bin/sh",
+            "--scheduler",
+            "http://a:1, http://b:2",
+        ])
+        .unwrap();
+        assert_eq!(s.schedulers, vec!["http://a:1", "http://b:2"]);
+    }
+
+    #[test]
+    fn hostname_becomes_a_valid_node_id() {
+        let id = node_id_from_hostname();
+        assert!(warren_core::id::validate_node_id(&id).is_ok(), "{id}");
+    }
+}

@@ -1,0 +1,157 @@
+//! The control API for gateways (docs/internals.md "Control API"): JSON
+//! create, fork, delete, list under `/_warren/v1/sandboxes`.
+
+use crate::http::{error, json, not_found_marker, Body, Shared};
+use crate::sandbox::state::{CreateSandbox, ForkSandbox};
+use crate::sandbox::NodeError;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+
+/// Where the control API lives.
+pub const PREFIX: &str = "/_warren/v1/";
+
+/// Control request bodies are small JSON documents; anything bigger is a mistake.
+const MAX_BODY: usize = 1 << 20;
+
+pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    let rest = path
+        .strip_prefix("/_warren/v1/sandboxes")
+        .unwrap_or("\u{0}");
+    let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+    let method = req.method().clone();
+    match (method, rest.is_empty() || rest == "/", parts.as_slice()) {
+        (Method::GET, true, _) => list(shared),
+        (Method::POST, true, _) => match read_json::<CreateSandbox>(req).await {
+            Ok(body) => created(shared.registry.create(body).await),
+            Err(r) => r,
+        },
+        (Method::POST, false, [id, "fork"]) => {
+            let id = id.to_string();
+            match read_json::<ForkSandbox>(req).await {
+                Ok(body) => created(shared.registry.fork(&id, body.generation, body.child).await),
+                Err(r) => r,
+            }
+        }
+        (Method::DELETE, false, [id]) => {
+            let generation = match query_generation(req.uri().query()) {
+                Ok(g) => g,
+                Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+            };
+            match shared
+                .registry
+                .delete(id, generation, "deleted by the API")
+                .await
+            {
+                Ok(_) => {
+                    let mut r = Response::new(crate::http::full(""));
+                    *r.status_mut() = StatusCode::NO_CONTENT;
+                    r
+                }
+                Err(e) => node_error(e),
+            }
+        }
+        (Method::GET, false, [id]) => {
+            let generation = match query_generation(req.uri().query()) {
+                Ok(g) => g,
+                Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+            };
+            let found = shared
+                .registry
+                .list()
+                .into_iter()
+                .find(|i| i.sandbox_id == *id && generation.is_none_or(|g| g == i.generation));
+            match found {
+                Some(info) => json(StatusCode::OK, &info),
+                None => not_found_marker(format!(
+                    "sandbox {id} (generation {}) is not on node {}",
+                    generation.map_or("any".to_string(), |g| g.to_string()),
+                    shared.registry.node_id()
+                )),
+            }
+        }
+        (m, _, _) => error(
+            StatusCode::NOT_FOUND,
+            format!("no control endpoint {m} {path}"),
+        ),
+    }
+}
+
+fn list(shared: &Shared) -> Response<Body> {
+    json(
+        StatusCode::OK,
+        &serde_json::json!({
+            "node_id": shared.registry.node_id(),
+            "incarnation": shared.incarnation,
+            "runtime": shared.registry.runtime_name(),
+            "sandboxes": shared.registry.list(),
+        }),
+    )
+}
+
+fn created(
+    result: Result<(bool, crate::sandbox::state::SandboxInfo), NodeError>,
+) -> Response<Body> {
+    match result {
+        Ok((true, info)) => json(StatusCode::CREATED, &info),
+        Ok((false, info)) => json(StatusCode::OK, &info),
+        Err(e) => node_error(e),
+    }
+}
+
+/// Maps a registry error onto its status (docs/internals.md "Control API").
+pub fn node_error(e: NodeError) -> Response<Body> {
+    let status = match &e {
+        NodeError::BadRequest(_) => StatusCode::BAD_REQUEST,
+        NodeError::NotHosted { .. } => return not_found_marker(e.to_string()),
+        NodeError::Conflict { .. } => StatusCode::CONFLICT,
+        NodeError::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        NodeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    if status.is_server_error() {
+        tracing::error!(error = %e, "control request failed");
+    }
+    error(status, e.to_string())
+}
+
+fn query_generation(query: Option<&str>) -> Result<Option<u64>, String> {
+    let Some(q) = query else { return Ok(None) };
+    for pair in q.split('&') {
+        if let Some(v) = pair.strip_prefix("generation=") {
+            return match v.parse::<u64>() {
+                Ok(g) if g > 0 => Ok(Some(g)),
+                _ => Err(format!("generation {v:?} is not a positive integer")),
+            };
+        }
+    }
+    Ok(None)
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    req: Request<Incoming>,
+) -> Result<T, Response<Body>> {
+    let bytes = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|e| {
+            error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body (limit {MAX_BODY} bytes): {e}"),
+            )
+        })?
+        .to_bytes();
+    serde_json::from_slice(&bytes)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn generation_query() {
+        assert_eq!(super::query_generation(None), Ok(None));
+        assert_eq!(super::query_generation(Some("generation=3")), Ok(Some(3)));
+        assert!(super::query_generation(Some("generation=0")).is_err());
+        assert!(super::query_generation(Some("generation=x")).is_err());
+    }
+}

@@ -1,0 +1,307 @@
+//! The node's link to the scheduler: RegisterNode with a fresh incarnation,
+//! Heartbeat with the roster every interval (killing what the scheduler
+//! answers as `orphans` or `expired`), and ReportSandboxEvent for creates,
+//! forks and deletes after the fact.
+//!
+//! The scheduler being unreachable never stops the node from serving the
+//! sandboxes it has: the link retries with backoff, failing over between the
+//! configured endpoints, and re-registers when a heartbeat says the
+//! scheduler does not know this node (or this incarnation) any more.
+
+use crate::metrics::Metrics;
+use crate::sandbox::{Event, EventKind, Registry};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, Mutex};
+use tonic::transport::{Channel, Endpoint};
+use tonic::Code;
+use warren_core::admin::Admin;
+use warren_proto::scheduler::v1 as pb;
+use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
+/// How often one batch of events is retried before it is logged and dropped.
+const EVENT_ATTEMPTS: u32 = 8;
+
+/// What the link needs to know about this node.
+#[derive(Debug, Clone)]
+pub struct NodeIdentity {
+    pub node_id: String,
+    /// host:port gateways dial.
+    pub endpoint: String,
+    pub capacity: u32,
+    pub incarnation: u64,
+}
+
+/// See the module doc.
+pub struct Link {
+    me: NodeIdentity,
+    endpoints: Vec<String>,
+    /// The scheduler connection in use (and which endpoint it is), shared by
+    /// the heartbeat loop and the event reporter.
+    conn: Mutex<(usize, Option<SchedulerClient<Channel>>)>,
+    registry: Arc<Registry>,
+    metrics: Metrics,
+    admin: Admin,
+    heartbeat_override: Option<Duration>,
+}
+
+impl Link {
+    pub fn new(
+        me: NodeIdentity,
+        endpoints: Vec<String>,
+        registry: Arc<Registry>,
+        metrics: Metrics,
+        admin: Admin,
+        heartbeat_override: Option<Duration>,
+    ) -> Arc<Link> {
+        Arc::new(Link {
+            me,
+            endpoints,
+            conn: Mutex::new((0, None)),
+            registry,
+            metrics,
+            admin,
+            heartbeat_override,
+        })
+    }
+
+    /// The current client, connecting (to the first endpoint that answers,
+    /// starting with the last good one) when there is none.
+    async fn client(&self) -> Result<SchedulerClient<Channel>, tonic::Status> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = &conn.1 {
+            return Ok(c.clone());
+        }
+        let mut last = String::new();
+        for step in 0..self.endpoints.len() {
+            let i = (conn.0 + step) % self.endpoints.len();
+            let url = &self.endpoints[i];
+            let endpoint = match Endpoint::from_shared(url.clone()) {
+                Ok(e) => e
+                    .connect_timeout(Duration::from_secs(2))
+                    .timeout(Duration::from_secs(10)),
+                Err(e) => {
+                    last = format!("{url}: {e}");
+                    continue;
+                }
+            };
+            match endpoint.connect().await {
+                Ok(channel) => {
+                    let client = SchedulerClient::new(channel);
+                    *conn = (i, Some(client.clone()));
+                    tracing::info!(scheduler = %url, "connected to the scheduler");
+                    return Ok(client);
+                }
+                Err(e) => last = format!("{url}: {e}"),
+            }
+        }
+        Err(tonic::Status::unavailable(format!(
+            "no scheduler endpoint answered (last: {last})"
+        )))
+    }
+
+    /// Forgets the connection after a transport-level failure, moving on to
+    /// the next endpoint.
+    async fn failed(&self, status: &tonic::Status) {
+        if matches!(
+            status.code(),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
+        ) {
+            let mut conn = self.conn.lock().await;
+            if conn.1.take().is_some() && self.endpoints.len() > 1 {
+                conn.0 = (conn.0 + 1) % self.endpoints.len();
+            }
+        }
+    }
+
+    fn roster(&self) -> Vec<pb::SandboxRef> {
+        self.registry
+            .roster()
+            .into_iter()
+            .map(|(sandbox_id, generation)| pb::SandboxRef {
+                sandbox_id,
+                generation,
+            })
+            .collect()
+    }
+
+    async fn register(&self) -> Result<pb::RegisterNodeResponse, tonic::Status> {
+        let mut client = self.client().await?;
+        let req = pb::RegisterNodeRequest {
+            node_id: self.me.node_id.clone(),
+            endpoint: self.me.endpoint.clone(),
+            capacity: self.me.capacity,
+            incarnation: self.me.incarnation,
+            roster: self.roster(),
+        };
+        match client.register_node(req).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => {
+                self.failed(&s).await;
+                Err(s)
+            }
+        }
+    }
+
+    async fn heartbeat(&self) -> Result<pb::HeartbeatResponse, tonic::Status> {
+        let mut client = self.client().await?;
+        let req = pb::HeartbeatRequest {
+            node_id: self.me.node_id.clone(),
+            incarnation: self.me.incarnation,
+            roster: self.roster(),
+        };
+        match client.heartbeat(req).await {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) => {
+                self.failed(&s).await;
+                Err(s)
+            }
+        }
+    }
+
+    /// Kills sandboxes the scheduler says must go, each in its own task so a
+    /// slow kill does not delay the next heartbeat.
+    fn kill(&self, refs: Vec<pb::SandboxRef>, reason: &'static str) {
+        for r in refs {
+            let registry = self.registry.clone();
+            tokio::spawn(async move {
+                match registry
+                    .delete(&r.sandbox_id, Some(r.generation), reason)
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!(sandbox_id = %r.sandbox_id, error = %e, reason, "nothing to kill")
+                    }
+                }
+            });
+        }
+    }
+
+    /// Registers, then heartbeats until `shutdown` turns true.
+    pub async fn run_heartbeats(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut backoff = MIN_BACKOFF;
+        let mut registered = false;
+        let mut interval = self.heartbeat_override.unwrap_or(DEFAULT_HEARTBEAT);
+        loop {
+            if *shutdown.borrow() {
+                return;
+            }
+            let wait = if registered {
+                match self.heartbeat().await {
+                    Ok(resp) => {
+                        backoff = MIN_BACKOFF;
+                        self.kill(resp.orphans, "orphan (scheduler)");
+                        self.kill(resp.expired, "expired (scheduler)");
+                        interval
+                    }
+                    Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) => {
+                        tracing::warn!(status = %s, "the scheduler does not know this node (or incarnation); registering again");
+                        registered = false;
+                        Duration::ZERO
+                    }
+                    Err(s) => {
+                        self.metrics.scheduler_errors.inc();
+                        tracing::warn!(status = %s, retry_in = ?backoff, "heartbeat failed; still serving hosted sandboxes");
+                        let w = backoff.min(interval);
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        w
+                    }
+                }
+            } else {
+                match self.register().await {
+                    Ok(resp) => {
+                        registered = true;
+                        backoff = MIN_BACKOFF;
+                        interval = self.heartbeat_override.unwrap_or_else(|| {
+                            match resp.heartbeat_interval_ms {
+                                0 => DEFAULT_HEARTBEAT,
+                                ms => Duration::from_millis(ms),
+                            }
+                        });
+                        tracing::info!(
+                            node_id = %self.me.node_id,
+                            incarnation = self.me.incarnation,
+                            lease_ms = resp.lease_ms,
+                            heartbeat = ?interval,
+                            orphans = resp.orphans.len(),
+                            "registered with the scheduler"
+                        );
+                        self.kill(resp.orphans, "orphan (scheduler)");
+                        self.admin.set_ready(true);
+                        interval
+                    }
+                    Err(s) => {
+                        self.metrics.scheduler_errors.inc();
+                        tracing::warn!(status = %s, retry_in = ?backoff, "cannot register with the scheduler");
+                        let w = backoff;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        w
+                    }
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+
+    /// Sends lifecycle events as they come, in batches, retrying each batch
+    /// with backoff before giving up on it (the heartbeat's roster repairs
+    /// what a lost event leaves behind).
+    pub async fn run_events(self: Arc<Self>, mut events: mpsc::UnboundedReceiver<Event>) {
+        while let Some(first) = events.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < 100 {
+                match events.try_recv() {
+                    Ok(e) => batch.push(e),
+                    Err(_) => break,
+                }
+            }
+            let req = pb::ReportSandboxEventRequest {
+                node_id: self.me.node_id.clone(),
+                events: batch
+                    .iter()
+                    .map(|e| pb::SandboxEvent {
+                        sandbox_id: e.sandbox_id.clone(),
+                        generation: e.generation,
+                        r#type: match e.kind {
+                            EventKind::Create => pb::EventType::Create,
+                            EventKind::Fork => pb::EventType::Fork,
+                            EventKind::Delete => pb::EventType::Delete,
+                        } as i32,
+                    })
+                    .collect(),
+            };
+            let mut backoff = MIN_BACKOFF;
+            for attempt in 1..=EVENT_ATTEMPTS {
+                let result = match self.client().await {
+                    Ok(mut c) => c.report_sandbox_event(req.clone()).await,
+                    Err(s) => Err(s),
+                };
+                match result {
+                    Ok(resp) => {
+                        for r in resp.into_inner().results.iter().filter(|r| !r.applied) {
+                            tracing::debug!(sandbox_id = %r.sandbox_id, reason = %r.reason, "event not applied by the scheduler");
+                        }
+                        break;
+                    }
+                    Err(s) => {
+                        self.metrics.scheduler_errors.inc();
+                        self.failed(&s).await;
+                        if attempt == EVENT_ATTEMPTS || s.code() == Code::InvalidArgument {
+                            tracing::error!(status = %s, events = batch.len(), "giving up reporting sandbox events");
+                            break;
+                        }
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            }
+        }
+    }
+}

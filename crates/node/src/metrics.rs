@@ -1,0 +1,90 @@
+//! The node's Prometheus metrics (prefix `warren_node_`), registered into the
+//! admin listener's registry. Labels are low-cardinality: never a sandbox id.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// How a data-plane request ended.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome {
+    /// Handed to envd (API or relay); its own status went back.
+    Forwarded,
+    /// Not hosted at that generation: 404 + `X-Warren-Route: not-found`.
+    NotFoundMarker,
+    /// Missing or malformed `X-Warren-*` headers.
+    BadRequest,
+    /// Nothing listens on the port inside the sandbox.
+    PortClosed,
+    /// envd's socket could not be reached or the exchange failed.
+    UpstreamError,
+}
+
+impl Outcome {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Forwarded => "forwarded",
+            Outcome::NotFoundMarker => "not_found_marker",
+            Outcome::BadRequest => "bad_request",
+            Outcome::PortClosed => "port_closed",
+            Outcome::UpstreamError => "upstream_error",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+/// Every metric the node exports.
+#[derive(Clone, Default)]
+pub struct Metrics {
+    /// Sandboxes hosted now.
+    pub sandboxes: Gauge,
+    /// Sandboxes created (including forks and adoptions are not counted).
+    pub creates: Counter,
+    /// Creates that failed (envd did not start, files could not be made).
+    pub create_failures: Counter,
+    /// Sandboxes deleted (by the API, orphan/expiry kills, or envd exiting).
+    pub deletes: Counter,
+    requests: Family<OutcomeLabel, Counter>,
+    /// Failed scheduler RPCs (register, heartbeat, events).
+    pub scheduler_errors: Counter,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them (names get the registry's prefix).
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let m = Metrics::default();
+        registry.register("sandboxes", "Sandboxes hosted now", m.sandboxes.clone());
+        registry.register("creates", "Sandboxes created", m.creates.clone());
+        registry.register(
+            "create_failures",
+            "Sandbox creates that failed",
+            m.create_failures.clone(),
+        );
+        registry.register("deletes", "Sandboxes deleted", m.deletes.clone());
+        registry.register(
+            "data_plane_requests",
+            "Data-plane requests by outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            "scheduler_errors",
+            "Failed scheduler RPCs",
+            m.scheduler_errors.clone(),
+        );
+        m
+    }
+
+    pub fn request(&self, outcome: Outcome) {
+        self.requests
+            .get_or_create(&OutcomeLabel {
+                outcome: outcome.label(),
+            })
+            .inc();
+    }
+}

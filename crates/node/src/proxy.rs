@@ -1,0 +1,297 @@
+//! The data plane (docs/internals.md "Data plane"): check the sandbox's
+//! identity *before* touching the request body, then stream the request to
+//! the sandbox's envd — its API socket for port 49983, its relay for any
+//! other port — and stream the answer back.
+//!
+//! **Invariant:** a request reaches a sandbox only when this node hosts that
+//! sandbox id at exactly the generation the gateway named; otherwise the
+//! answer is 404 with `X-Warren-Route: not-found`, and the body is never read.
+//!
+//! One upstream HTTP/1.1 connection per request, over a fresh Unix-socket
+//! connection: nothing to pool across sandboxes, and a relayed connection is
+//! bound to one port anyway. Bodies are never buffered, so Connect server
+//! streams and large uploads flow as they come. WebSocket (and any HTTP/1.1
+//! `Upgrade`) is forwarded: envd's `101` goes back to the client and the two
+//! upgraded connections are spliced.
+
+use crate::envd::{self, RelayError};
+use crate::http::{error, not_found_marker, Body, Shared};
+use crate::metrics::Outcome;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode, Uri, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use warren_core::headers as wh;
+
+/// Headers that describe one hop's connection, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Body> {
+    let (id, port, generation) = match identity(req.headers()) {
+        Ok(v) => v,
+        Err(msg) => {
+            shared.metrics.request(Outcome::BadRequest);
+            return error(StatusCode::BAD_REQUEST, msg);
+        }
+    };
+    let Some(sandbox) = shared.registry.get(&id, generation) else {
+        shared.metrics.request(Outcome::NotFoundMarker);
+        return not_found_marker(format!(
+            "sandbox {id} (generation {generation}) is not on node {}",
+            shared.registry.node_id()
+        ));
+    };
+    let stream = if port == wh::ENVD_PORT {
+        envd::connect_api(&sandbox.paths.envd_sock)
+            .await
+            .map_err(RelayError::Io)
+    } else {
+        envd::connect_relay(&sandbox.paths.relay_sock, port).await
+    };
+    let stream = match stream {
+        Ok(s) => s,
+        Err(RelayError::PortClosed { .. }) => {
+            shared.metrics.request(Outcome::PortClosed);
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!("port {port} is not open in sandbox {id}"),
+            );
+        }
+        Err(e) => {
+            shared.metrics.request(Outcome::UpstreamError);
+            tracing::warn!(sandbox_id = %id, port, error = %e, "cannot reach envd");
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot reach envd of sandbox {id}: {e}"),
+            );
+        }
+    };
+
+    let upgrade = wants_upgrade(&req);
+    // Must be taken from the request before it is consumed below.
+    let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let (mut parts, body) = req.into_parts();
+    prepare_request_head(&mut parts, upgrade);
+
+    let (mut sender, conn) = match hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(stream))
+        .await
+    {
+        Ok(pair) => pair,
+        Err(e) => {
+            shared.metrics.request(Outcome::UpstreamError);
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!("HTTP handshake with sandbox {id} failed: {e}"),
+            );
+        }
+    };
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "upstream connection ended with an error");
+        }
+    });
+    let mut resp = match sender.send_request(Request::from_parts(parts, body)).await {
+        Ok(r) => r,
+        Err(e) => {
+            shared.metrics.request(Outcome::UpstreamError);
+            return error(
+                StatusCode::BAD_GATEWAY,
+                format!("sandbox {id} port {port} failed to answer: {e}"),
+            );
+        }
+    };
+    shared.metrics.request(Outcome::Forwarded);
+
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        if let Some(client_side) = client_side {
+            let upstream_side = hyper::upgrade::on(&mut resp);
+            tokio::spawn(async move {
+                match tokio::try_join!(client_side, upstream_side) {
+                    Ok((a, b)) => {
+                        let (mut a, mut b) = (TokioIo::new(a), TokioIo::new(b));
+                        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "upgrade failed"),
+                }
+            });
+            return resp.map(|_| crate::http::full(""));
+        }
+    }
+    strip_hop_by_hop(resp.headers_mut(), false);
+    resp.map(|b| b.boxed())
+}
+
+/// The three `X-Warren-*` headers, checked.
+fn identity(h: &HeaderMap) -> Result<(String, u16, u64), String> {
+    let get = |name: &str| -> Result<&str, String> {
+        h.get(name)
+            .ok_or_else(|| format!("missing header {name}"))?
+            .to_str()
+            .map_err(|_| format!("header {name} is not visible ASCII"))
+    };
+    let id = get(wh::SANDBOX_ID)?;
+    warren_core::id::validate_sandbox_id(id).map_err(|e| format!("{}: {e}", wh::SANDBOX_ID))?;
+    let port = get(wh::SANDBOX_PORT)?;
+    let port = port
+        .parse::<u16>()
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("{}: {port:?} is not a port (1-65535)", wh::SANDBOX_PORT))?;
+    let generation = get(wh::GENERATION)?;
+    let generation = generation
+        .parse::<u64>()
+        .ok()
+        .filter(|g| *g > 0)
+        .ok_or_else(|| {
+            format!(
+                "{}: {generation:?} is not a positive integer",
+                wh::GENERATION
+            )
+        })?;
+    Ok((id.to_string(), port, generation))
+}
+
+fn wants_upgrade(req: &Request<Incoming>) -> bool {
+    req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE)
+}
+
+/// Turns whatever arrived (HTTP/1.1 or h2) into an HTTP/1.1 request head for envd.
+fn prepare_request_head(parts: &mut http::request::Parts, upgrade: bool) {
+    let saved_upgrade = parts.headers.get(header::UPGRADE).cloned();
+    strip_hop_by_hop(&mut parts.headers, true);
+    if upgrade {
+        if let Some(u) = saved_upgrade {
+            parts.headers.insert(header::UPGRADE, u);
+            parts
+                .headers
+                .insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+        }
+    }
+    if !parts.headers.contains_key(header::HOST) {
+        let host = parts
+            .uri
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            .unwrap_or_else(|| HeaderValue::from_static("localhost"));
+        parts.headers.insert(header::HOST, host);
+    }
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    parts.uri = path
+        .parse::<Uri>()
+        .unwrap_or_else(|_| Uri::from_static("/"));
+    parts.version = Version::HTTP_11;
+}
+
+/// Removes hop-by-hop headers (and those `Connection` names), plus every
+/// `x-warren-*` header when `internal` is set.
+fn strip_hop_by_hop(headers: &mut HeaderMap, internal: bool) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(*name);
+    }
+    if internal {
+        let internal: Vec<HeaderName> = headers
+            .keys()
+            .filter(|k| k.as_str().starts_with(wh::INTERNAL_PREFIX))
+            .cloned()
+            .collect();
+        for name in internal {
+            headers.remove(name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    #[test]
+    fn identity_headers_are_checked() {
+        let ok = headers(&[
+            (wh::SANDBOX_ID, "abc"),
+            (wh::SANDBOX_PORT, "49983"),
+            (wh::GENERATION, "2"),
+        ]);
+        assert_eq!(identity(&ok).unwrap(), ("abc".to_string(), 49983, 2));
+        for bad in [
+            [
+                (wh::SANDBOX_ID, "ABC"),
+                (wh::SANDBOX_PORT, "1"),
+                (wh::GENERATION, "1"),
+            ],
+            [
+                (wh::SANDBOX_ID, "abc"),
+                (wh::SANDBOX_PORT, "0"),
+                (wh::GENERATION, "1"),
+            ],
+            [
+                (wh::SANDBOX_ID, "abc"),
+                (wh::SANDBOX_PORT, "70000"),
+                (wh::GENERATION, "1"),
+            ],
+            [
+                (wh::SANDBOX_ID, "abc"),
+                (wh::SANDBOX_PORT, "1"),
+                (wh::GENERATION, "0"),
+            ],
+            [
+                (wh::SANDBOX_ID, "abc"),
+                (wh::SANDBOX_PORT, "1"),
+                ("x-other", "1"),
+            ],
+        ] {
+            assert!(identity(&headers(&bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn internal_and_hop_by_hop_headers_are_removed() {
+        let mut h = headers(&[
+            (wh::SANDBOX_ID, "abc"),
+            ("x-warren-anything", "1"),
+            ("connection", "keep-alive, x-custom"),
+            ("x-custom", "1"),
+            ("te", "trailers"),
+            ("x-access-token", "t"),
+        ]);
+        strip_hop_by_hop(&mut h, true);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, vec!["x-access-token"]);
+    }
+}

@@ -1,0 +1,178 @@
+//! Runtimes: how a sandbox's envd is started and how every process of a
+//! sandbox is killed.
+//!
+//! Both runtimes share one on-disk layout per sandbox (see [`Paths`]) and one
+//! way of killing ([`procs::kill_all`], plus the sandbox's cgroup when there is
+//! one); they differ in how envd is launched:
+//! - [`bwrap::Bwrap`]: own pid, mount, network, ipc, uts (and cgroup)
+//!   namespaces; the host's system dirs read-only; envd runs as an
+//!   unprivileged uid without capabilities.
+//! - [`process::Process`]: a directory and a session; no isolation at all.
+//!
+//! Launching must happen on a long-lived thread (an async task, never
+//! `spawn_blocking`): bwrap's `--die-with-parent` is tied to the *thread*
+//! that forked it, and blocking-pool threads exit when idle.
+
+pub mod bwrap;
+pub mod limits;
+pub mod process;
+pub mod procs;
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The runtime's name, as printed at start and listed by the control API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RuntimeKind {
+    Bwrap,
+    Process,
+}
+
+impl RuntimeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuntimeKind::Bwrap => "bwrap",
+            RuntimeKind::Process => "process",
+        }
+    }
+}
+
+/// Why a sandbox could not be started or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot prepare the sandbox's files: {0}")]
+    Files(#[source] std::io::Error),
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("processes {0:?} of the sandbox survived SIGKILL")]
+    Survivors(Vec<i32>),
+}
+
+/// Where one sandbox's things live, under `<data>/sandboxes/<id>/`.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// `<data>/sandboxes/<id>`.
+    pub dir: PathBuf,
+    /// `fs/`: the sandbox's own files; envd's `--root` under `process`.
+    pub fs: PathBuf,
+    /// `fs/home/user`: `/home/user` inside the sandbox.
+    pub home: PathBuf,
+    /// `fs/tmp`: `/tmp` inside the sandbox.
+    pub tmp: PathBuf,
+    /// `run/`: envd's sockets (`/run/warren` inside bwrap).
+    pub run: PathBuf,
+    /// `run/envd.sock`: the envd API.
+    pub envd_sock: PathBuf,
+    /// `run/relay.sock`: envd's port relay.
+    pub relay_sock: PathBuf,
+    /// `sandbox.json`: what the node knows, so a restarted node finds it.
+    pub state: PathBuf,
+}
+
+impl Paths {
+    pub fn new(sandboxes_dir: &Path, sandbox_id: &str) -> Paths {
+        let dir = sandboxes_dir.join(sandbox_id);
+        let fs = dir.join("fs");
+        let run = dir.join("run");
+        Paths {
+            home: fs.join("home").join("user"),
+            tmp: fs.join("tmp"),
+            envd_sock: run.join("envd.sock"),
+            relay_sock: run.join("relay.sock"),
+            state: dir.join("sandbox.json"),
+            fs,
+            run,
+            dir,
+        }
+    }
+}
+
+/// Everything a runtime needs to start one sandbox's envd.
+#[derive(Debug)]
+pub struct LaunchSpec<'a> {
+    pub sandbox_id: &'a str,
+    pub generation: u64,
+    pub paths: &'a Paths,
+    /// The sandbox's environment (user-supplied `env_vars`).
+    pub env_vars: &'a BTreeMap<String, String>,
+    /// Goes to envd as `WARREN_ENVD_ACCESS_TOKEN` in its environment, never argv.
+    pub access_token: Option<&'a str>,
+    pub envd_bin: &'a Path,
+    pub max_output_bytes: u64,
+}
+
+impl LaunchSpec<'_> {
+    /// The value of [`procs::MARK_ENV`] for this sandbox.
+    pub fn mark(&self) -> String {
+        mark(self.sandbox_id, self.generation)
+    }
+}
+
+/// The [`procs::MARK_ENV`] value for a sandbox at a generation.
+pub fn mark(sandbox_id: &str, generation: u64) -> String {
+    format!("{sandbox_id}.{generation}")
+}
+
+/// How to find a running sandbox's processes again, also after a node
+/// restart (it is stored in `sandbox.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Handle {
+    pub runtime: RuntimeKind,
+    /// The process the node started (bwrap, or envd itself).
+    pub pid: i32,
+    /// Its start time (clock ticks since boot), to tell it from a reused pid.
+    pub start_time: u64,
+    /// The sandbox's pid namespace inode (bwrap), once known.
+    pub pid_ns: Option<u64>,
+    /// True when `pid` leads its own session (`process` runtime).
+    pub session: bool,
+    /// The sandbox's cgroup directory, when cgroups v2 is in use.
+    pub cgroup: Option<PathBuf>,
+}
+
+/// A started sandbox: its handle and, when this process started it, the child
+/// to reap.
+pub struct Launched {
+    pub handle: Handle,
+    pub child: Option<tokio::process::Child>,
+}
+
+/// What both runtimes do.
+pub trait Runtime: Send + Sync + 'static {
+    fn kind(&self) -> RuntimeKind;
+    /// Starts the sandbox's envd. The sandbox's files exist already.
+    /// Must be called from an async task (see the module doc).
+    fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, RuntimeError>;
+    /// The host uid/gid that must own the sandbox's files and socket dir
+    /// (None: the node's own).
+    fn file_owner(&self) -> Option<(u32, u32)> {
+        None
+    }
+    /// Fills in what can only be learned once envd is up (bwrap: the pid
+    /// namespace). Blocking but quick.
+    fn settle(&self, handle: &mut Handle) {
+        let _ = handle;
+    }
+}
+
+/// Kills every process of a sandbox (blocking; run it in `spawn_blocking`)
+/// and removes its cgroup.
+pub fn kill(handle: &Handle, sandbox_id: &str, generation: u64) -> Result<(), RuntimeError> {
+    if let Some(cg) = &handle.cgroup {
+        limits::cgroup_kill(cg);
+    }
+    let result = procs::kill_all(handle, &mark(sandbox_id, generation));
+    if let Some(cg) = &handle.cgroup {
+        limits::cgroup_remove(cg);
+    }
+    result.map_err(RuntimeError::Survivors)
+}
+
+/// The `PATH` processes in a sandbox get.
+pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

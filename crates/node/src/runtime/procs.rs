@@ -1,0 +1,157 @@
+//! Finding and killing a sandbox's processes through `/proc`.
+//!
+//! A sandbox's processes are recognised by any of the marks it leaves:
+//! its pid namespace (bwrap: the one complete and unforgeable mark), the
+//! session envd leads (`process` runtime), the process tree under envd, or the
+//! `WARREN_SANDBOX` environment variable every process inherits unless it
+//! scrubs its environment. Killing repeats until a scan finds nothing, so a
+//! process forking while we kill does not survive.
+
+use super::Handle;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// The name of the environment variable that marks a sandbox's processes.
+pub const MARK_ENV: &str = "WARREN_SANDBOX";
+
+/// What `/proc/<pid>/stat` tells about one process.
+#[derive(Debug, Clone, Copy)]
+pub struct Stat {
+    pub ppid: i32,
+    pub session: i32,
+    /// Start time in clock ticks since boot; together with the pid it names
+    /// one process even after the pid is reused.
+    pub start_time: u64,
+}
+
+/// Reads `/proc/<pid>/stat`; `None` when the process is gone.
+pub fn stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses; the
+    // fields after the last ')' are fixed.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest[0] is field 3 (state); field n is f[n - 3].
+    Some(Stat {
+        ppid: f.get(1)?.parse().ok()?,
+        session: f.get(3)?.parse().ok()?,
+        start_time: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// The inode of `/proc/<pid>/ns/pid` (`pid:[4026532281]`).
+pub fn pid_ns(pid: i32) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    let s = link.to_str()?;
+    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
+
+/// The direct children of `pid` (from `/proc/<pid>/task/<pid>/children`).
+pub fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// True when `pid` is still the process the handle recorded.
+pub fn is_same_process(pid: i32, start_time: u64) -> bool {
+    stat(pid).is_some_and(|s| s.start_time == start_time)
+}
+
+fn all_pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+fn has_mark(pid: i32, mark: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|b| *b == 0).any(|kv| kv == mark))
+        .unwrap_or(false)
+}
+
+/// Every live process that belongs to the sandbox `handle` describes.
+pub fn members(handle: &Handle, mark_value: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    // Guards: a handle must never name the node's own pid namespace or
+    // session, or a kill would take the node (and every sandbox) with it.
+    let my_ns = pid_ns(me);
+    let my_session = stat(me).map(|s| s.session);
+    let ns = handle.pid_ns.filter(|n| Some(*n) != my_ns);
+    let session = handle.session && Some(handle.pid) != my_session;
+    let mark = format!("{MARK_ENV}={mark_value}").into_bytes();
+    let root_alive = is_same_process(handle.pid, handle.start_time);
+    let mut stats: HashMap<i32, Stat> = HashMap::new();
+    for pid in all_pids() {
+        if pid != me {
+            if let Some(s) = stat(pid) {
+                stats.insert(pid, s);
+            }
+        }
+    }
+    let mut found: HashSet<i32> = HashSet::new();
+    for (&pid, s) in &stats {
+        let by_root = root_alive && pid == handle.pid;
+        let by_ns = ns.is_some() && pid_ns(pid) == ns;
+        let by_session = root_alive && session && s.session == handle.pid;
+        if by_root || by_ns || by_session || has_mark(pid, &mark) {
+            found.insert(pid);
+        }
+    }
+    // Descendants of anything found (a child that left the session and
+    // scrubbed its environment is still somebody's child for a while).
+    loop {
+        let before = found.len();
+        for (&pid, s) in &stats {
+            if found.contains(&s.ppid) {
+                found.insert(pid);
+            }
+        }
+        if found.len() == before {
+            break;
+        }
+    }
+    found.into_iter().collect()
+}
+
+/// SIGKILLs every process of the sandbox until none is left (bounded: a
+/// process stuck in uninterruptible sleep is reported, not waited for).
+/// Blocking; call it from `spawn_blocking`.
+pub fn kill_all(handle: &Handle, mark_value: &str) -> Result<(), Vec<i32>> {
+    let mut last = Vec::new();
+    for round in 0..100 {
+        let pids = members(handle, mark_value);
+        if pids.is_empty() {
+            return Ok(());
+        }
+        for &pid in &pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        last = pids;
+        std::thread::sleep(Duration::from_millis(if round < 10 { 5 } else { 50 }));
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_stat() {
+        let me = std::process::id() as i32;
+        let s = stat(me).expect("own stat");
+        assert!(s.start_time > 0);
+        assert!(pid_ns(me).is_some());
+        assert!(is_same_process(me, s.start_time));
+        assert!(!is_same_process(me, s.start_time + 1));
+    }
+}

@@ -1,0 +1,547 @@
+//! The sandbox registry: which sandboxes this node hosts, at which
+//! generation, and the create / fork / delete / adopt operations on them.
+//!
+//! **Invariant:** every operation on one sandbox id runs under that id's lock,
+//! so two concurrent creates of the same `(sandbox_id, generation)` start one
+//! envd, and a delete never races a create. The roster (`hosted`) changes only
+//! under that lock; readers (the data plane) take a snapshot `Arc<Sandbox>`.
+//!
+//! # Layout
+//! - [`state`]: API types and `sandbox.json`.
+//! - [`files`]: the `base` template, fork copies, removal.
+
+pub mod files;
+pub mod state;
+
+use crate::envd;
+use crate::metrics::Metrics;
+use crate::runtime::{self, Handle, LaunchSpec, Paths, Runtime};
+use state::{CreateSandbox, Record, SandboxInfo};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A lifecycle event for the scheduler (sent after the fact).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub sandbox_id: String,
+    pub generation: u64,
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    Create,
+    Fork,
+    Delete,
+}
+
+/// Why a control operation failed; maps onto an HTTP status.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The caller sent something invalid (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// Not hosted at that generation (404 with the not-found marker).
+    #[error("sandbox {id} (generation {generation}) is not on node {node}")]
+    NotHosted {
+        id: String,
+        generation: String,
+        node: String,
+    },
+    /// Hosted at another generation (409).
+    #[error("sandbox {id} is hosted at generation {hosted}, not {asked}")]
+    Conflict { id: String, hosted: u64, asked: u64 },
+    /// At capacity (503; the scheduler should place elsewhere).
+    #[error("node {node} is full ({capacity} sandboxes)")]
+    Full { node: String, capacity: u32 },
+    /// The node failed (500); the message names the problem.
+    #[error("{0}")]
+    Internal(String),
+}
+
+/// One hosted sandbox.
+#[derive(Debug)]
+pub struct Sandbox {
+    pub info: SandboxInfo,
+    pub paths: Paths,
+    pub handle: Handle,
+    pub metadata: BTreeMap<String, String>,
+    pub timeout_secs: Option<u64>,
+}
+
+/// Settings the registry needs from the node's configuration.
+#[derive(Debug, Clone)]
+pub struct RegistryConfig {
+    pub node_id: String,
+    pub data_dir: PathBuf,
+    pub capacity: u32,
+    pub envd_bin: PathBuf,
+    pub max_output_bytes: u64,
+    pub envd_start_timeout: Duration,
+}
+
+/// See the module doc.
+pub struct Registry {
+    cfg: RegistryConfig,
+    sandboxes_dir: PathBuf,
+    runtime: Arc<dyn Runtime>,
+    hosted: RwLock<HashMap<String, Arc<Sandbox>>>,
+    /// Per-sandbox-id locks (see the module doc).
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    events: mpsc::UnboundedSender<Event>,
+    metrics: Metrics,
+}
+
+impl Registry {
+    pub fn new(
+        cfg: RegistryConfig,
+        runtime: Arc<dyn Runtime>,
+        metrics: Metrics,
+        events: mpsc::UnboundedSender<Event>,
+    ) -> Arc<Registry> {
+        Arc::new(Registry {
+            sandboxes_dir: cfg.data_dir.join("sandboxes"),
+            cfg,
+            runtime,
+            hosted: RwLock::new(HashMap::new()),
+            locks: Mutex::new(HashMap::new()),
+            events,
+            metrics,
+        })
+    }
+
+    pub fn node_id(&self) -> &str {
+        &self.cfg.node_id
+    }
+
+    pub fn runtime_name(&self) -> &'static str {
+        self.runtime.kind().as_str()
+    }
+
+    /// The sandbox if hosted at exactly `generation` (the data plane's check).
+    pub fn get(&self, id: &str, generation: u64) -> Option<Arc<Sandbox>> {
+        let hosted = self.hosted.read().ok()?;
+        hosted
+            .get(id)
+            .filter(|s| s.info.generation == generation)
+            .cloned()
+    }
+
+    /// Every hosted sandbox, sorted by id.
+    pub fn list(&self) -> Vec<SandboxInfo> {
+        let mut v: Vec<SandboxInfo> = self
+            .hosted
+            .read()
+            .map(|h| h.values().map(|s| s.info.clone()).collect())
+            .unwrap_or_default();
+        v.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
+        v
+    }
+
+    /// `(sandbox_id, generation)` of everything hosted, for the scheduler.
+    pub fn roster(&self) -> Vec<(String, u64)> {
+        self.list()
+            .into_iter()
+            .map(|i| (i.sandbox_id, i.generation))
+            .collect()
+    }
+
+    fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        locks.entry(id.to_string()).or_default().clone()
+    }
+
+    fn release_lock(&self, id: &str, lock: Arc<tokio::sync::Mutex<()>>) {
+        let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+        // Ours plus the map's: nobody else waits, so the entry can go.
+        if Arc::strong_count(&lock) <= 2 {
+            locks.remove(id);
+        }
+    }
+
+    fn not_hosted(&self, id: &str, generation: Option<u64>) -> NodeError {
+        NodeError::NotHosted {
+            id: id.to_string(),
+            generation: generation.map_or("any".to_string(), |g| g.to_string()),
+            node: self.cfg.node_id.clone(),
+        }
+    }
+
+    fn validate(&self, req: &CreateSandbox) -> Result<(), NodeError> {
+        warren_core::id::validate_sandbox_id(&req.sandbox_id)
+            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+        if req.generation == 0 {
+            return Err(NodeError::BadRequest(
+                "generation must be at least 1".into(),
+            ));
+        }
+        if !files::template_known(&req.template_id) {
+            return Err(NodeError::BadRequest(format!(
+                "unknown template {:?}: this node has only \"base\"",
+                req.template_id
+            )));
+        }
+        for key in req.env_vars.keys() {
+            let ok = !key.is_empty()
+                && !key.contains('=')
+                && !key.contains('\0')
+                && !key.starts_with("WARREN_");
+            if !ok {
+                return Err(NodeError::BadRequest(format!(
+                    "env var name {key:?} is not allowed (empty, contains '=' or NUL, or starts with WARREN_)"
+                )));
+            }
+        }
+        if req.env_vars.values().any(|v| v.contains('\0')) {
+            return Err(NodeError::BadRequest(
+                "env var values cannot contain NUL".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Creates a sandbox; `Ok((true, info))` when it was created now,
+    /// `Ok((false, info))` when that `(id, generation)` was already here.
+    pub async fn create(
+        self: &Arc<Self>,
+        req: CreateSandbox,
+    ) -> Result<(bool, SandboxInfo), NodeError> {
+        self.validate(&req)?;
+        let lock = self.lock_for(&req.sandbox_id);
+        let result = {
+            let _held = lock.lock().await;
+            self.create_locked(&req, None).await
+        };
+        self.release_lock(&req.sandbox_id, lock);
+        result
+    }
+
+    /// Forks `parent_id` (hosted at `parent_generation`) into `child`.
+    pub async fn fork(
+        self: &Arc<Self>,
+        parent_id: &str,
+        parent_generation: u64,
+        child: CreateSandbox,
+    ) -> Result<(bool, SandboxInfo), NodeError> {
+        self.validate(&child)?;
+        if child.sandbox_id == parent_id {
+            return Err(NodeError::BadRequest(
+                "a fork needs a new sandbox id".into(),
+            ));
+        }
+        // Both locks, in id order, so two opposite forks cannot deadlock.
+        let (a, b) = if parent_id < child.sandbox_id.as_str() {
+            (parent_id.to_string(), child.sandbox_id.clone())
+        } else {
+            (child.sandbox_id.clone(), parent_id.to_string())
+        };
+        let (la, lb) = (self.lock_for(&a), self.lock_for(&b));
+        let result = {
+            let _ga = la.lock().await;
+            let _gb = lb.lock().await;
+            match self.get(parent_id, parent_generation) {
+                None => Err(self.not_hosted(parent_id, Some(parent_generation))),
+                Some(parent) => self.create_locked(&child, Some(&parent.paths)).await,
+            }
+        };
+        self.release_lock(&a, la);
+        self.release_lock(&b, lb);
+        result
+    }
+
+    async fn create_locked(
+        self: &Arc<Self>,
+        req: &CreateSandbox,
+        parent: Option<&Paths>,
+    ) -> Result<(bool, SandboxInfo), NodeError> {
+        if let Some(existing) = self
+            .hosted
+            .read()
+            .ok()
+            .and_then(|h| h.get(&req.sandbox_id).cloned())
+        {
+            if existing.info.generation == req.generation {
+                return Ok((false, existing.info.clone()));
+            }
+            return Err(NodeError::Conflict {
+                id: req.sandbox_id.clone(),
+                hosted: existing.info.generation,
+                asked: req.generation,
+            });
+        }
+        let count = self.hosted.read().map(|h| h.len()).unwrap_or(0);
+        if count >= self.cfg.capacity as usize {
+            return Err(NodeError::Full {
+                node: self.cfg.node_id.clone(),
+                capacity: self.cfg.capacity,
+            });
+        }
+        let result = self.start(req, parent).await;
+        match &result {
+            Ok(_) => self.metrics.creates.inc(),
+            Err(_) => self.metrics.create_failures.inc(),
+        };
+        let info = result?;
+        let kind = if parent.is_some() {
+            EventKind::Fork
+        } else {
+            EventKind::Create
+        };
+        self.emit(&info.sandbox_id, info.generation, kind);
+        Ok((true, info))
+    }
+
+    /// Files, envd, health, `sandbox.json`, roster — undoing everything on failure.
+    async fn start(
+        self: &Arc<Self>,
+        req: &CreateSandbox,
+        parent: Option<&Paths>,
+    ) -> Result<SandboxInfo, NodeError> {
+        let paths = Paths::new(&self.sandboxes_dir, &req.sandbox_id);
+        let owner = self.runtime.file_owner();
+        {
+            let (p, parent) = (paths.clone(), parent.cloned());
+            let prepared = tokio::task::spawn_blocking(move || {
+                let r = files::prepare(&p, parent.as_ref(), owner);
+                if r.is_err() {
+                    let _ = files::remove(&p);
+                }
+                r
+            })
+            .await
+            .map_err(|e| NodeError::Internal(format!("file setup task failed: {e}")))?;
+            prepared.map_err(|e| {
+                NodeError::Internal(format!("cannot create the sandbox's files: {e}"))
+            })?;
+        }
+        let spec = LaunchSpec {
+            sandbox_id: &req.sandbox_id,
+            generation: req.generation,
+            paths: &paths,
+            env_vars: &req.env_vars,
+            access_token: req.access_token.as_deref(),
+            envd_bin: &self.cfg.envd_bin,
+            max_output_bytes: self.cfg.max_output_bytes,
+        };
+        // Launch here, on an async worker thread (see runtime's module doc).
+        let launched = match self.runtime.launch(&spec) {
+            Ok(l) => l,
+            Err(e) => {
+                self.cleanup(&paths, None, &req.sandbox_id, req.generation)
+                    .await;
+                return Err(NodeError::Internal(format!(
+                    "cannot start the sandbox: {e}"
+                )));
+            }
+        };
+        let mut handle = launched.handle;
+        let mut child = launched.child;
+        let healthy = match child.as_mut() {
+            Some(c) => tokio::select! {
+                r = envd::wait_healthy(&paths.envd_sock, self.cfg.envd_start_timeout) => r,
+                status = c.wait() => Err(match status {
+                    Ok(s) => format!("envd exited ({s}) before answering /health"),
+                    Err(e) => format!("cannot wait for envd: {e}"),
+                }),
+            },
+            None => envd::wait_healthy(&paths.envd_sock, self.cfg.envd_start_timeout).await,
+        };
+        if let Err(why) = healthy {
+            self.cleanup(&paths, Some(&handle), &req.sandbox_id, req.generation)
+                .await;
+            if let Some(mut c) = child {
+                let _ = c.wait().await;
+            }
+            return Err(NodeError::Internal(format!(
+                "sandbox {} did not start: {why} (cleaned up)",
+                req.sandbox_id
+            )));
+        }
+        self.runtime.settle(&mut handle);
+        let info = SandboxInfo {
+            sandbox_id: req.sandbox_id.clone(),
+            generation: req.generation,
+            template_id: if req.template_id.is_empty() {
+                files::BASE_TEMPLATE.to_string()
+            } else {
+                req.template_id.clone()
+            },
+            node_id: self.cfg.node_id.clone(),
+            started_at_ms: warren_core::time::now_ms(),
+            envd_version: envd::ENVD_VERSION.to_string(),
+        };
+        let record = Record {
+            info: info.clone(),
+            metadata: req.metadata.clone(),
+            timeout_secs: req.timeout_secs,
+            handle: handle.clone(),
+        };
+        if let Err(e) = record.save(&paths.state) {
+            self.cleanup(&paths, Some(&handle), &req.sandbox_id, req.generation)
+                .await;
+            return Err(NodeError::Internal(format!(
+                "cannot write sandbox.json: {e}"
+            )));
+        }
+        let sandbox = Arc::new(Sandbox {
+            info: info.clone(),
+            paths,
+            handle,
+            metadata: req.metadata.clone(),
+            timeout_secs: req.timeout_secs,
+        });
+        self.insert(sandbox);
+        if let Some(child) = child {
+            self.watch_envd(child, info.sandbox_id.clone(), info.generation);
+        }
+        tracing::info!(sandbox_id = %info.sandbox_id, generation = info.generation, "sandbox started");
+        Ok(info)
+    }
+
+    fn insert(&self, sandbox: Arc<Sandbox>) {
+        if let Ok(mut h) = self.hosted.write() {
+            h.insert(sandbox.info.sandbox_id.clone(), sandbox);
+            self.metrics.sandboxes.set(h.len() as i64);
+        }
+    }
+
+    /// Reaps envd; if it dies while its sandbox is still hosted, the sandbox
+    /// is gone for good: delete it (and tell the scheduler).
+    fn watch_envd(self: &Arc<Self>, mut child: tokio::process::Child, id: String, generation: u64) {
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let status = child.wait().await;
+            let Some(me) = me.upgrade() else { return };
+            if me.get(&id, generation).is_some() {
+                tracing::error!(sandbox_id = %id, generation, ?status, "envd exited; removing the sandbox");
+                let _ = me.delete(&id, Some(generation), "envd exited").await;
+            }
+        });
+    }
+
+    async fn cleanup(&self, paths: &Paths, handle: Option<&Handle>, id: &str, generation: u64) {
+        let (paths, handle, id) = (paths.clone(), handle.cloned(), id.to_string());
+        let r = tokio::task::spawn_blocking(move || {
+            if let Some(h) = &handle {
+                if let Err(e) = runtime::kill(h, &id, generation) {
+                    tracing::error!(sandbox_id = %id, error = %e, "kill failed");
+                }
+            }
+            files::remove(&paths)
+        })
+        .await;
+        if let Ok(Err(e)) | Err(e) = r.map_err(std::io::Error::other) {
+            tracing::error!(error = %e, "cannot remove a sandbox's files");
+        }
+    }
+
+    /// Kills every process of the sandbox and removes its files.
+    /// `generation: None` deletes whatever generation is hosted.
+    pub async fn delete(
+        self: &Arc<Self>,
+        id: &str,
+        generation: Option<u64>,
+        reason: &str,
+    ) -> Result<SandboxInfo, NodeError> {
+        let lock = self.lock_for(id);
+        let result = {
+            let _held = lock.lock().await;
+            self.delete_locked(id, generation, reason).await
+        };
+        self.release_lock(id, lock);
+        result
+    }
+
+    async fn delete_locked(
+        &self,
+        id: &str,
+        generation: Option<u64>,
+        reason: &str,
+    ) -> Result<SandboxInfo, NodeError> {
+        let sandbox = self
+            .hosted
+            .read()
+            .ok()
+            .and_then(|h| h.get(id).cloned())
+            .filter(|s| generation.is_none_or(|g| g == s.info.generation))
+            .ok_or_else(|| self.not_hosted(id, generation))?;
+        // Out of the roster first: from here on the data plane answers
+        // not-found, and a heartbeat no longer claims it.
+        if let Ok(mut h) = self.hosted.write() {
+            h.remove(id);
+            self.metrics.sandboxes.set(h.len() as i64);
+        }
+        self.cleanup(
+            &sandbox.paths,
+            Some(&sandbox.handle),
+            id,
+            sandbox.info.generation,
+        )
+        .await;
+        self.metrics.deletes.inc();
+        self.emit(id, sandbox.info.generation, EventKind::Delete);
+        tracing::info!(sandbox_id = %id, generation = sandbox.info.generation, reason, "sandbox deleted");
+        Ok(sandbox.info.clone())
+    }
+
+    fn emit(&self, id: &str, generation: u64, kind: EventKind) {
+        let _ = self.events.send(Event {
+            sandbox_id: id.to_string(),
+            generation,
+            kind,
+        });
+    }
+
+    /// At start: adopts sandboxes a previous node process left running (their
+    /// envd still answers) and cleans up the rest.
+    pub async fn restore(self: &Arc<Self>) {
+        let Ok(dir) = std::fs::read_dir(&self.sandboxes_dir) else {
+            return;
+        };
+        let ids: Vec<String> = dir
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        for id in ids {
+            if warren_core::id::validate_sandbox_id(&id).is_err() {
+                tracing::warn!(entry = %id, dir = %self.sandboxes_dir.display(), "ignoring a stray entry");
+                continue;
+            }
+            let paths = Paths::new(&self.sandboxes_dir, &id);
+            let record = Record::load(&paths.state);
+            let adopted = match &record {
+                Ok(rec)
+                    if rec.info.sandbox_id == id
+                        && rec.handle.runtime == self.runtime.kind()
+                        && envd::health(&paths.envd_sock).await.is_ok() =>
+                {
+                    let mut info = rec.info.clone();
+                    info.node_id = self.cfg.node_id.clone();
+                    self.insert(Arc::new(Sandbox {
+                        info,
+                        paths: paths.clone(),
+                        handle: rec.handle.clone(),
+                        metadata: rec.metadata.clone(),
+                        timeout_secs: rec.timeout_secs,
+                    }));
+                    tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
+                    true
+                }
+                _ => false,
+            };
+            if !adopted {
+                let handle = record.as_ref().ok().map(|r| r.handle.clone());
+                let generation = record.as_ref().map(|r| r.info.generation).unwrap_or(0);
+                tracing::info!(sandbox_id = %id, "cleaning up a sandbox that is no longer running");
+                self.cleanup(&paths, handle.as_ref(), &id, generation).await;
+            }
+        }
+    }
+
+    /// The directory holding every sandbox.
+    pub fn sandboxes_dir(&self) -> &Path {
+        &self.sandboxes_dir
+    }
+}
