@@ -1,11 +1,178 @@
-//! placeholder: being written.
+//! `warren scheduler`: the one source of truth for where sandboxes live.
+//!
+//! It owns nodes (with liveness leases) and bindings
+//! `sandbox_id → (node_id, endpoint, generation, state, ...)`, places new
+//! sandboxes on live nodes, runs the sweeps, and streams every binding change
+//! to the gateways. The gRPC contract is
+//! `crates/proto/proto/warren/scheduler/v1/scheduler.proto`.
+//!
+//! # Layout
+//! - [`config`]: flags/env/TOML, validated before anything binds.
+//! - [`store`]: the [`store::Store`] trait, the shared schema and SQL, and the
+//!   SQLite backend. **Invariant:** fenced writes are single conditional
+//!   statements, and every binding change is logged in the same transaction.
+//! - [`service`]: the tonic service: input validation, status codes, metrics.
+//! - [`watch`]: the change-log hub behind `WatchBindings`.
+//! - [`sweep`]: dead nodes, expired sandboxes, stuck creates, log pruning,
+//!   under a [`sweep::LeaderLease`].
+//! - [`metrics`]: `warren_scheduler_*` Prometheus metrics.
+//! - [`error`]: the error type and its gRPC status mapping.
+//! - this file: [`main`] (binds, announces, serves until SIGTERM) and [`serve`]
+//!   (the same on listeners passed in, for in-process tests).
 
-/// Command-line / env / TOML configuration for `warren scheduler`.
-#[derive(Debug, clap::Parser)]
-#[command(name = "warren scheduler")]
-pub struct Config {}
+pub mod config;
+pub mod error;
+pub mod metrics;
+pub mod service;
+pub mod store;
+pub mod sweep;
+pub mod watch;
+
+pub use config::Config;
+
+use anyhow::Context as _;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use store::{SqliteStore, Store, SweepSettings};
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use warren_core::admin::Admin;
+use warren_proto::scheduler::v1::scheduler_server::SchedulerServer;
+
+/// How long background tasks get to finish after the server stopped.
+const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs `warren scheduler` until SIGTERM/Ctrl-C.
-pub async fn main(_config: Config) -> anyhow::Result<()> {
-    anyhow::bail!("warren scheduler is not implemented yet")
+pub async fn main(config: Config) -> anyhow::Result<()> {
+    config.validate()?;
+    let grpc = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (--listen)", config.listen))?;
+    let admin = TcpListener::bind(config.admin_listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (--admin-listen)", config.admin_listen))?;
+    warren_core::announce("scheduler", "grpc", grpc.local_addr()?);
+    warren_core::announce("scheduler", "admin", admin.local_addr()?);
+    serve(config, grpc, admin, warren_core::shutdown::signal()).await?;
+    Ok(())
+}
+
+/// Why [`serve`] stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] warren_core::config::ConfigError),
+    #[error(transparent)]
+    Open(#[from] store::OpenError),
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves the scheduler on `grpc` and the admin endpoints on `admin` until
+/// `shutdown` resolves; then readiness goes false, watch streams end, and
+/// in-flight RPCs get `--drain-timeout` to finish.
+pub async fn serve(
+    config: Config,
+    grpc: TcpListener,
+    admin: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let location = config.validate()?;
+    let store = Arc::new(match location {
+        config::StoreLocation::SqliteFile(path) => SqliteStore::open_file(&path).await?,
+        config::StoreLocation::SqliteUrl(url) => SqliteStore::open_url(&url).await?,
+    });
+    let result = serve_store(&config, store.clone(), grpc, admin, shutdown).await;
+    store.close().await;
+    result
+}
+
+async fn serve_store<S: Store>(
+    config: &Config,
+    store: Arc<S>,
+    grpc: TcpListener,
+    admin_listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let admin = Admin::new("warren_scheduler");
+    let metrics = match admin.registry.write() {
+        Ok(mut registry) => metrics::Metrics::register(&mut registry),
+        Err(poisoned) => metrics::Metrics::register(&mut poisoned.into_inner()),
+    };
+    // `stop` ends the server, the watch streams, the hub and the sweep;
+    // `admin_stop` ends the admin listener last, so /readyz is visible while draining.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
+
+    let (hub, hub_task) = watch::Hub::spawn(store.clone(), stopped.clone());
+    let timing = sweep::SweepTiming {
+        interval: config.sweep_interval,
+        lease: config.lease,
+        settings: SweepSettings {
+            expire_nodes: true,
+            creating_timeout: config.creating_timeout,
+            watch_retention: config.watch_retention,
+        },
+    };
+    let sweep_task = tokio::spawn(sweep::run(
+        store.clone(),
+        sweep::SoleReplica,
+        timing,
+        metrics.clone(),
+        stopped.clone(),
+    ));
+    let admin_task = tokio::spawn(admin.clone().serve(admin_listener, flipped(admin_stopped)));
+
+    let service = service::SchedulerService::new(
+        store,
+        hub,
+        service::ServiceSettings {
+            lease: config.lease,
+            heartbeat_interval: config.heartbeat_interval,
+        },
+        metrics,
+        stopped.clone(),
+    );
+    let server = tonic::transport::Server::builder()
+        .add_service(SchedulerServer::new(service))
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(grpc).with_nodelay(Some(true)),
+            flipped(stopped),
+        );
+    tokio::pin!(server);
+    tokio::pin!(shutdown);
+    admin.set_ready(true);
+    tracing::info!("scheduler serving");
+
+    let result = tokio::select! {
+        r = &mut server => r,
+        _ = &mut shutdown => {
+            admin.set_ready(false);
+            let _ = stop.send(true);
+            match tokio::time::timeout(config.drain_timeout, &mut server).await {
+                Ok(r) => r,
+                Err(_) => {
+                    tracing::warn!(timeout = ?config.drain_timeout, "drain timeout; closing what is left");
+                    Ok(())
+                }
+            }
+        }
+    };
+    admin.set_ready(false);
+    let _ = stop.send(true);
+    for task in [hub_task, sweep_task] {
+        if tokio::time::timeout(TASK_STOP_TIMEOUT, task).await.is_err() {
+            tracing::warn!("a background task did not stop in time");
+        }
+    }
+    let _ = admin_stop.send(true);
+    let _ = tokio::time::timeout(TASK_STOP_TIMEOUT, admin_task).await;
+    tracing::info!("scheduler stopped");
+    Ok(result?)
+}
+
+/// Resolves once the flag is true (or its sender is gone).
+async fn flipped(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
 }

@@ -1,0 +1,186 @@
+//! `warren scheduler` configuration: flags, `WARREN_SCHEDULER_*` env, TOML
+//! (through `warren_core::config`), validated completely before anything binds.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+use warren_core::config::{parse_duration, ConfigError};
+
+/// Command-line / env / TOML configuration for `warren scheduler`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "warren scheduler",
+    about = "The source of truth for where sandboxes live: node leases, fenced bindings, placement, sweeps."
+)]
+pub struct Config {
+    /// gRPC listen address (IP:PORT; port 0 picks a free one).
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_LISTEN",
+        default_value = "127.0.0.1:50051"
+    )]
+    pub listen: SocketAddr,
+
+    /// Admin listener for /metrics, /healthz, /readyz.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_ADMIN_LISTEN",
+        default_value = "127.0.0.1:0"
+    )]
+    pub admin_listen: SocketAddr,
+
+    /// Directory of the embedded store (`<dir>/scheduler.db`), created if missing.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_DATA_DIR",
+        default_value = "./.warren/scheduler"
+    )]
+    pub data_dir: PathBuf,
+
+    /// Store URL instead of --data-dir: `sqlite://PATH` (PostgreSQL is not supported yet).
+    #[arg(long, env = "WARREN_SCHEDULER_DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// Node liveness lease: a node that has not heartbeated for this long is down.
+    #[arg(long, env = "WARREN_SCHEDULER_LEASE", default_value = "10s", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// How often nodes are told to heartbeat (must be shorter than --lease).
+    #[arg(long, env = "WARREN_SCHEDULER_HEARTBEAT_INTERVAL", default_value = "2s", value_parser = parse_duration)]
+    pub heartbeat_interval: Duration,
+
+    /// How often the sweep runs (dead nodes, expired sandboxes, stuck creates).
+    #[arg(long, env = "WARREN_SCHEDULER_SWEEP_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub sweep_interval: Duration,
+
+    /// A binding still `creating` after this long is resolved from its node's roster.
+    #[arg(long, env = "WARREN_SCHEDULER_CREATING_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub creating_timeout: Duration,
+
+    /// How many binding changes are kept for WatchBindings resumes.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_WATCH_RETENTION",
+        default_value_t = 100_000
+    )]
+    pub watch_retention: u64,
+
+    /// On SIGTERM, how long in-flight RPCs may take before the process exits.
+    #[arg(long, env = "WARREN_SCHEDULER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+
+    /// TOML file with any of the settings above (read by the `warren` binary).
+    #[arg(long, env = "WARREN_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Where the store lives, decided from `--database-url` / `--data-dir`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreLocation {
+    /// An SQLite file at this path.
+    SqliteFile(PathBuf),
+    /// An SQLite URL as given (`sqlite://...`, may carry options).
+    SqliteUrl(String),
+}
+
+/// Shortest lease accepted: below this, ordinary scheduling jitter kills nodes.
+const MIN_LEASE: Duration = Duration::from_millis(100);
+/// Shortest sweep interval accepted: below this the sweep is a busy loop.
+const MIN_SWEEP: Duration = Duration::from_millis(10);
+
+impl Config {
+    /// Checks every setting against the others; the message names the flag.
+    pub fn validate(&self) -> Result<StoreLocation, ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.lease < MIN_LEASE {
+            return bad(format!(
+                "--lease {:?} is too short (at least {MIN_LEASE:?})",
+                self.lease
+            ));
+        }
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease {
+            return bad(format!(
+                "--heartbeat-interval {:?} must be above zero and shorter than --lease {:?}",
+                self.heartbeat_interval, self.lease
+            ));
+        }
+        if self.sweep_interval < MIN_SWEEP {
+            return bad(format!(
+                "--sweep-interval {:?} is too short (at least {MIN_SWEEP:?})",
+                self.sweep_interval
+            ));
+        }
+        if self.creating_timeout.is_zero() {
+            return bad("--creating-timeout must be above zero".into());
+        }
+        if self.watch_retention == 0 {
+            return bad("--watch-retention must be at least 1".into());
+        }
+        if self.listen == self.admin_listen && self.listen.port() != 0 {
+            return bad(format!(
+                "--listen and --admin-listen are both {}",
+                self.listen
+            ));
+        }
+        match self.database_url.as_deref().map(str::trim) {
+            None | Some("") => {
+                if self.data_dir.as_os_str().is_empty() {
+                    return bad("--data-dir is empty".into());
+                }
+                Ok(StoreLocation::SqliteFile(
+                    self.data_dir.join("scheduler.db"),
+                ))
+            }
+            Some(url) if url.starts_with("sqlite:") => Ok(StoreLocation::SqliteUrl(url.into())),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => bad(
+                "--database-url: PostgreSQL is not supported yet; use sqlite://PATH or --data-dir"
+                    .into(),
+            ),
+            Some(url) => {
+                let scheme = url.split(':').next().unwrap_or(url);
+                bad(format!(
+                    "--database-url: unsupported scheme {scheme:?} (expected sqlite://PATH)"
+                ))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn parse(args: &[&str]) -> Config {
+        Config::try_parse_from(std::iter::once("s").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = parse(&[]);
+        assert_eq!(
+            c.validate().unwrap(),
+            StoreLocation::SqliteFile(PathBuf::from("./.warren/scheduler/scheduler.db"))
+        );
+    }
+
+    #[test]
+    fn rejects_inconsistent_settings() {
+        let err = parse(&["--lease", "1s", "--heartbeat-interval", "2s"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--heartbeat-interval"), "{err}");
+        let err = parse(&["--database-url", "postgres://x/y"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("not supported yet"), "{err}");
+        let err = parse(&["--database-url", "mysql://x"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--database-url"), "{err}");
+        let err = parse(&["--watch-retention", "0"]).validate().unwrap_err();
+        assert!(err.to_string().contains("--watch-retention"), "{err}");
+        assert!(Config::try_parse_from(["s", "--lease", "soon"]).is_err());
+    }
+}

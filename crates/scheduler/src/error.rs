@@ -1,0 +1,83 @@
+//! The scheduler's error type and how it maps onto gRPC status codes
+//! (the table in `docs/internals.md`).
+
+use tonic::{Code, Status};
+use warren_proto::{REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY};
+
+/// Why a scheduler operation did not happen. Every variant but [`Error::Store`]
+/// and [`Error::Corrupt`] is the caller's problem and is not worth retrying
+/// unchanged; `Store` is worth retrying (the store may come back).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Malformed input: bad ids, empty required fields, generation 0 or one
+    /// that was never issued. Nothing was written.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// No such sandbox.
+    #[error("{0}")]
+    NotFound(String),
+    /// Unknown node, stale incarnation, a fence that did not match, or a
+    /// binding in the wrong state. Nothing was written.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The binding's (or the required) node lost its lease.
+    #[error("{0}")]
+    NodeDown(String),
+    /// No live node has room.
+    #[error("{0}")]
+    NoCapacity(String),
+    /// The store failed (I/O, busy, connection); retry later.
+    #[error("store failure: {0}")]
+    Store(#[from] sqlx::Error),
+    /// A stored row could not be read back (a bug or a hand-edited database).
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+}
+
+impl Error {
+    /// Shorthand for a rejected fence or wrong state.
+    pub fn precondition(msg: impl Into<String>) -> Self {
+        Error::FailedPrecondition(msg.into())
+    }
+
+    /// Shorthand for malformed input.
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+}
+
+impl From<warren_core::id::InvalidId> for Error {
+    fn from(e: warren_core::id::InvalidId) -> Self {
+        Error::InvalidArgument(e.to_string())
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Status {
+        let with_reason = |code: Code, msg: String, reason: &'static str| {
+            let mut status = Status::new(code, msg);
+            if let Ok(v) = reason.parse() {
+                status.metadata_mut().insert(REASON_METADATA, v);
+            }
+            status
+        };
+        match e {
+            Error::InvalidArgument(m) => Status::invalid_argument(m),
+            Error::NotFound(m) => Status::not_found(m),
+            Error::FailedPrecondition(m) => Status::failed_precondition(m),
+            Error::NodeDown(m) => with_reason(Code::FailedPrecondition, m, REASON_NODE_DOWN),
+            Error::NoCapacity(m) => with_reason(Code::ResourceExhausted, m, REASON_NO_CAPACITY),
+            Error::Store(e) => {
+                tracing::warn!(error = %e, "store failure");
+                Status::unavailable(format!("store unavailable: {e}"))
+            }
+            Error::Corrupt(m) => {
+                tracing::error!(problem = %m, "corrupt stored data");
+                Status::internal(format!("corrupt stored data: {m}"))
+            }
+        }
+    }
+}
+
+/// `Result` with the scheduler's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,402 @@
+//! The tonic service: validates each request (`validate.rs`), calls the
+//! store, converts the result (`convert.rs`) and records the RPC's metrics.
+//! Status codes follow the table in `docs/internals.md` via
+//! `crate::error::Error`.
+
+pub(crate) mod convert;
+pub mod validate;
+
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use crate::store::{ListFilter, NodeEvent, NodeRegistration, PlaceSpec, State, Store};
+use crate::watch::Hub;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+use warren_proto::scheduler::v1 as pb;
+
+/// Settings the service hands out or applies.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceSettings {
+    /// Node liveness lease.
+    pub lease: Duration,
+    /// Advertised heartbeat interval.
+    pub heartbeat_interval: Duration,
+}
+
+/// `warren.scheduler.v1.Scheduler` over a [`Store`].
+pub struct SchedulerService<S> {
+    store: Arc<S>,
+    /// Fans the change log out to `WatchBindings` streams.
+    hub: Hub,
+    settings: ServiceSettings,
+    metrics: Metrics,
+    /// Flips to true at shutdown; open watch streams end on it.
+    shutdown: watch::Receiver<bool>,
+}
+
+impl<S: Store> SchedulerService<S> {
+    pub fn new(
+        store: Arc<S>,
+        hub: Hub,
+        settings: ServiceSettings,
+        metrics: Metrics,
+        shutdown: watch::Receiver<bool>,
+    ) -> Self {
+        SchedulerService {
+            store,
+            hub,
+            settings,
+            metrics,
+            shutdown,
+        }
+    }
+
+    /// Runs one RPC body, recording its code and latency.
+    async fn observe<T>(
+        &self,
+        rpc: &'static str,
+        body: impl Future<Output = Result<T>>,
+    ) -> Result<Response<T>, Status> {
+        let start = Instant::now();
+        let result = body.await.map_err(Status::from);
+        let code = result
+            .as_ref()
+            .map_or_else(Status::code, |_| tonic::Code::Ok);
+        self.metrics.rpc(rpc, code, start.elapsed());
+        result.map(Response::new)
+    }
+
+    fn lease_ms(&self) -> u64 {
+        u64::try_from(self.settings.lease.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    async fn register_node(&self, r: pb::RegisterNodeRequest) -> Result<pb::RegisterNodeResponse> {
+        validate::node_id(&r.node_id)?;
+        validate::endpoint(&r.endpoint)?;
+        validate::capacity(r.capacity)?;
+        validate::incarnation(r.incarnation)?;
+        let roster = validate::roster(&r.roster)?;
+        let reg = NodeRegistration {
+            node_id: r.node_id,
+            endpoint: r.endpoint,
+            capacity: r.capacity,
+            incarnation: r.incarnation,
+            roster,
+        };
+        let out = self.store.register_node(reg, self.settings.lease).await?;
+        Ok(pb::RegisterNodeResponse {
+            lease_ms: self.lease_ms(),
+            heartbeat_interval_ms: u64::try_from(self.settings.heartbeat_interval.as_millis())
+                .unwrap_or(u64::MAX),
+            orphans: convert::refs(out.orphans),
+        })
+    }
+
+    async fn heartbeat(&self, r: pb::HeartbeatRequest) -> Result<pb::HeartbeatResponse> {
+        validate::node_id(&r.node_id)?;
+        validate::incarnation(r.incarnation)?;
+        let roster = validate::roster(&r.roster)?;
+        let out = self
+            .store
+            .heartbeat(&r.node_id, r.incarnation, &roster, self.settings.lease)
+            .await?;
+        Ok(pb::HeartbeatResponse {
+            lease_ms: self.lease_ms(),
+            orphans: convert::refs(out.orphans),
+            expired: convert::refs(out.expired),
+        })
+    }
+
+    async fn place(&self, r: pb::PlaceRequest) -> Result<pb::Placement> {
+        validate::label("team_id", &r.team_id)?;
+        validate::label("template_id", &r.template_id)?;
+        let require_node_id = match r.require_node_id.as_str() {
+            "" => None,
+            id => {
+                validate::node_id(id)?;
+                Some(id.to_string())
+            }
+        };
+        let resources = r.resources.unwrap_or_default();
+        let spec = PlaceSpec {
+            // Empty means the one built-in template, as on the node.
+            template_id: if r.template_id.is_empty() {
+                "base".into()
+            } else {
+                r.template_id
+            },
+            cpu_count: resources.cpu_count,
+            memory_mb: resources.memory_mb,
+            timeout: Duration::from_secs(validate::timeout_secs(r.timeout_secs)?),
+            metadata: validate::metadata(&r.metadata)?,
+            env_vars: validate::env_vars(&r.env_vars)?,
+            idempotency_key: validate::idempotency_key(&r.idempotency_key)?,
+            require_node_id,
+            team_id: r.team_id,
+        };
+        let placed = self.store.place(spec).await?;
+        Ok(convert::placement(&placed.binding, placed.existing))
+    }
+
+    async fn reassign(&self, r: pb::ReassignRequest) -> Result<pb::Placement> {
+        validate::sandbox_id(&r.sandbox_id)?;
+        let node = match r.node_id.as_str() {
+            "" => None,
+            id => {
+                validate::node_id(id)?;
+                Some(id)
+            }
+        };
+        let b = self.store.reassign(&r.sandbox_id, node).await?;
+        Ok(convert::placement(&b, false))
+    }
+
+    async fn record_assignment(&self, r: pb::RecordAssignmentRequest) -> Result<pb::Binding> {
+        validate::sandbox_id(&r.sandbox_id)?;
+        validate::node_id(&r.node_id)?;
+        validate::generation(r.generation)?;
+        let b = self
+            .store
+            .record_assignment(&r.sandbox_id, &r.node_id, r.generation)
+            .await?;
+        Ok(convert::binding(&b))
+    }
+
+    async fn lookup_node(&self, r: pb::LookupNodeRequest) -> Result<pb::Route> {
+        validate::sandbox_id(&r.sandbox_id)?;
+        let b = self.get_binding(&r.sandbox_id).await?;
+        if b.state == State::Lost {
+            return Err(Error::NodeDown(format!(
+                "sandbox {} is on node {}, which is down",
+                b.sandbox_id, b.node_id
+            )));
+        }
+        Ok(convert::route(&b))
+    }
+
+    async fn get_binding(&self, sandbox_id: &str) -> Result<crate::store::BindingRow> {
+        self.store
+            .get(sandbox_id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("sandbox {sandbox_id} not found")))
+    }
+
+    async fn report_sandbox_event(
+        &self,
+        r: pb::ReportSandboxEventRequest,
+    ) -> Result<pb::ReportSandboxEventResponse> {
+        validate::node_id(&r.node_id)?;
+        if r.events.len() > validate::MAX_EVENTS {
+            return Err(Error::invalid(format!(
+                "{} events in one report; the limit is {}",
+                r.events.len(),
+                validate::MAX_EVENTS
+            )));
+        }
+        // Check the whole batch before applying any of it.
+        let events = r
+            .events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let checked = validate::sandbox_id(&e.sandbox_id)
+                    .and_then(|()| validate::generation(e.generation))
+                    .and_then(|()| validate::event_type(e.r#type));
+                match checked {
+                    Ok(kind) => Ok(NodeEvent {
+                        sandbox_id: e.sandbox_id.clone(),
+                        generation: e.generation,
+                        kind,
+                    }),
+                    Err(err) => Err(Error::invalid(format!("event {i}: {err}"))),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.store.require_node(&r.node_id).await?;
+        let issued = self.store.issued_generation().await?;
+        if let Some((i, e)) = events
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.generation > issued)
+        {
+            return Err(Error::invalid(format!(
+                "event {i}: generation {} was never issued (the highest is {issued})",
+                e.generation
+            )));
+        }
+        let mut results = Vec::with_capacity(events.len());
+        for e in &events {
+            let out = self.store.apply_event(&r.node_id, e).await?;
+            results.push(pb::EventResult {
+                sandbox_id: e.sandbox_id.clone(),
+                applied: out.applied,
+                reason: out.reason,
+            });
+        }
+        Ok(pb::ReportSandboxEventResponse { results })
+    }
+
+    async fn list_sandboxes(
+        &self,
+        r: pb::ListSandboxesRequest,
+    ) -> Result<pb::ListSandboxesResponse> {
+        validate::label("team_id", &r.team_id)?;
+        if !r.node_id.is_empty() {
+            validate::node_id(&r.node_id)?;
+        }
+        let filter = ListFilter {
+            team_id: Some(r.team_id).filter(|t| !t.is_empty()),
+            node_id: Some(r.node_id).filter(|n| !n.is_empty()),
+            states: validate::states(&r.states)?,
+            metadata: validate::metadata(&r.metadata)?,
+            after: validate::page_token(&r.page_token)?,
+            limit: validate::page_size(r.page_size),
+        };
+        let (rows, next) = self.store.list(&filter).await?;
+        Ok(pb::ListSandboxesResponse {
+            sandboxes: rows.iter().map(convert::binding).collect(),
+            next_page_token: next
+                .as_deref()
+                .map(validate::make_page_token)
+                .unwrap_or_default(),
+        })
+    }
+
+    async fn list_nodes(&self) -> Result<pb::ListNodesResponse> {
+        let nodes = self.store.list_nodes().await?;
+        Ok(pb::ListNodesResponse {
+            nodes: nodes.iter().map(convert::node).collect(),
+        })
+    }
+
+    async fn set_timeout(&self, r: pb::SetTimeoutRequest) -> Result<pb::Binding> {
+        validate::sandbox_id(&r.sandbox_id)?;
+        if r.end_at_ms <= 0 {
+            return Err(Error::invalid(format!(
+                "end_at_ms {} is not a time (milliseconds since the Unix epoch)",
+                r.end_at_ms
+            )));
+        }
+        let b = self.store.set_end_at(&r.sandbox_id, r.end_at_ms).await?;
+        Ok(convert::binding(&b))
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store> pb::scheduler_server::Scheduler for SchedulerService<S> {
+    async fn register_node(
+        &self,
+        req: Request<pb::RegisterNodeRequest>,
+    ) -> Result<Response<pb::RegisterNodeResponse>, Status> {
+        self.observe("RegisterNode", self.register_node(req.into_inner()))
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        req: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        self.observe("Heartbeat", self.heartbeat(req.into_inner()))
+            .await
+    }
+
+    async fn place(
+        &self,
+        req: Request<pb::PlaceRequest>,
+    ) -> Result<Response<pb::Placement>, Status> {
+        self.observe("Place", self.place(req.into_inner())).await
+    }
+
+    async fn reassign(
+        &self,
+        req: Request<pb::ReassignRequest>,
+    ) -> Result<Response<pb::Placement>, Status> {
+        self.observe("Reassign", self.reassign(req.into_inner()))
+            .await
+    }
+
+    async fn record_assignment(
+        &self,
+        req: Request<pb::RecordAssignmentRequest>,
+    ) -> Result<Response<pb::Binding>, Status> {
+        self.observe("RecordAssignment", self.record_assignment(req.into_inner()))
+            .await
+    }
+
+    async fn lookup_node(
+        &self,
+        req: Request<pb::LookupNodeRequest>,
+    ) -> Result<Response<pb::Route>, Status> {
+        self.observe("LookupNode", self.lookup_node(req.into_inner()))
+            .await
+    }
+
+    async fn report_sandbox_event(
+        &self,
+        req: Request<pb::ReportSandboxEventRequest>,
+    ) -> Result<Response<pb::ReportSandboxEventResponse>, Status> {
+        self.observe(
+            "ReportSandboxEvent",
+            self.report_sandbox_event(req.into_inner()),
+        )
+        .await
+    }
+
+    async fn list_sandboxes(
+        &self,
+        req: Request<pb::ListSandboxesRequest>,
+    ) -> Result<Response<pb::ListSandboxesResponse>, Status> {
+        self.observe("ListSandboxes", self.list_sandboxes(req.into_inner()))
+            .await
+    }
+
+    async fn get_sandbox(
+        &self,
+        req: Request<pb::GetSandboxRequest>,
+    ) -> Result<Response<pb::Binding>, Status> {
+        let r = req.into_inner();
+        self.observe("GetSandbox", async {
+            validate::sandbox_id(&r.sandbox_id)?;
+            Ok(convert::binding(&self.get_binding(&r.sandbox_id).await?))
+        })
+        .await
+    }
+
+    async fn list_nodes(
+        &self,
+        _req: Request<pb::ListNodesRequest>,
+    ) -> Result<Response<pb::ListNodesResponse>, Status> {
+        self.observe("ListNodes", self.list_nodes()).await
+    }
+
+    async fn set_timeout(
+        &self,
+        req: Request<pb::SetTimeoutRequest>,
+    ) -> Result<Response<pb::Binding>, Status> {
+        self.observe("SetTimeout", self.set_timeout(req.into_inner()))
+            .await
+    }
+
+    type WatchBindingsStream =
+        tokio_stream::wrappers::ReceiverStream<Result<pb::BindingChange, Status>>;
+
+    async fn watch_bindings(
+        &self,
+        req: Request<pb::WatchBindingsRequest>,
+    ) -> Result<Response<Self::WatchBindingsStream>, Status> {
+        let from = req.into_inner().from_revision;
+        self.observe("WatchBindings", async {
+            Ok(self.hub.subscribe(
+                self.store.clone(),
+                from,
+                self.metrics.clone(),
+                self.shutdown.clone(),
+            ))
+        })
+        .await
+    }
+}

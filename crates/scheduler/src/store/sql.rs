@@ -1,0 +1,134 @@
+//! The SQL text every backend shares: `$N` placeholders (SQLite and
+//! PostgreSQL both bind them by number), standard types, `RETURNING` and
+//! `ON CONFLICT`, which both speak. Queries that take "now" take it as a
+//! parameter from the backend's clock function.
+//!
+//! Fenced statements are marked **fenced**: they name
+//! `(sandbox_id, node_id, generation)` and the caller acts on the affected-row count.
+
+macro_rules! binding_columns {
+    () => {
+        "sandbox_id, node_id, endpoint, generation, state, team_id, template_id, \
+         started_at_ms, end_at_ms, metadata, env_vars, access_token, cpu_count, memory_mb, \
+         assigned_at_ms, updated_at_ms"
+    };
+}
+
+// ---- counters and the change log ----
+
+/// Bumps a counter (`generation` or `revision`) and returns the new value.
+/// On PostgreSQL the row lock also orders concurrent writers, so revisions
+/// become visible in commit order and tailing `revision > cursor` is safe.
+pub const NEXT_COUNTER: &str =
+    "UPDATE counters SET value = value + 1 WHERE name = $1 RETURNING value";
+pub const COUNTER: &str = "SELECT value FROM counters WHERE name = $1";
+pub const INSERT_CHANGE: &str = "INSERT INTO changes \
+     (revision, kind, sandbox_id, node_id, generation, state, at_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7)";
+pub const CHANGE_BOUNDS: &str = "SELECT (SELECT MIN(revision) FROM changes), \
+     (SELECT value FROM counters WHERE name = 'revision')";
+pub const CHANGES_AFTER: &str =
+    "SELECT revision, kind, sandbox_id, node_id, generation, state, at_ms \
+     FROM changes WHERE revision > $1 ORDER BY revision LIMIT $2";
+pub const PRUNE_CHANGES: &str = "DELETE FROM changes WHERE revision <= $1";
+
+// ---- nodes ----
+
+pub const NODE_INCARNATION: &str = "SELECT incarnation, endpoint FROM nodes WHERE node_id = $1";
+/// A registration replaces everything but the first registration time of the
+/// same incarnation.
+pub const UPSERT_NODE: &str = "INSERT INTO nodes \
+     (node_id, endpoint, capacity, incarnation, lease_expires_at_ms, registered_at_ms, state, roster, roster_at_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $6) \
+     ON CONFLICT (node_id) DO UPDATE SET \
+       endpoint = excluded.endpoint, capacity = excluded.capacity, \
+       registered_at_ms = CASE WHEN nodes.incarnation = excluded.incarnation \
+         THEN nodes.registered_at_ms ELSE excluded.registered_at_ms END, \
+       incarnation = excluded.incarnation, \
+       lease_expires_at_ms = excluded.lease_expires_at_ms, state = 'up', \
+       roster = excluded.roster, roster_at_ms = excluded.roster_at_ms";
+/// Fenced on the incarnation: a heartbeat from a replaced process renews nothing.
+pub const RENEW_NODE: &str = "UPDATE nodes SET lease_expires_at_ms = $3, state = 'up', \
+     roster = $4, roster_at_ms = $5 WHERE node_id = $1 AND incarnation = $2";
+pub const NODE_BINDINGS: &str =
+    "SELECT sandbox_id, generation, state, endpoint FROM bindings WHERE node_id = $1";
+pub const NODE_FOR_PLACEMENT: &str =
+    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, \
+     (SELECT COUNT(*) FROM bindings b WHERE b.node_id = n.node_id) \
+     FROM nodes n WHERE n.node_id = $1";
+/// The least loaded node (by share of capacity used) whose lease is valid at
+/// `$1`, other than `$2`.
+pub const LEAST_LOADED_NODE: &str =
+    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, \
+     COUNT(b.sandbox_id) \
+     FROM nodes n LEFT JOIN bindings b ON b.node_id = n.node_id \
+     WHERE n.lease_expires_at_ms > $1 AND n.node_id <> $2 \
+     GROUP BY n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms \
+     HAVING COUNT(b.sandbox_id) < n.capacity \
+     ORDER BY (COUNT(b.sandbox_id) * 1000000) / n.capacity, COUNT(b.sandbox_id), n.node_id \
+     LIMIT 1";
+pub const LIST_NODES: &str = "SELECT n.node_id, n.endpoint, n.capacity, n.incarnation, \
+     n.lease_expires_at_ms, n.registered_at_ms, \
+     (SELECT COUNT(*) FROM bindings b WHERE b.node_id = n.node_id) \
+     FROM nodes n ORDER BY n.node_id";
+pub const NODE_ROSTER: &str = "SELECT roster, roster_at_ms FROM nodes WHERE node_id = $1";
+
+// ---- bindings ----
+
+pub const BINDING_BY_ID: &str = concat!(
+    "SELECT ",
+    binding_columns!(),
+    " FROM bindings WHERE sandbox_id = $1"
+);
+pub const BINDING_BY_KEY: &str = concat!(
+    "SELECT ",
+    binding_columns!(),
+    " FROM bindings WHERE team_id = $1 AND idempotency_key = $2"
+);
+pub const SANDBOX_ID_TAKEN: &str = "SELECT COUNT(*) FROM bindings WHERE sandbox_id = $1";
+pub const INSERT_BINDING: &str = concat!(
+    "INSERT INTO bindings (",
+    binding_columns!(),
+    ", idempotency_key) VALUES \
+     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+);
+/// The list query before its optional filters; see `SqliteStore::list`.
+pub const LIST_BINDINGS_PREFIX: &str = concat!(
+    "SELECT ",
+    binding_columns!(),
+    " FROM bindings WHERE sandbox_id > $1"
+);
+/// **fenced** Moves a binding to a new node and generation.
+pub const REASSIGN: &str = "UPDATE bindings SET node_id = $4, endpoint = $5, generation = $6, \
+     state = 'creating', assigned_at_ms = $7, updated_at_ms = $7 \
+     WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
+/// **fenced** State change from exactly state `$5`.
+pub const SET_STATE: &str = "UPDATE bindings SET state = $4, updated_at_ms = $6 \
+     WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3 AND state = $5";
+/// **fenced** Follows a node's new endpoint.
+pub const SET_ENDPOINT: &str = "UPDATE bindings SET endpoint = $4, updated_at_ms = $5 \
+     WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
+/// **fenced** Removes a binding.
+pub const DELETE_BINDING: &str =
+    "DELETE FROM bindings WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
+/// **fenced** New end time and (maybe) state.
+pub const SET_END_AT: &str = "UPDATE bindings SET end_at_ms = $4, state = $5, updated_at_ms = $6 \
+     WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
+
+// ---- sweeps ----
+
+pub const NODES_PAST_LEASE: &str =
+    "SELECT node_id FROM nodes WHERE state = 'up' AND lease_expires_at_ms <= $1";
+/// Conditional on the lease still being expired: a heartbeat that renewed it
+/// in the meantime wins.
+pub const MARK_NODE_DOWN: &str = "UPDATE nodes SET state = 'down' \
+     WHERE node_id = $1 AND state = 'up' AND lease_expires_at_ms <= $2";
+pub const BINDINGS_PAST_END: &str = "SELECT sandbox_id, node_id, generation, state FROM bindings \
+     WHERE end_at_ms <= $1 AND state IN ('creating', 'running', 'paused', 'lost') \
+     ORDER BY end_at_ms LIMIT $2";
+pub const STUCK_CREATES: &str =
+    "SELECT sandbox_id, node_id, generation, assigned_at_ms FROM bindings \
+     WHERE state = 'creating' AND assigned_at_ms <= $1 ORDER BY assigned_at_ms LIMIT $2";
+pub const BINDING_CENSUS: &str = "SELECT state, COUNT(*) FROM bindings GROUP BY state";
+pub const NODE_CENSUS: &str = "SELECT \
+     COALESCE(SUM(CASE WHEN lease_expires_at_ms > $1 THEN 1 ELSE 0 END), 0), COUNT(*) FROM nodes";

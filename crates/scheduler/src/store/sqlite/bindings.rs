@@ -1,0 +1,371 @@
+//! Bindings: place, reassign, record, node events, reads and timeouts.
+
+use super::{binding_from_row, map_json, nodes, to_i64, SqliteStore, WriteTx};
+use crate::error::{Error, Result};
+use crate::store::{sql, types::*};
+
+/// How many fresh ids to try before giving up on a (practically impossible)
+/// run of collisions.
+const ID_ATTEMPTS: usize = 5;
+/// Rows scanned per query when a metadata filter is applied in Rust.
+const FILTERED_BATCH: u32 = 500;
+
+pub(super) async fn place(store: &SqliteStore, spec: PlaceSpec) -> Result<Placed> {
+    let mut tx = store.write().await?;
+    if let Some(key) = &spec.idempotency_key {
+        let row = sqlx::query(sql::BINDING_BY_KEY)
+            .bind(&spec.team_id)
+            .bind(key)
+            .fetch_optional(tx.conn())
+            .await?;
+        if let Some(row) = row {
+            return Ok(Placed {
+                binding: binding_from_row(&row)?,
+                existing: true,
+            });
+        }
+    }
+    let chosen = nodes::choose(&mut tx, spec.require_node_id.as_deref(), "").await?;
+    let generation = tx.next_generation().await?;
+    let sandbox_id = fresh_sandbox_id(&mut tx).await?;
+    let now = tx.now;
+    let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
+    let binding = BindingRow {
+        sandbox_id,
+        node_id: chosen.node_id,
+        endpoint: chosen.endpoint,
+        generation,
+        state: State::Creating,
+        team_id: spec.team_id,
+        template_id: spec.template_id,
+        started_at_ms: now,
+        end_at_ms: now.saturating_add(timeout_ms),
+        metadata: spec.metadata,
+        env_vars: spec.env_vars,
+        access_token: warren_core::id::random_token(32),
+        cpu_count: spec.cpu_count,
+        memory_mb: spec.memory_mb,
+        assigned_at_ms: now,
+        updated_at_ms: now,
+    };
+    sqlx::query(sql::INSERT_BINDING)
+        .bind(&binding.sandbox_id)
+        .bind(&binding.node_id)
+        .bind(&binding.endpoint)
+        .bind(to_i64(binding.generation))
+        .bind(binding.state.as_str())
+        .bind(&binding.team_id)
+        .bind(&binding.template_id)
+        .bind(binding.started_at_ms)
+        .bind(binding.end_at_ms)
+        .bind(map_json(&binding.metadata))
+        .bind(map_json(&binding.env_vars))
+        .bind(&binding.access_token)
+        .bind(i64::from(binding.cpu_count))
+        .bind(i64::from(binding.memory_mb))
+        .bind(binding.assigned_at_ms)
+        .bind(binding.updated_at_ms)
+        .bind(spec.idempotency_key.as_deref())
+        .execute(tx.conn())
+        .await?;
+    tx.commit(&store.changed).await?;
+    Ok(Placed {
+        binding,
+        existing: false,
+    })
+}
+
+async fn fresh_sandbox_id(tx: &mut WriteTx) -> Result<String> {
+    for _ in 0..ID_ATTEMPTS {
+        let id = warren_core::id::new_sandbox_id();
+        let taken: i64 = sqlx::query_scalar(sql::SANDBOX_ID_TAKEN)
+            .bind(&id)
+            .fetch_one(tx.conn())
+            .await?;
+        if taken == 0 {
+            return Ok(id);
+        }
+    }
+    Err(Error::Corrupt(format!(
+        "{ID_ATTEMPTS} random sandbox ids in a row were taken"
+    )))
+}
+
+pub(super) async fn reassign(
+    store: &SqliteStore,
+    sandbox_id: &str,
+    node_id: Option<&str>,
+) -> Result<BindingRow> {
+    let mut tx = store.write().await?;
+    let old = tx
+        .binding(sandbox_id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("sandbox {sandbox_id} not found")))?;
+    // Without a target, "move" means "somewhere else".
+    let exclude = if node_id.is_none() { &old.node_id } else { "" };
+    let chosen = nodes::choose(&mut tx, node_id, exclude).await?;
+    let generation = tx.next_generation().await?;
+    let now = tx.now;
+    let moved = sqlx::query(sql::REASSIGN)
+        .bind(sandbox_id)
+        .bind(&old.node_id)
+        .bind(to_i64(old.generation))
+        .bind(&chosen.node_id)
+        .bind(&chosen.endpoint)
+        .bind(to_i64(generation))
+        .bind(now)
+        .execute(tx.conn())
+        .await?
+        .rows_affected()
+        == 1;
+    if !moved {
+        return Err(tx
+            .explain_miss(sandbox_id, &old.node_id, old.generation)
+            .await?);
+    }
+    tx.emit(
+        ChangeKind::Moved,
+        sandbox_id,
+        &chosen.node_id,
+        generation,
+        Some(State::Creating),
+    )
+    .await?;
+    let new = tx
+        .binding(sandbox_id)
+        .await?
+        .ok_or_else(|| Error::Corrupt(format!("sandbox {sandbox_id} vanished mid-transaction")))?;
+    tx.commit(&store.changed).await?;
+    tracing::info!(sandbox = %sandbox_id, from = %old.node_id, to = %new.node_id, generation, "sandbox reassigned");
+    Ok(new)
+}
+
+pub(super) async fn record_assignment(
+    store: &SqliteStore,
+    sandbox_id: &str,
+    node_id: &str,
+    generation: u64,
+) -> Result<BindingRow> {
+    let mut tx = store.write().await?;
+    let b = record_in(&mut tx, sandbox_id, node_id, generation).await?;
+    tx.commit(&store.changed).await?;
+    Ok(b)
+}
+
+/// CREATING → RUNNING, fenced; already RUNNING at that fence is success.
+async fn record_in(
+    tx: &mut WriteTx,
+    sandbox_id: &str,
+    node_id: &str,
+    generation: u64,
+) -> Result<BindingRow> {
+    let fence = (sandbox_id, node_id, generation);
+    tx.set_state_fenced(fence, State::Creating, State::Running, ChangeKind::Assigned)
+        .await?;
+    match tx.binding(sandbox_id).await? {
+        Some(b) if b.node_id == node_id && b.generation == generation => match b.state {
+            State::Running => Ok(b),
+            other => Err(Error::precondition(format!(
+                "sandbox {sandbox_id} is {}, not creating",
+                other.as_str()
+            ))),
+        },
+        _ => Err(tx.explain_miss(sandbox_id, node_id, generation).await?),
+    }
+}
+
+pub(super) async fn apply_event(
+    store: &SqliteStore,
+    node_id: &str,
+    ev: &NodeEvent,
+) -> Result<EventOutcome> {
+    let mut tx = store.write().await?;
+    let (id, gen) = (ev.sandbox_id.as_str(), ev.generation);
+    let applied = |reason: &str| EventOutcome {
+        applied: true,
+        reason: reason.to_string(),
+    };
+    let outcome = match ev.kind {
+        EventType::Create => match record_in(&mut tx, id, node_id, gen).await {
+            Ok(_) => applied("running"),
+            Err(e @ (Error::Store(_) | Error::Corrupt(_))) => return Err(e),
+            Err(e) => missed(e),
+        },
+        EventType::Delete => {
+            if tx.delete_fenced(id, node_id, gen).await? {
+                applied("removed")
+            } else {
+                missed(tx.explain_miss(id, node_id, gen).await?)
+            }
+        }
+        EventType::Pause => transition(&mut tx, (id, node_id, gen), State::Running, State::Paused)
+            .await?
+            .unwrap_or_else(|| applied("paused")),
+        EventType::Resume => transition(&mut tx, (id, node_id, gen), State::Paused, State::Running)
+            .await?
+            .unwrap_or_else(|| applied("running")),
+        EventType::Fork => match tx.binding(id).await? {
+            Some(b) if b.node_id == node_id && b.generation == gen => applied("fork noted"),
+            _ => missed(tx.explain_miss(id, node_id, gen).await?),
+        },
+    };
+    tx.commit(&store.changed).await?;
+    Ok(outcome)
+}
+
+fn missed(e: Error) -> EventOutcome {
+    EventOutcome {
+        applied: false,
+        reason: e.to_string(),
+    }
+}
+
+/// A fenced `from` → `to` change for PAUSE/RESUME: `None` when applied (now
+/// or already), else why not.
+async fn transition(
+    tx: &mut WriteTx,
+    fence: (&str, &str, u64),
+    from: State,
+    to: State,
+) -> Result<Option<EventOutcome>> {
+    if tx
+        .set_state_fenced(fence, from, to, ChangeKind::State)
+        .await?
+    {
+        return Ok(None);
+    }
+    let (id, node_id, gen) = fence;
+    Ok(match tx.binding(id).await? {
+        Some(b) if b.node_id == node_id && b.generation == gen => {
+            if b.state == to {
+                Some(EventOutcome {
+                    applied: true,
+                    reason: format!("already {}", to.as_str()),
+                })
+            } else {
+                Some(missed(Error::precondition(format!(
+                    "sandbox {id} is {}, not {}",
+                    b.state.as_str(),
+                    from.as_str()
+                ))))
+            }
+        }
+        _ => Some(missed(tx.explain_miss(id, node_id, gen).await?)),
+    })
+}
+
+pub(super) async fn list(
+    store: &SqliteStore,
+    filter: &ListFilter,
+) -> Result<(Vec<BindingRow>, Option<String>)> {
+    let limit = filter.limit.max(1);
+    let mut query = String::from(sql::LIST_BINDINGS_PREFIX);
+    query.push_str(" AND ($2 = '' OR team_id = $2) AND ($3 = '' OR node_id = $3)");
+    if !filter.states.is_empty() {
+        // Spelled from the fixed enum, never from client text.
+        let states: Vec<String> = filter
+            .states
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect();
+        query.push_str(&format!(" AND state IN ({})", states.join(", ")));
+    }
+    query.push_str(" ORDER BY sandbox_id LIMIT $4");
+    // Without a metadata filter one query of limit+1 rows says whether there is more.
+    let batch = if filter.metadata.is_empty() {
+        limit + 1
+    } else {
+        FILTERED_BATCH
+    };
+    let mut after = filter.after.clone().unwrap_or_default();
+    let mut out: Vec<BindingRow> = Vec::new();
+    loop {
+        let rows = sqlx::query(&query)
+            .bind(&after)
+            .bind(filter.team_id.as_deref().unwrap_or(""))
+            .bind(filter.node_id.as_deref().unwrap_or(""))
+            .bind(i64::from(batch))
+            .fetch_all(&store.reader)
+            .await?;
+        let exhausted = rows.len() < batch as usize;
+        for row in &rows {
+            let b = binding_from_row(row)?;
+            after.clone_from(&b.sandbox_id);
+            let matches = filter
+                .metadata
+                .iter()
+                .all(|(k, v)| b.metadata.get(k) == Some(v));
+            if matches {
+                out.push(b);
+                if out.len() > limit as usize {
+                    break;
+                }
+            }
+        }
+        if out.len() > limit as usize || exhausted {
+            break;
+        }
+    }
+    if out.len() > limit as usize {
+        out.truncate(limit as usize);
+        let next = out.last().map(|b| b.sandbox_id.clone());
+        return Ok((out, next));
+    }
+    Ok((out, None))
+}
+
+pub(super) async fn set_end_at(
+    store: &SqliteStore,
+    sandbox_id: &str,
+    end_at_ms: i64,
+) -> Result<BindingRow> {
+    let mut tx = store.write().await?;
+    let b = tx
+        .binding(sandbox_id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("sandbox {sandbox_id} not found")))?;
+    if b.state == State::Expiring {
+        return Err(Error::precondition(format!(
+            "sandbox {sandbox_id} is expiring; its timeout can no longer change"
+        )));
+    }
+    let live = matches!(b.state, State::Creating | State::Running | State::Paused);
+    let state = if end_at_ms <= tx.now && live {
+        State::Expiring
+    } else {
+        b.state
+    };
+    let now = tx.now;
+    let done = sqlx::query(sql::SET_END_AT)
+        .bind(sandbox_id)
+        .bind(&b.node_id)
+        .bind(to_i64(b.generation))
+        .bind(end_at_ms)
+        .bind(state.as_str())
+        .bind(now)
+        .execute(tx.conn())
+        .await?
+        .rows_affected()
+        == 1;
+    if !done {
+        return Err(tx
+            .explain_miss(sandbox_id, &b.node_id, b.generation)
+            .await?);
+    }
+    if state != b.state {
+        tx.emit(
+            ChangeKind::State,
+            sandbox_id,
+            &b.node_id,
+            b.generation,
+            Some(state),
+        )
+        .await?;
+    }
+    let updated = tx
+        .binding(sandbox_id)
+        .await?
+        .ok_or_else(|| Error::Corrupt(format!("sandbox {sandbox_id} vanished mid-transaction")))?;
+    tx.commit(&store.changed).await?;
+    Ok(updated)
+}

@@ -1,0 +1,279 @@
+//! The values the store reads and writes, independent of any backend.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A binding's lifecycle state, stored as lowercase text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum State {
+    /// Placed; the node has not confirmed the create yet.
+    Creating,
+    /// The node confirmed it; routable.
+    Running,
+    /// Paused on its node; still routed there.
+    Paused,
+    /// Its node's lease expired; requests answer "node down".
+    Lost,
+    /// Past `end_at`; waiting for its node to kill it.
+    Expiring,
+}
+
+impl State {
+    /// Every state, for gauges.
+    pub const ALL: [State; 5] = [
+        State::Creating,
+        State::Running,
+        State::Paused,
+        State::Lost,
+        State::Expiring,
+    ];
+
+    /// The stored (and metric label) spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Creating => "creating",
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Lost => "lost",
+            State::Expiring => "expiring",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<State> {
+        State::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+/// What a `changes` row says happened (see `ChangeKind` in the .proto).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    /// Became routable (RUNNING) at (node, generation).
+    Assigned,
+    /// Reassigned to a new node/generation.
+    Moved,
+    /// Gone.
+    Removed,
+    /// Its node lost its lease.
+    Lost,
+    /// Any other state change.
+    State,
+}
+
+impl ChangeKind {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Assigned => "assigned",
+            ChangeKind::Moved => "moved",
+            ChangeKind::Removed => "removed",
+            ChangeKind::Lost => "lost",
+            ChangeKind::State => "state",
+        }
+    }
+
+    /// Parses the stored spelling.
+    pub fn parse(s: &str) -> Option<ChangeKind> {
+        [
+            ChangeKind::Assigned,
+            ChangeKind::Moved,
+            ChangeKind::Removed,
+            ChangeKind::Lost,
+            ChangeKind::State,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+    }
+}
+
+/// A sandbox a node reports hosting, at a generation.
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct SandboxRef {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// The generation the node created it at.
+    pub generation: u64,
+}
+
+/// One binding row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingRow {
+    pub sandbox_id: String,
+    pub node_id: String,
+    pub endpoint: String,
+    pub generation: u64,
+    pub state: State,
+    pub team_id: String,
+    pub template_id: String,
+    pub started_at_ms: i64,
+    pub end_at_ms: i64,
+    pub metadata: BTreeMap<String, String>,
+    pub env_vars: BTreeMap<String, String>,
+    pub access_token: String,
+    pub cpu_count: u32,
+    pub memory_mb: u32,
+    /// When the current generation was assigned.
+    pub assigned_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// One node, as `ListNodes` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRow {
+    pub node_id: String,
+    pub endpoint: String,
+    pub capacity: u32,
+    pub incarnation: u64,
+    /// Whether the lease is still valid by the store's clock.
+    pub up: bool,
+    /// Bindings currently naming this node.
+    pub sandboxes: u32,
+    pub lease_expires_at_ms: i64,
+    pub registered_at_ms: i64,
+}
+
+/// One row of the change log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub revision: u64,
+    pub kind: ChangeKind,
+    pub sandbox_id: String,
+    pub node_id: String,
+    pub generation: u64,
+    /// The state after the change; `None` when removed.
+    pub state: Option<State>,
+    pub at_ms: i64,
+}
+
+/// The retained window of the change log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangeBounds {
+    /// Lowest retained revision; `None` when the log is empty.
+    pub oldest: Option<u64>,
+    /// Highest revision ever written (0 before the first change).
+    pub head: u64,
+}
+
+/// `RegisterNode`, validated.
+#[derive(Debug, Clone)]
+pub struct NodeRegistration {
+    pub node_id: String,
+    pub endpoint: String,
+    pub capacity: u32,
+    pub incarnation: u64,
+    pub roster: Vec<SandboxRef>,
+}
+
+/// What a node must do after a register or heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reconciled {
+    /// Hosted but not assigned to it at that generation: kill.
+    pub orphans: Vec<SandboxRef>,
+    /// Assigned to it but past `end_at`: kill, then report DELETE.
+    pub expired: Vec<SandboxRef>,
+}
+
+/// `Place`, validated and with defaults applied.
+#[derive(Debug, Clone, Default)]
+pub struct PlaceSpec {
+    pub team_id: String,
+    pub template_id: String,
+    pub cpu_count: u32,
+    pub memory_mb: u32,
+    /// Lifetime from now; `end_at = now + timeout`.
+    pub timeout: Duration,
+    pub metadata: BTreeMap<String, String>,
+    pub env_vars: BTreeMap<String, String>,
+    pub idempotency_key: Option<String>,
+    pub require_node_id: Option<String>,
+}
+
+/// The outcome of `Place`.
+#[derive(Debug, Clone)]
+pub struct Placed {
+    pub binding: BindingRow,
+    /// The idempotency key matched an earlier placement.
+    pub existing: bool,
+}
+
+/// A node-reported lifecycle event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Create,
+    Delete,
+    Pause,
+    Resume,
+    Fork,
+}
+
+/// One event of `ReportSandboxEvent`, validated.
+#[derive(Debug, Clone)]
+pub struct NodeEvent {
+    pub sandbox_id: String,
+    pub generation: u64,
+    pub kind: EventType,
+}
+
+/// The result of one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventOutcome {
+    /// The fence matched (the change is, or already was, in effect).
+    pub applied: bool,
+    /// Why not, or what happened.
+    pub reason: String,
+}
+
+/// `ListSandboxes`, validated.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    pub team_id: Option<String>,
+    pub node_id: Option<String>,
+    /// Empty: every state.
+    pub states: Vec<State>,
+    /// Every pair must match.
+    pub metadata: BTreeMap<String, String>,
+    /// Continue after this sandbox id (ids are listed in order).
+    pub after: Option<String>,
+    pub limit: u32,
+}
+
+/// Bounds the sweep works with.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepSettings {
+    /// Whether to take nodes down whose lease expired. Off for one lease
+    /// period after the scheduler starts: while it was down nobody could
+    /// heartbeat, and that says nothing about the nodes.
+    pub expire_nodes: bool,
+    /// A CREATING binding older than this is resolved from its node's roster.
+    pub creating_timeout: Duration,
+    /// How many change rows to keep.
+    pub watch_retention: u64,
+}
+
+/// What one sweep pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub nodes_down: u64,
+    pub bindings_lost: u64,
+    pub bindings_expired: u64,
+    pub creates_confirmed: u64,
+    pub bindings_removed: u64,
+    pub changes_pruned: u64,
+}
+
+impl SweepReport {
+    /// Whether anything changed.
+    pub fn is_quiet(&self) -> bool {
+        *self == SweepReport::default()
+    }
+}
+
+/// Counts for the state gauges.
+#[derive(Debug, Clone, Default)]
+pub struct Census {
+    pub nodes_up: u64,
+    pub nodes_down: u64,
+    pub bindings: Vec<(State, u64)>,
+}
