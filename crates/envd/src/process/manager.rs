@@ -7,27 +7,18 @@
 //! `watch` channel that the RPC streams wait on, so streams never hold the
 //! process: a client that goes away leaves it running and reattachable.
 
-use super::output::{OutputLog, Pipe};
+use super::output::{OffsetError, OutputLog, Pipe};
+use super::pipe::spawn_reader;
 use crate::paths::{Follow, Jail};
-use bytes::BytesMut;
 use nix::sys::signal::Signal;
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
-use tokio::sync::watch;
-
-/// How long output may keep arriving after the process itself exited: a
-/// background child can hold the pipes open forever, and the end event must
-/// not wait for it.
-const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(250);
-
-/// Bytes read from a pipe at once.
-const READ_CHUNK: usize = 32 * 1024;
+use tokio::sync::{watch, Notify};
 
 /// The default `PATH` of sandbox processes.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -111,6 +102,27 @@ pub struct State {
     pub log: OutputLog,
     /// Set once it has ended and its output is complete.
     pub exit: Option<Exit>,
+    /// Where each attached stream has read up to (by stream id): the
+    /// readers hold back new output rather than evict bytes a stream has
+    /// not sent yet.
+    cursors: HashMap<u64, u64>,
+    next_cursor: u64,
+}
+
+impl State {
+    /// The offset of the slowest attached stream (`u64::MAX` when none).
+    pub fn slowest(&self) -> u64 {
+        self.cursors.values().min().copied().unwrap_or(u64::MAX)
+    }
+
+    /// Whether `len` more bytes fit within the bound without evicting
+    /// output that an attached stream has not sent yet. A chunk larger than
+    /// the whole bound fits once every stream has caught up (it is then
+    /// kept whole until they have sent it).
+    pub fn fits(&self, len: usize) -> bool {
+        let slowest = self.slowest();
+        slowest >= self.log.end() || self.log.end() + len as u64 - slowest <= self.log.max() as u64
+    }
 }
 
 /// One process started through envd.
@@ -128,6 +140,10 @@ pub struct Proc {
     state: Mutex<State>,
     /// Bumped whenever `state` changes; streams wait on it.
     changed: watch::Sender<()>,
+    /// Signalled when a stream moved its cursor; readers held back wait on it.
+    pub(super) space: Notify,
+    /// Set the moment the process exits (before its output is complete).
+    exited: AtomicBool,
     /// The write end of its stdin while open.
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
 }
@@ -144,9 +160,31 @@ impl Proc {
         self.changed.subscribe()
     }
 
-    /// Whether it is still running (its exit is not recorded yet).
+    /// Whether it is still running.
     pub fn running(&self) -> bool {
-        self.state().exit.is_none()
+        !self.exited.load(Ordering::Acquire)
+    }
+
+    /// Registers a stream that reads from offset `from` (the end of the
+    /// output so far when `None`: live output only), so output it has not
+    /// sent yet is held back instead of evicted.
+    pub fn attach(self: &Arc<Self>, from: Option<u64>) -> Result<Cursor, OffsetError> {
+        let mut state = self.state();
+        let from = match from {
+            Some(offset) => {
+                state.log.check(offset)?;
+                offset
+            }
+            None => state.log.end(),
+        };
+        let id = state.next_cursor;
+        state.next_cursor += 1;
+        state.cursors.insert(id, from);
+        Ok(Cursor {
+            proc: self.clone(),
+            id,
+            from,
+        })
     }
 
     /// Writes `data` to its stdin.
@@ -196,8 +234,43 @@ impl Proc {
         }
     }
 
-    fn notify(&self) {
+    pub(super) fn notify(&self) {
         self.changed.send_modify(|_| ());
+    }
+}
+
+/// An attached stream's read position; dropping it detaches the stream.
+#[derive(Debug)]
+pub struct Cursor {
+    proc: Arc<Proc>,
+    id: u64,
+    from: u64,
+}
+
+impl Cursor {
+    /// The process.
+    pub fn proc(&self) -> &Arc<Proc> {
+        &self.proc
+    }
+
+    /// The offset the stream started from.
+    pub fn start(&self) -> u64 {
+        self.from
+    }
+
+    /// The stream has sent everything before `offset`.
+    pub fn advance(&self, offset: u64) {
+        if let Some(c) = self.proc.state().cursors.get_mut(&self.id) {
+            *c = offset;
+        }
+        self.proc.space.notify_waiters();
+    }
+}
+
+impl Drop for Cursor {
+    fn drop(&mut self) {
+        self.proc.state().cursors.remove(&self.id);
+        self.proc.space.notify_waiters();
     }
 }
 
@@ -234,8 +307,9 @@ impl Manager {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts a process; its output is recorded from the first byte.
-    pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Arc<Proc>, ProcError> {
+    /// Starts a process; its output is recorded from the first byte, and
+    /// the returned cursor (at offset 0) holds it for the starting client.
+    pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
         let cwd = self
             .jail
             .resolve(spec.cwd.as_deref().unwrap_or(""), Follow::All)?;
@@ -271,20 +345,37 @@ impl Manager {
             state: Mutex::new(State {
                 log: OutputLog::new(self.max_output_bytes),
                 exit: None,
+                cursors: HashMap::new(),
+                next_cursor: 0,
             }),
             changed,
+            space: Notify::new(),
+            exited: AtomicBool::new(false),
             stdin: tokio::sync::Mutex::new(child.stdin.take()),
         });
         self.table().procs.insert(pid, proc.clone());
+        // Attached before the readers start, so not a byte can be evicted
+        // before the starting client has it.
+        let cursor = Cursor {
+            proc: proc.clone(),
+            id: 0,
+            from: 0,
+        };
+        {
+            let mut state = proc.state();
+            state.cursors.insert(0, 0);
+            state.next_cursor = 1;
+        }
 
+        let (exited_tx, exited_rx) = watch::channel(false);
         let out = child
             .stdout
             .take()
-            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stdout));
+            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stdout, exited_rx.clone()));
         let err = child
             .stderr
             .take()
-            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stderr));
+            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stderr, exited_rx));
         let manager = self.clone();
         let p = proc.clone();
         tokio::spawn(async move {
@@ -297,44 +388,39 @@ impl Manager {
                     error: Some(format!("waiting for the process: {e}")),
                 },
             };
-            for reader in [out, err].into_iter().flatten() {
-                let abort = reader.abort_handle();
-                if tokio::time::timeout(DRAIN_AFTER_EXIT, reader)
-                    .await
-                    .is_err()
-                {
-                    abort.abort();
-                }
-            }
+            p.exited.store(true, Ordering::Release);
+            let _ = exited_tx.send(true);
             p.stdin.lock().await.take();
+            // The readers finish what the process wrote (see `pipe`); only
+            // then is the output complete and the end event due.
+            for reader in [out, err].into_iter().flatten() {
+                let _ = reader.await;
+            }
             p.state().exit = Some(exit);
             p.notify();
             manager.finished(p.pid);
         });
-        Ok(proc)
+        Ok(cursor)
     }
 
     /// Sandbox processes get a small default environment, then envd's own
-    /// (minus its `WARREN_ENVD_*` settings: the node puts the sandbox's env
-    /// vars there), then what the request asked for.
+    /// (minus its `WARREN_ENVD_*` settings; the node puts the sandbox's env
+    /// vars there), then HOME and USER of the sandbox user, then what the
+    /// request asked for.
     fn environment(&self, spec: &Spec, home: &std::path::Path) -> HashMap<String, String> {
-        let user = spec.user.clone().unwrap_or_else(|| "user".to_string());
         let mut env: HashMap<String, String> = [
-            ("PATH", DEFAULT_PATH.to_string()),
-            ("HOME", home.to_string_lossy().into_owned()),
-            ("USER", user.clone()),
-            ("LOGNAME", user),
-            ("SHELL", "/bin/bash".to_string()),
-            ("LANG", "C.UTF-8".to_string()),
+            ("PATH", DEFAULT_PATH),
+            ("SHELL", "/bin/bash"),
+            ("LANG", "C.UTF-8"),
         ]
         .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        for (k, v) in std::env::vars() {
-            if !k.starts_with("WARREN_ENVD_") {
-                env.insert(k, v);
-            }
-        }
+        env.extend(std::env::vars().filter(|(k, _)| !k.starts_with("WARREN_ENVD_")));
+        let user = spec.user.clone().unwrap_or_else(|| "user".to_string());
+        env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
+        env.insert("USER".to_string(), user.clone());
+        env.insert("LOGNAME".to_string(), user);
         env.extend(spec.envs.clone());
         env
     }
@@ -393,27 +479,6 @@ impl Manager {
             let _ = p.signal(Signal::SIGKILL);
         }
     }
-}
-
-fn spawn_reader(
-    proc: Arc<Proc>,
-    mut pipe: impl AsyncRead + Unpin + Send + 'static,
-    which: Pipe,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut buf = BytesMut::with_capacity(READ_CHUNK);
-        loop {
-            buf.reserve(READ_CHUNK);
-            match pipe.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let data = buf.split().freeze();
-                    proc.state().log.push(which, data);
-                    proc.notify();
-                }
-            }
-        }
-    })
 }
 
 /// Go's `ProcessState.String()` and `ExitCode()`, which E2B's envd reports.

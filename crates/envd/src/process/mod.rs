@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`manager`]: the process table — spawn, stdin, signals, retention.
 //! - [`output`]: the bounded per-process output log with absolute offsets.
+//! - [`pipe`]: reading stdout/stderr into the log (backpressure, draining).
 //! - [`stream`]: one client's event stream (start, data, end, keepalive).
 //!
 //! Differences from E2B's envd: `ConnectRequest.offset` replays retained
@@ -12,6 +13,7 @@
 
 pub mod manager;
 pub mod output;
+pub mod pipe;
 pub mod stream;
 
 use crate::rpc_error::proc_error;
@@ -123,21 +125,11 @@ impl Process for ProcessService {
     ) -> ServiceResult<ServiceStream<ConnectResponse>> {
         let req = request.to_owned_message();
         let proc = self.select(req.process.as_option())?;
-        let from = {
-            let state = proc.state();
-            match req.offset {
-                Some(offset) => {
-                    state
-                        .log
-                        .check(offset)
-                        .map_err(|e| ConnectError::out_of_range(e.to_string()))?;
-                    offset
-                }
-                // E2B's behaviour: live output only.
-                None => state.log.end(),
-            }
-        };
-        let events = stream::events(proc, from, self.keepalive(&ctx)).map(|ev| {
+        // Without an offset, E2B's behaviour: live output only.
+        let cursor = proc
+            .attach(req.offset)
+            .map_err(|e| ConnectError::out_of_range(e.to_string()))?;
+        let events = stream::events(cursor, self.keepalive(&ctx)).map(|ev| {
             ev.map(|event| ConnectResponse {
                 event: event.into(),
                 ..Default::default()
@@ -173,9 +165,9 @@ impl Process for ProcessService {
             tag: req.tag,
             user: basic_user(&ctx),
         };
-        let proc = self.manager.start(spec).map_err(proc_error)?;
-        tracing::debug!(pid = proc.pid, cmd = %proc.spec.cmd, "process started");
-        let events = stream::events(proc, 0, self.keepalive(&ctx)).map(|ev| {
+        let cursor = self.manager.start(spec).map_err(proc_error)?;
+        tracing::debug!(pid = cursor.proc().pid, cmd = %cursor.proc().spec.cmd, "process started");
+        let events = stream::events(cursor, self.keepalive(&ctx)).map(|ev| {
             ev.map(|event| StartResponse {
                 event: event.into(),
                 ..Default::default()

@@ -78,6 +78,11 @@ impl OutputLog {
         self.chunks.front().map_or(self.end, |c| c.offset)
     }
 
+    /// The most bytes it keeps.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
     /// The offset the next byte will get: the total bytes ever written.
     pub fn end(&self) -> u64 {
         self.end
@@ -86,6 +91,13 @@ impl OutputLog {
     /// Appends what was read from `pipe`, evicting the oldest bytes beyond
     /// the bound (a chunk can be cut part-way, so the bound is exact).
     pub fn push(&mut self, pipe: Pipe, data: Bytes) {
+        self.push_keeping(pipe, data, u64::MAX);
+    }
+
+    /// Like [`push`](Self::push), but never evicts bytes at or after
+    /// `keep_from` (what an attached stream has not sent yet); the log may
+    /// then hold more than its bound until that stream moves on.
+    pub fn push_keeping(&mut self, pipe: Pipe, data: Bytes, keep_from: u64) {
         if data.is_empty() {
             return;
         }
@@ -98,17 +110,21 @@ impl OutputLog {
         self.end += len as u64;
         self.retained += len;
         while self.retained > self.max {
-            let excess = self.retained - self.max;
             let Some(front) = self.chunks.front_mut() else {
                 break;
             };
-            if front.data.len() <= excess {
+            if front.offset >= keep_from {
+                break;
+            }
+            let evictable = (keep_from - front.offset).min(usize::MAX as u64) as usize;
+            let cut = (self.retained - self.max).min(evictable);
+            if front.data.len() <= cut {
                 self.retained -= front.data.len();
                 self.chunks.pop_front();
             } else {
-                front.data = front.data.slice(excess..);
-                front.offset += excess as u64;
-                self.retained -= excess;
+                front.data = front.data.slice(cut..);
+                front.offset += cut as u64;
+                self.retained -= cut;
             }
         }
     }
@@ -211,6 +227,21 @@ mod tests {
         assert_eq!(
             concat(&log.read_from(20, usize::MAX).expect("tail")),
             b"GHIJKLMNOP"
+        );
+    }
+
+    #[test]
+    fn bytes_a_stream_still_needs_are_kept_past_the_bound() {
+        let mut log = OutputLog::new(10);
+        log.push_keeping(Pipe::Stdout, Bytes::from_static(b"0123456789abcdef"), 0);
+        assert_eq!(log.start(), 0, "nothing sent yet, nothing evicted");
+        log.push_keeping(Pipe::Stdout, Bytes::from_static(b"XY"), 12);
+        assert_eq!(log.start(), 8, "evicted down to the bound");
+        log.push_keeping(Pipe::Stdout, Bytes::from_static(b"Z"), 6);
+        assert_eq!(
+            log.start(),
+            8,
+            "never past the bound and never evicting kept bytes"
         );
     }
 

@@ -6,11 +6,10 @@
 //! client goes away the channel closes and the task stops; the process is not
 //! affected.
 
-use super::manager::{Exit, Proc};
+use super::manager::{Cursor, Exit};
 use super::output::{Chunk, Pipe};
 use connectrpc::ConnectError;
 use futures_util::Stream;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -23,20 +22,20 @@ use warren_envd_proto::process::ProcessEvent;
 /// How much output one read takes from the log before sending it.
 const READ_BATCH: usize = 1024 * 1024;
 
-/// The events of `proc` from output offset `from` on.
+/// The events of the process `cursor` is attached to, from its offset on.
 pub fn events(
-    proc: Arc<Proc>,
-    from: u64,
+    cursor: Cursor,
     keepalive: Duration,
 ) -> impl Stream<Item = Result<ProcessEvent, ConnectError>> + Send + 'static {
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(pump(proc, from, keepalive, tx));
+    tokio::spawn(pump(cursor, keepalive, tx));
     ReceiverStream::new(rx)
 }
 
 type Tx = mpsc::Sender<Result<ProcessEvent, ConnectError>>;
 
-async fn pump(proc: Arc<Proc>, from: u64, keepalive: Duration, tx: Tx) {
+async fn pump(attached: Cursor, keepalive: Duration, tx: Tx) {
+    let proc = attached.proc().clone();
     // Subscribe before the first read so no change between the two is missed.
     let mut changed = proc.subscribe();
     let start = StartEvent {
@@ -48,7 +47,7 @@ async fn pump(proc: Arc<Proc>, from: u64, keepalive: Duration, tx: Tx) {
     }
     let mut tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut cursor = from;
+    let mut cursor = attached.start();
     loop {
         let read = {
             let state = proc.state();
@@ -74,6 +73,7 @@ async fn pump(proc: Arc<Proc>, from: u64, keepalive: Duration, tx: Tx) {
             if send(&tx, event(data(chunk))).await.is_err() {
                 return;
             }
+            attached.advance(cursor);
         }
         if sent_any {
             tick.reset();
