@@ -53,13 +53,17 @@ impl TestEnvd {
                 let _ = stopped.await;
             },
         ));
-        TestEnvd {
+        let envd = TestEnvd {
             root,
             base: format!("http://{addr}").parse().expect("uri"),
             token,
             stop: Some(stop),
             task: Some(task),
-        }
+        };
+        // Serving means set up (the home exists), so tests may touch files.
+        let (status, _, _) = envd.http("GET", "/health", &[], vec![]).await;
+        assert_eq!(status, http::StatusCode::NO_CONTENT);
+        envd
     }
 
     /// Connect client config (proto or JSON), with the token if any.

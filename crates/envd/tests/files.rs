@@ -1,0 +1,536 @@
+//! `/files`, `filesystem.Filesystem`, the sandbox root boundary and the
+//! access token.
+
+mod common;
+
+use common::{TestEnvd, TOKEN};
+use connectrpc::ErrorCode;
+use http::StatusCode;
+use rand::RngCore;
+use std::io::Write;
+use warren_envd_proto::filesystem::{
+    FileType, ListDirRequest, MakeDirRequest, MoveRequest, RemoveRequest, StatRequest,
+    WatchDirRequest,
+};
+use warren_envd_proto::process::{ListRequest, ProcessConfig, StartRequest};
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut data = vec![0u8; n];
+    rand::rng().fill_bytes(&mut data);
+    data
+}
+
+/// A multipart body as httpx (the e2b SDK) builds it: one `file` part per
+/// file, the destination path as its file name.
+fn multipart(files: &[(&str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "warren-test-boundary-7d3f";
+    let mut body = Vec::new();
+    for (name, data) in files {
+        write!(
+            body,
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .expect("write");
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    write!(body, "--{boundary}--\r\n").expect("write");
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+fn json(body: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(body).expect("json body")
+}
+
+#[tokio::test]
+async fn multipart_upload_then_download_is_byte_exact() {
+    let envd = TestEnvd::start().await;
+    let data = random_bytes(300 * 1024 + 7);
+    let (ct, body) = multipart(&[("bin/data.bin", &data)]);
+    let (status, _, res) = envd
+        .http(
+            "POST",
+            "/files?username=user",
+            &[("content-type", &ct)],
+            body,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&res));
+    let written = json(&res);
+    assert_eq!(
+        written[0]["path"], "/home/user/bin/data.bin",
+        "relative paths start at home"
+    );
+    assert_eq!(written[0]["name"], "data.bin");
+    assert_eq!(written[0]["type"], "file");
+    assert_eq!(
+        std::fs::read(envd.host("/home/user/bin/data.bin")).expect("on disk"),
+        data
+    );
+
+    let (status, headers, got) = envd
+        .http(
+            "GET",
+            "/files?path=%2Fhome%2Fuser%2Fbin%2Fdata.bin",
+            &[],
+            vec![],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-type"], "application/octet-stream");
+    assert_eq!(got, data, "downloaded bytes equal uploaded bytes");
+
+    // Several files in one request, each to its own path.
+    let (ct, body) = multipart(&[("/tmp/a.txt", b"A"), ("b.txt", b"B")]);
+    let (status, _, res) = envd
+        .http("POST", "/files", &[("content-type", &ct)], body)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let written = json(&res);
+    assert_eq!(written[0]["path"], "/tmp/a.txt");
+    assert_eq!(written[1]["path"], "/home/user/b.txt");
+    assert_eq!(std::fs::read(envd.host("/tmp/a.txt")).expect("a"), b"A");
+
+    // With ?path=, the one part goes there whatever its file name.
+    let (ct, body) = multipart(&[("ignored.txt", b"overwritten")]);
+    let (status, _, _) = envd
+        .http("POST", "/files?path=b.txt", &[("content-type", &ct)], body)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        std::fs::read(envd.host("/home/user/b.txt")).expect("b"),
+        b"overwritten"
+    );
+}
+
+#[tokio::test]
+async fn octet_stream_and_gzip_uploads() {
+    let envd = TestEnvd::start().await;
+    let data = random_bytes(64 * 1024);
+    let (status, _, res) = envd
+        .http(
+            "POST",
+            "/files?path=raw.bin",
+            &[("content-type", "application/octet-stream")],
+            data.clone(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&res));
+    assert_eq!(json(&res)[0]["path"], "/home/user/raw.bin");
+    assert_eq!(
+        std::fs::read(envd.host("/home/user/raw.bin")).expect("raw"),
+        data
+    );
+
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&data).expect("gzip");
+    let compressed = gz.finish().expect("gzip");
+    let (status, _, _) = envd
+        .http(
+            "POST",
+            "/files?path=gz.bin",
+            &[
+                ("content-type", "application/octet-stream"),
+                ("content-encoding", "gzip"),
+            ],
+            compressed,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        std::fs::read(envd.host("/home/user/gz.bin")).expect("gz"),
+        data
+    );
+
+    let (status, _, res) = envd
+        .http(
+            "POST",
+            "/files?path=bad.bin",
+            &[
+                ("content-type", "application/octet-stream"),
+                ("content-encoding", "gzip"),
+            ],
+            b"not gzip at all".to_vec(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(json(&res)["code"], 400);
+}
+
+#[tokio::test]
+async fn download_errors_use_e2b_json() {
+    let envd = TestEnvd::start().await;
+    let (status, _, res) = envd
+        .http("GET", "/files?path=missing.txt", &[], vec![])
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let err = json(&res);
+    assert_eq!(err["code"], 404);
+    assert!(err["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("/home/user/missing.txt"));
+    let (status, _, _) = envd.http("GET", "/files?path=/home", &[], vec![]).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a directory cannot be downloaded"
+    );
+    let (status, _, _) = envd.http("GET", "/files", &[], vec![]).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "path is required");
+}
+
+#[tokio::test]
+async fn filesystem_rpcs_stat_list_make_move_remove() {
+    let envd = TestEnvd::start().await;
+    for json_codec in [false, true] {
+        let fs = envd.fs(json_codec);
+        let base = if json_codec {
+            "/home/user/j"
+        } else {
+            "/home/user/p"
+        };
+        let made = fs
+            .make_dir(MakeDirRequest {
+                path: format!("{base}/d1/d2"),
+                ..Default::default()
+            })
+            .await
+            .expect("make dir")
+            .into_owned();
+        let entry = made.entry.as_option().expect("entry");
+        assert_eq!(entry.path, format!("{base}/d1/d2"));
+        assert_eq!(entry.name, "d2");
+        assert_eq!(entry.r#type.as_known(), Some(FileType::FILE_TYPE_DIRECTORY));
+        let err = fs
+            .make_dir(MakeDirRequest {
+                path: format!("{base}/d1"),
+                ..Default::default()
+            })
+            .await
+            .expect_err("exists");
+        assert_eq!(err.code, ErrorCode::AlreadyExists);
+
+        std::fs::write(envd.host(&format!("{base}/d1/f.txt")), b"hello").expect("write");
+        let stat = fs
+            .stat(StatRequest {
+                path: format!("{base}/d1/f.txt"),
+                ..Default::default()
+            })
+            .await
+            .expect("stat")
+            .into_owned();
+        let e = stat.entry.as_option().expect("entry");
+        assert_eq!(e.size, 5);
+        assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_FILE));
+        assert!(e.permissions.starts_with("-rw"), "{}", e.permissions);
+        assert_eq!(e.permissions.len(), 10);
+        assert!(!e.owner.is_empty() && !e.group.is_empty());
+        assert!(e.modified_time.as_option().is_some_and(|t| t.seconds > 0));
+
+        let listed = fs
+            .list_dir(ListDirRequest {
+                path: base.to_string(),
+                depth: 2,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_owned();
+        let paths: Vec<&str> = listed.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            vec![
+                format!("{base}/d1").as_str(),
+                format!("{base}/d1/d2").as_str(),
+                format!("{base}/d1/f.txt").as_str()
+            ]
+        );
+        let shallow = fs
+            .list_dir(ListDirRequest {
+                path: base.to_string(),
+                depth: 1,
+                ..Default::default()
+            })
+            .await
+            .expect("list")
+            .into_owned();
+        assert_eq!(shallow.entries.len(), 1);
+
+        let moved = fs
+            .r#move(MoveRequest {
+                source: format!("{base}/d1/f.txt"),
+                destination: format!("{base}/new/place.txt"),
+                ..Default::default()
+            })
+            .await
+            .expect("move")
+            .into_owned();
+        assert_eq!(
+            moved.entry.as_option().map(|e| e.path.clone()),
+            Some(format!("{base}/new/place.txt"))
+        );
+        let err = fs
+            .stat(StatRequest {
+                path: format!("{base}/d1/f.txt"),
+                ..Default::default()
+            })
+            .await
+            .expect_err("moved away");
+        assert_eq!(err.code, ErrorCode::NotFound);
+
+        fs.remove(RemoveRequest {
+            path: format!("{base}/d1"),
+            ..Default::default()
+        })
+        .await
+        .expect("remove dir");
+        assert!(!envd.host(&format!("{base}/d1")).exists());
+        let err = fs
+            .remove(RemoveRequest {
+                path: format!("{base}/d1"),
+                ..Default::default()
+            })
+            .await
+            .expect_err("already gone");
+        assert_eq!(err.code, ErrorCode::NotFound);
+    }
+}
+
+#[tokio::test]
+async fn symlinks_are_reported_and_watchers_are_unimplemented() {
+    let envd = TestEnvd::start().await;
+    let home = envd.host("/home/user");
+    std::fs::write(home.join("target.txt"), b"t").expect("write");
+    std::os::unix::fs::symlink("target.txt", home.join("link")).expect("symlink");
+    let fs = envd.fs(false);
+    let stat = fs
+        .stat(StatRequest {
+            path: "link".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("stat link")
+        .into_owned();
+    let e = stat.entry.as_option().expect("entry");
+    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_SYMLINK));
+    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/target.txt"));
+    assert!(e.permissions.starts_with('L'));
+
+    let err = stream_error!(fs.watch_dir(WatchDirRequest {
+        path: "/home/user".into(),
+        ..Default::default()
+    }));
+    assert_eq!(err.code, ErrorCode::Unimplemented);
+}
+
+#[tokio::test]
+async fn paths_never_escape_the_root() {
+    let envd = TestEnvd::start().await;
+    let home = envd.host("/home/user");
+    std::os::unix::fs::symlink("/etc", home.join("etc-link")).expect("symlink");
+    std::os::unix::fs::symlink("../../..", home.join("up")).expect("symlink");
+
+    // `..` above the sandbox's `/`: a client error.
+    let (status, _, res) = envd
+        .http("GET", "/files?path=/../../../../etc/passwd", &[], vec![])
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&res)
+    );
+    // A symlink to the host's /etc: refused.
+    let (status, _, _) = envd
+        .http("GET", "/files?path=etc-link/passwd", &[], vec![])
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _, _) = envd.http("GET", "/files?path=up/up/etc", &[], vec![]).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    // Writing through one is refused too, and nothing lands outside.
+    let (ct, body) = multipart(&[("etc-link/warren-escape-test", b"x")]);
+    let (status, _, _) = envd
+        .http("POST", "/files", &[("content-type", &ct)], body)
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(!std::path::Path::new("/etc/warren-escape-test").exists());
+    let (ct, body) = multipart(&[("../../../escape.txt", b"x")]);
+    let (status, _, _) = envd
+        .http("POST", "/files", &[("content-type", &ct)], body)
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    let fs = envd.fs(false);
+    let err = fs
+        .stat(StatRequest {
+            path: "etc-link/passwd".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("symlink escape");
+    assert_eq!(err.code, ErrorCode::PermissionDenied);
+    let err = fs
+        .list_dir(ListDirRequest {
+            path: "../../..".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("dotdot escape");
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+    let err = fs
+        .list_dir(ListDirRequest {
+            path: "up".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("symlink escape");
+    assert_eq!(err.code, ErrorCode::PermissionDenied);
+    // The sandbox's `/` is the root, not the host's.
+    let listed = fs
+        .list_dir(ListDirRequest {
+            path: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("list root")
+        .into_owned();
+    let names: Vec<&str> = listed.entries.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, vec!["home"]);
+    let err = fs
+        .remove(RemoveRequest {
+            path: "/".into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("root");
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+
+    // A process cwd is confined the same way.
+    let client = envd.process(false);
+    let err = stream_error!(client.start(StartRequest {
+        process: ProcessConfig {
+            cmd: "pwd".into(),
+            cwd: Some("etc-link".into()),
+            ..Default::default()
+        }
+        .into(),
+        ..Default::default()
+    }));
+    assert_eq!(err.code, ErrorCode::PermissionDenied);
+}
+
+#[tokio::test]
+async fn access_token_guards_everything_but_health() {
+    let envd = TestEnvd::start_with(|s| s.with_access_token(TOKEN)).await;
+    let (status, _, _) = envd.http("GET", "/health", &[], vec![]).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "/health needs no token");
+
+    let (status, _, res) = envd.http("GET", "/files?path=x", &[], vec![]).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(json(&res)["code"], 401);
+    let (status, _, _) = envd
+        .http(
+            "GET",
+            "/files?path=x",
+            &[("x-access-token", "wrong")],
+            vec![],
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    std::fs::write(envd.host("/home/user/x"), b"ok").expect("write");
+    let (status, _, body) = envd
+        .http(
+            "GET",
+            "/files?path=x",
+            &[
+                ("x-access-token", TOKEN),
+                // What the SDK also sends; tolerated.
+                ("authorization", "Basic dXNlcjo="),
+            ],
+            vec![],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, b"ok");
+
+    // A presigned URL, as the SDK's `download_url` makes it.
+    let sig = signature("x", "read", "", TOKEN);
+    let (status, _, body) = envd
+        .http(
+            "GET",
+            &format!("/files?path=x&signature={sig}"),
+            &[],
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "a valid signature stands in for the token"
+    );
+    assert_eq!(body, b"ok");
+    let sig = signature("x", "write", "", TOKEN);
+    let (status, _, _) = envd
+        .http(
+            "GET",
+            &format!("/files?path=x&signature={sig}"),
+            &[],
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "a write signature does not read"
+    );
+
+    // RPCs: Connect `unauthenticated`, unary and streaming, proto and JSON.
+    let anonymous = warren_envd_proto::process::ProcessClient::new(
+        connectrpc::client::HttpClient::plaintext(),
+        connectrpc::client::ClientConfig::new(envd.base.clone()),
+    );
+    let err = anonymous
+        .list(ListRequest::default())
+        .await
+        .expect_err("no token");
+    assert_eq!(err.code, ErrorCode::Unauthenticated);
+    let err = stream_error!(anonymous.start(StartRequest {
+        process: ProcessConfig {
+            cmd: "true".into(),
+            ..Default::default()
+        }
+        .into(),
+        ..Default::default()
+    }));
+    assert_eq!(err.code, ErrorCode::Unauthenticated);
+    let wrong = warren_envd_proto::process::ProcessClient::new(
+        connectrpc::client::HttpClient::plaintext(),
+        connectrpc::client::ClientConfig::new(envd.base.clone())
+            .json()
+            .with_default_header("x-access-token", "nope"),
+    );
+    let err = wrong
+        .list(ListRequest::default())
+        .await
+        .expect_err("wrong token");
+    assert_eq!(err.code, ErrorCode::Unauthenticated);
+    // With the token everything works.
+    envd.process(true)
+        .list(ListRequest::default())
+        .await
+        .expect("list with the token");
+}
+
+/// The e2b SDK's `get_signature` (e2b/sandbox/signature.py).
+fn signature(path: &str, operation: &str, user: &str, token: &str) -> String {
+    use base64::Engine;
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{path}:{operation}:{user}:{token}").as_bytes());
+    format!(
+        "v1_{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest)
+    )
+    .replace('+', "%2B")
+    .replace('/', "%2F")
+}
