@@ -526,3 +526,56 @@ async fn list_shows_running_processes_with_their_config() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn oversized_and_malformed_messages_are_refused() {
+    let envd = TestEnvd::start().await;
+    let client = envd.process(false);
+    let mut stream = client
+        .start(start_req("cat", &[], true))
+        .await
+        .expect("start");
+    let mut out = Output::default();
+    read_until!(stream, out, |o: &Output| o.pid.is_some());
+    let pid = out.pid.expect("pid");
+    let err = client
+        .send_input(SendInputRequest {
+            process: pid_selector(pid).into(),
+            input: stdin(&vec![b'x'; 9 * 1024 * 1024]).into(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("9 MiB message");
+    assert_eq!(err.code, ErrorCode::ResourceExhausted, "{err:?}");
+
+    let (status, _, body) = envd
+        .http(
+            "POST",
+            "/process.Process/List",
+            &[("content-type", "application/proto")],
+            vec![0xff, 0xff, 0xff, 0xff, 0x0f],
+        )
+        .await;
+    assert_eq!(
+        status,
+        http::StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let err: serde_json::Value = serde_json::from_slice(&body).expect("connect error json");
+    assert_eq!(err["code"], "invalid_argument");
+
+    let (status, _, body) = envd
+        .http(
+            "POST",
+            "/process.Process/NoSuchMethod",
+            &[("content-type", "application/json")],
+            b"{}".to_vec(),
+        )
+        .await;
+    assert!(
+        status == http::StatusCode::NOT_FOUND || status == http::StatusCode::NOT_IMPLEMENTED,
+        "{status} {}",
+        String::from_utf8_lossy(&body)
+    );
+}
