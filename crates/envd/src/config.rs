@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use warren_core::config::ConfigError;
+use warren_core::config::{parse_duration, ConfigError};
 
 /// The env var that carries the sandbox's access token. Never a flag: argv is
 /// visible to every process in the sandbox through `/proc`.
@@ -51,24 +51,6 @@ pub struct Config {
     /// no `Keepalive-Ping-Interval` header (the e2b SDK sends 50 s).
     #[arg(long, env = "WARREN_ENVD_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
     pub keepalive: Duration,
-}
-
-/// Parses `500ms`, `30s`, `2m` or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration like 30s, 500ms or 2m"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
-        _ => Err(format!("{s:?}: unknown unit {unit:?} (ms, s, m)")),
-    }
 }
 
 /// Where the envd API listens.
@@ -199,16 +181,6 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("3h").is_err());
-    }
 
     #[test]
     fn relative_home_is_rejected() {

@@ -456,6 +456,17 @@ async fn input_without_stdin_and_pty_requests_are_refused_clearly() {
 
     let err = stream_error!(client.start(start_req("/no/such/program", &[], false)));
     assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+
+    let mut req = start_req("pwd", &[], false);
+    if let Some(p) = req.process.as_option_mut() {
+        p.cwd = Some("/no/such/dir".into());
+    }
+    let err = stream_error!(client.start(req));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(err
+        .message
+        .unwrap_or_default()
+        .contains("working directory"));
 }
 
 #[tokio::test]
@@ -578,4 +589,23 @@ async fn oversized_and_malformed_messages_are_refused() {
         "{status} {}",
         String::from_utf8_lossy(&body)
     );
+}
+
+#[tokio::test]
+async fn quiet_streams_get_keepalives_at_the_requested_interval() {
+    let envd = TestEnvd::start().await;
+    let client = envd.process(true);
+    let mut stream = client
+        .start_with_options(
+            start_req("sh", &["-c", "sleep 2.5; echo done"], false),
+            connectrpc::client::CallOptions::default().with_header("keepalive-ping-interval", "1"),
+        )
+        .await
+        .expect("start");
+    let out = drain!(stream);
+    assert!(
+        out.keepalives >= 1,
+        "a silent 2.5 s process gets keepalives: {out:?}"
+    );
+    assert_eq!(out.stdout, b"done\n");
 }

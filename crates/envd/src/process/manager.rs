@@ -72,6 +72,9 @@ pub enum ProcError {
     /// The working directory is not valid.
     #[error(transparent)]
     Path(#[from] crate::paths::PathError),
+    /// The working directory does not exist (or is not a directory).
+    #[error("working directory {0:?} does not exist or is not a directory")]
+    Cwd(String),
     /// Stdin was not requested at start, or has been closed.
     #[error(
         "stdin of process {0} is not open (start it with stdin enabled, and do not close it first)"
@@ -260,8 +263,13 @@ impl Cursor {
 
     /// The stream has sent everything before `offset`.
     pub fn advance(&self, offset: u64) {
-        if let Some(c) = self.proc.state().cursors.get_mut(&self.id) {
-            *c = offset;
+        {
+            let mut state = self.proc.state();
+            if let Some(c) = state.cursors.get_mut(&self.id) {
+                *c = offset;
+            }
+            let keep = state.slowest();
+            state.log.trim(keep);
         }
         self.proc.space.notify_waiters();
     }
@@ -269,7 +277,12 @@ impl Cursor {
 
 impl Drop for Cursor {
     fn drop(&mut self) {
-        self.proc.state().cursors.remove(&self.id);
+        {
+            let mut state = self.proc.state();
+            state.cursors.remove(&self.id);
+            let keep = state.slowest();
+            state.log.trim(keep);
+        }
         self.proc.space.notify_waiters();
     }
 }
@@ -313,6 +326,9 @@ impl Manager {
         let cwd = self
             .jail
             .resolve(spec.cwd.as_deref().unwrap_or(""), Follow::All)?;
+        if !cwd.host.is_dir() {
+            return Err(ProcError::Cwd(cwd.client));
+        }
         let home = self.jail.home_host();
         let mut cmd = tokio::process::Command::new(&spec.cmd);
         cmd.args(&spec.args)

@@ -109,6 +109,12 @@ impl OutputLog {
         });
         self.end += len as u64;
         self.retained += len;
+        self.trim(keep_from);
+    }
+
+    /// Evicts the oldest bytes beyond the bound, but none at or after
+    /// `keep_from`. Called again when the stream holding them moves on.
+    pub fn trim(&mut self, keep_from: u64) {
         while self.retained > self.max {
             let Some(front) = self.chunks.front_mut() else {
                 break;

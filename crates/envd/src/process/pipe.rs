@@ -46,6 +46,9 @@ pub fn spawn_reader(
     tokio::spawn(async move {
         let mut buf = BytesMut::with_capacity(READ_CHUNK);
         let mut after_exit = 0usize;
+        // False if the waiter went away without a word (runtime shutdown):
+        // then just read to EOF.
+        let mut watching = true;
         loop {
             buf.reserve(READ_CHUNK);
             let read = if *exited.borrow() {
@@ -61,7 +64,10 @@ pub fn spawn_reader(
                     // `read_buf` is cancel safe: nothing is lost when the
                     // exit wins the race; the next turn reads it.
                     r = pipe.read_buf(&mut buf) => r,
-                    _ = exited.changed() => continue,
+                    changed = exited.changed(), if watching => {
+                        watching = changed.is_ok();
+                        continue;
+                    }
                 }
             };
             match read {

@@ -163,6 +163,8 @@ pub struct Output {
     pub end: Option<EndEvent>,
     /// How many data events came.
     pub data_events: usize,
+    /// How many keepalive events came.
+    pub keepalives: usize,
 }
 
 impl Output {
@@ -185,7 +187,8 @@ impl Output {
                 }
             }
             Some(Event::End(e)) => self.end = Some(*e),
-            Some(Event::Keepalive(_)) | None => {}
+            Some(Event::Keepalive(_)) => self.keepalives += 1,
+            None => {}
         }
     }
 }
