@@ -1,6 +1,7 @@
 //! `process.Process`: the RPC layer over the [`Manager`].
 //!
 //! # Layout
+//! - [`exit`]: exit statuses as E2B reports them (`exit status 3`, `signal: killed`).
 //! - [`manager`]: the process table — spawn, stdin, signals, retention.
 //! - [`output`]: the bounded per-process output log with absolute offsets.
 //! - [`pipe`]: reading stdout/stderr into the log (backpressure, draining).
@@ -11,6 +12,7 @@
 //! reattachable for a while (Connect sends their retained output, from the
 //! offset, and the end event); PTYs are not supported yet (`unimplemented`).
 
+pub mod exit;
 pub mod manager;
 pub mod output;
 pub mod pipe;

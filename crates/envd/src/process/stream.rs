@@ -6,7 +6,8 @@
 //! client goes away the channel closes and the task stops; the process is not
 //! affected.
 
-use super::manager::{Cursor, Exit};
+use super::exit::Exit;
+use super::manager::Cursor;
 use super::output::{Chunk, Pipe};
 use connectrpc::ConnectError;
 use futures_util::Stream;
