@@ -609,3 +609,19 @@ async fn quiet_streams_get_keepalives_at_the_requested_interval() {
     );
     assert_eq!(out.stdout, b"done\n");
 }
+
+#[tokio::test]
+async fn rpcs_work_over_h2c_as_well_as_http1() {
+    let envd = TestEnvd::start().await;
+    let client = warren_envd_proto::process::ProcessClient::new(
+        connectrpc::client::HttpClient::plaintext_http2_only(),
+        envd.config(true),
+    );
+    let mut stream = client
+        .start(start_req("sh", &["-c", "echo over h2c"], false))
+        .await
+        .expect("start over h2c");
+    let out = drain!(stream);
+    assert_eq!(out.stdout, b"over h2c\n");
+    assert_eq!(out.end.map(|e| e.exit_code), Some(0));
+}
