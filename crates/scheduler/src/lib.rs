@@ -79,17 +79,21 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let location = config.validate()?;
-    let store = Arc::new(match location {
-        config::StoreLocation::SqliteFile(path) => SqliteStore::open_file(&path).await?,
-        config::StoreLocation::SqliteUrl(url) => SqliteStore::open_url(&url).await?,
-    });
-    let result = serve_store(&config, store.clone(), grpc, admin, shutdown).await;
+    let store = Arc::new(open_store(location).await?);
+    let result = serve_store(config, store.clone(), grpc, admin, shutdown).await;
     store.close().await;
     result
 }
 
+async fn open_store(location: config::StoreLocation) -> Result<SqliteStore, store::OpenError> {
+    match location {
+        config::StoreLocation::SqliteFile(path) => SqliteStore::open_file(path).await,
+        config::StoreLocation::SqliteUrl(url) => SqliteStore::open_url(url).await,
+    }
+}
+
 async fn serve_store<S: Store>(
-    config: &Config,
+    config: Config,
     store: Arc<S>,
     grpc: TcpListener,
     admin_listener: TcpListener,

@@ -4,7 +4,7 @@
 //! Hand-rolled rather than `sqlx::migrate!` so that the crate needs no sqlx
 //! macros, and the SQL files stay portable across backends.
 
-use sqlx::Row;
+use sqlx::{Executor as _, Row};
 
 /// `(version, sql)`, in order. Never edit one that has shipped; add a new one.
 pub(super) const MIGRATIONS: &[(i64, &str)] =
@@ -45,7 +45,10 @@ pub(super) async fn run(pool: &sqlx::SqlitePool, now_ms: i64) -> Result<(), Migr
         if again.is_some() {
             continue;
         }
-        sqlx::raw_sql(sql).execute(&mut *tx).await?;
+        // Executor::execute rather than sqlx::raw_sql: the latter's future is
+        // not provably Send (rustc and sqlx's higher-ranked bounds); SQLite
+        // runs every statement of an argument-less query string either way.
+        (&mut *tx).execute(*sql).await?;
         sqlx::query("INSERT INTO schema_migrations (version, applied_at_ms) VALUES ($1, $2)")
             .bind(version)
             .bind(now_ms)

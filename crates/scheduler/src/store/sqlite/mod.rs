@@ -26,7 +26,8 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::future::Future;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,20 +67,20 @@ pub enum OpenError {
 
 impl SqliteStore {
     /// Opens (creating if missing) the database file at `path`.
-    pub async fn open_file(path: &Path) -> Result<SqliteStore, OpenError> {
+    pub async fn open_file(path: PathBuf) -> Result<SqliteStore, OpenError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
                 path: dir.display().to_string(),
                 source,
             })?;
         }
-        Self::open_with(SqliteConnectOptions::new().filename(path)).await
+        Self::open_with(SqliteConnectOptions::new().filename(&path)).await
     }
 
     /// Opens a `sqlite://...` URL.
-    pub async fn open_url(url: &str) -> Result<SqliteStore, OpenError> {
-        let opts = SqliteConnectOptions::from_str(url).map_err(|source| OpenError::Url {
-            url: url.to_string(),
+    pub async fn open_url(url: String) -> Result<SqliteStore, OpenError> {
+        let opts = SqliteConnectOptions::from_str(&url).map_err(|source| OpenError::Url {
+            url: url.clone(),
             source,
         })?;
         if let Some(dir) = opts
@@ -121,9 +122,12 @@ impl SqliteStore {
     }
 
     /// Closes both pools (waits for checked-out connections).
-    pub async fn close(&self) {
-        self.writer.close().await;
-        self.reader.close().await;
+    pub fn close(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (writer, reader) = (self.writer.clone(), self.reader.clone());
+        async move {
+            writer.close().await;
+            reader.close().await;
+        }
     }
 
     /// Starts a write transaction.

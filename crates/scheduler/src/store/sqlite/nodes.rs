@@ -19,7 +19,7 @@ pub(super) async fn register(
         .await?;
     let new_incarnation = prev
         .as_ref()
-        .is_none_or(|(inc, _)| *inc != to_i64(reg.incarnation));
+        .is_none_or(|(inc, _)| *inc != incarnation_to_db(reg.incarnation));
     let moved_endpoint = prev
         .as_ref()
         .is_some_and(|(_, ep)| *ep != reg.endpoint)
@@ -29,7 +29,7 @@ pub(super) async fn register(
         .bind(&reg.node_id)
         .bind(&reg.endpoint)
         .bind(i64::from(reg.capacity))
-        .bind(to_i64(reg.incarnation))
+        .bind(incarnation_to_db(reg.incarnation))
         .bind(lease_end)
         .bind(tx.now)
         .bind(roster_json(&reg.roster))
@@ -68,9 +68,10 @@ pub(super) async fn heartbeat(
             "unknown node, register first (node {node_id})"
         )));
     };
-    if current != to_i64(incarnation) {
+    if current != incarnation_to_db(incarnation) {
         return Err(Error::precondition(format!(
-            "stale incarnation {incarnation}: node {node_id} is registered at incarnation {current}"
+            "stale incarnation {incarnation}: node {node_id} is registered at incarnation {}",
+            incarnation_from_db(current)
         )));
     }
     let lease_end = tx.now.saturating_add(lease_ms(lease));
@@ -190,7 +191,7 @@ pub(super) async fn list(store: &SqliteStore) -> Result<Vec<NodeRow>> {
                 node_id: r.try_get(0)?,
                 endpoint: r.try_get(1)?,
                 capacity: to_u32(r.try_get(2)?, "capacity")?,
-                incarnation: to_u64(r.try_get(3)?, "incarnation")?,
+                incarnation: incarnation_from_db(r.try_get(3)?),
                 up: lease > now,
                 lease_expires_at_ms: lease,
                 registered_at_ms: r.try_get(5)?,
@@ -268,6 +269,16 @@ pub(super) async fn last_roster(
 
 fn roster_json(roster: &[SandboxRef]) -> String {
     serde_json::to_string(roster).unwrap_or_else(|_| "[]".into())
+}
+
+/// Incarnations are arbitrary u64s (nodes pick random ones); BIGINT is
+/// signed, so they are stored bit for bit, not by value.
+fn incarnation_to_db(v: u64) -> i64 {
+    i64::from_ne_bytes(v.to_ne_bytes())
+}
+
+fn incarnation_from_db(v: i64) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes())
 }
 
 fn lease_ms(lease: Duration) -> i64 {

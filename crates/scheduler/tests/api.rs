@@ -1,0 +1,374 @@
+//! The scheduler's main request paths against a real server and SQLite file:
+//! place → record → lookup, fenced deletes, idempotent places, capacity,
+//! listing, timeouts, node events, and durability across a restart.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use std::collections::HashMap;
+use tonic::Code;
+use warren_proto::scheduler::v1 as pb;
+use warren_proto::scheduler::v1::{BindingState, EventType};
+
+#[tokio::test]
+async fn place_record_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+
+    let mut req = place_req("team-1");
+    req.metadata = HashMap::from([("owner".into(), "me".into())]);
+    req.timeout_secs = 60;
+    let p = c.place(req).await.unwrap().into_inner();
+    warren_core::id::validate_sandbox_id(&p.sandbox_id).unwrap();
+    assert_eq!(p.node_id, "node-a");
+    assert_eq!(p.endpoint, "node-a.test:7000");
+    assert_eq!(p.state, BindingState::Creating as i32);
+    assert!(p.generation >= 1);
+    assert!(!p.existing);
+    let b = p.binding.clone().unwrap();
+    assert_eq!(b.access_token.len(), 32);
+    assert_eq!(b.end_at_ms - b.started_at_ms, 60_000);
+    assert_eq!(b.metadata.get("owner").map(String::as_str), Some("me"));
+
+    // A placement is routable while the node creates it.
+    let route = lookup(&mut c, &p.sandbox_id).await.unwrap();
+    assert_eq!(route.state, BindingState::Creating as i32);
+
+    let rec = pb::RecordAssignmentRequest {
+        sandbox_id: p.sandbox_id.clone(),
+        node_id: "node-a".into(),
+        generation: p.generation,
+    };
+    let b = c.record_assignment(rec.clone()).await.unwrap().into_inner();
+    assert_eq!(b.state, BindingState::Running as i32);
+    // The node retrying its report changes nothing and still succeeds.
+    let again = c.record_assignment(rec).await.unwrap().into_inner();
+    assert_eq!(again.state, BindingState::Running as i32);
+    assert_eq!(again.generation, p.generation);
+
+    let route = lookup(&mut c, &p.sandbox_id).await.unwrap();
+    assert_eq!(route.node_id, "node-a");
+    assert_eq!(route.endpoint, "node-a.test:7000");
+    assert_eq!(route.generation, p.generation);
+    assert_eq!(route.state, BindingState::Running as i32);
+    assert_eq!(route.team_id, "team-1");
+
+    let got = get(&mut c, &p.sandbox_id).await.unwrap();
+    assert_eq!(got.template_id, "base");
+    assert_eq!(got.team_id, "team-1");
+
+    let nodes = nodes(&mut c).await;
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].sandboxes, 1);
+    assert_eq!(nodes[0].state, pb::NodeState::Up as i32);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn delayed_delete_of_an_old_generation_leaves_the_new_binding() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    register(&mut c, "node-b", 10).await;
+    let p = running(&mut c, "team").await;
+    let old_node = p.node_id.clone();
+
+    let moved = c
+        .reassign(pb::ReassignRequest {
+            sandbox_id: p.sandbox_id.clone(),
+            node_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_ne!(
+        moved.node_id, old_node,
+        "an empty target means another node"
+    );
+    assert!(moved.generation > p.generation);
+    assert_eq!(moved.state, BindingState::Creating as i32);
+
+    // The old node's DELETE arrives late: the fence does not match.
+    let r = event(
+        &mut c,
+        &old_node,
+        &p.sandbox_id,
+        p.generation,
+        EventType::Delete,
+    )
+    .await;
+    assert!(!r.applied, "stale delete applied: {r:?}");
+    assert!(r.reason.contains("generation"), "{}", r.reason);
+    let route = lookup(&mut c, &p.sandbox_id).await.unwrap();
+    assert_eq!(route.node_id, moved.node_id);
+    assert_eq!(route.generation, moved.generation);
+
+    // The old generation cannot be recorded either.
+    let stale = c
+        .record_assignment(pb::RecordAssignmentRequest {
+            sandbox_id: p.sandbox_id.clone(),
+            node_id: old_node.clone(),
+            generation: p.generation,
+        })
+        .await;
+    assert_status(stale, Code::FailedPrecondition, "generation");
+
+    // The current one removes it.
+    let r = event(
+        &mut c,
+        &moved.node_id,
+        &p.sandbox_id,
+        moved.generation,
+        EventType::Delete,
+    )
+    .await;
+    assert!(r.applied, "{r:?}");
+    assert_status(
+        lookup(&mut c, &p.sandbox_id).await,
+        Code::NotFound,
+        "not found",
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_same_idempotency_key_returns_the_same_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    let mut req = place_req("team-1");
+    req.idempotency_key = "retry-me".into();
+
+    let first = c.place(req.clone()).await.unwrap().into_inner();
+    let second = c.place(req.clone()).await.unwrap().into_inner();
+    assert_eq!(second.sandbox_id, first.sandbox_id);
+    assert_eq!(second.generation, first.generation);
+    assert!(!first.existing);
+    assert!(second.existing);
+    assert_eq!(all_sandboxes(&mut c).await.len(), 1, "no second binding");
+
+    req.team_id = "team-2".into();
+    let other = c.place(req).await.unwrap().into_inner();
+    assert_ne!(other.sandbox_id, first.sandbox_id, "keys are per team");
+    assert_eq!(all_sandboxes(&mut c).await.len(), 2);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn placement_spreads_load_and_respects_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 1).await;
+    register(&mut c, "node-b", 1).await;
+
+    let a = place(&mut c, "t").await;
+    let b = place(&mut c, "t").await;
+    assert_ne!(a.node_id, b.node_id, "least loaded first");
+    let full = c.place(place_req("t")).await;
+    let st = assert_status(full, Code::ResourceExhausted, "capacity");
+    assert_eq!(
+        reason(&st).as_deref(),
+        Some(warren_proto::REASON_NO_CAPACITY)
+    );
+
+    // Freeing a slot on node-a makes require_node_id land there.
+    let r = event(
+        &mut c,
+        &a.node_id,
+        &a.sandbox_id,
+        a.generation,
+        EventType::Delete,
+    )
+    .await;
+    assert!(r.applied);
+    let mut req = place_req("t");
+    req.require_node_id = a.node_id.clone();
+    let pinned = c.place(req).await.unwrap().into_inner();
+    assert_eq!(pinned.node_id, a.node_id);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn list_filters_and_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 100).await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let mut req = place_req(if i < 4 { "team-1" } else { "team-2" });
+        req.metadata = HashMap::from([
+            (
+                "parity".into(),
+                (if i % 2 == 0 { "even" } else { "odd" }).into(),
+            ),
+            ("app".into(), "x".into()),
+        ]);
+        let p = c.place(req).await.unwrap().into_inner();
+        if i == 0 {
+            c.record_assignment(pb::RecordAssignmentRequest {
+                sandbox_id: p.sandbox_id.clone(),
+                node_id: p.node_id.clone(),
+                generation: p.generation,
+            })
+            .await
+            .unwrap();
+        }
+        ids.push(p.sandbox_id);
+    }
+
+    // Pages of 2 over team-1's 4 sandboxes, in id order, no repeats.
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    loop {
+        let r = c
+            .list_sandboxes(pb::ListSandboxesRequest {
+                team_id: "team-1".into(),
+                page_size: 2,
+                page_token: token.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.sandboxes.len() <= 2);
+        seen.extend(r.sandboxes.into_iter().map(|b| b.sandbox_id));
+        pages += 1;
+        if r.next_page_token.is_empty() {
+            break;
+        }
+        token = r.next_page_token;
+    }
+    let mut want: Vec<String> = ids[..4].to_vec();
+    want.sort();
+    assert_eq!(seen, want);
+    assert!(pages >= 2);
+
+    let list = |req: pb::ListSandboxesRequest| {
+        let mut c = c.clone();
+        async move { c.list_sandboxes(req).await.unwrap().into_inner().sandboxes }
+    };
+    let even = list(pb::ListSandboxesRequest {
+        metadata: HashMap::from([("parity".into(), "even".into()), ("app".into(), "x".into())]),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(even.len(), 3, "ids 0, 2, 4");
+    let running = list(pb::ListSandboxesRequest {
+        states: vec![BindingState::Running as i32],
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].sandbox_id, ids[0]);
+    let on_node = list(pb::ListSandboxesRequest {
+        node_id: "node-a".into(),
+        team_id: "team-2".into(),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(on_node.len(), 1);
+    let none = list(pb::ListSandboxesRequest {
+        node_id: "node-zzz".into(),
+        ..Default::default()
+    })
+    .await;
+    assert!(none.is_empty());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn timeouts_pause_and_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let p = running(&mut c, "t").await;
+    let id = p.sandbox_id.clone();
+
+    let r = event(&mut c, "node-a", &id, p.generation, EventType::Pause).await;
+    assert!(r.applied, "{r:?}");
+    assert_eq!(
+        get(&mut c, &id).await.unwrap().state,
+        BindingState::Paused as i32
+    );
+    let r = event(&mut c, "node-a", &id, p.generation, EventType::Resume).await;
+    assert!(r.applied, "{r:?}");
+    assert_eq!(
+        get(&mut c, &id).await.unwrap().state,
+        BindingState::Running as i32
+    );
+
+    let later = warren_core::time::now_ms() + 3_600_000;
+    let b = c
+        .set_timeout(pb::SetTimeoutRequest {
+            sandbox_id: id.clone(),
+            end_at_ms: later,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(b.end_at_ms, later);
+    assert_eq!(b.state, BindingState::Running as i32);
+
+    // An end in the past: EXPIRING, handed to the node on its next heartbeat.
+    let b = c
+        .set_timeout(pb::SetTimeoutRequest {
+            sandbox_id: id.clone(),
+            end_at_ms: 1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(b.state, BindingState::Expiring as i32);
+    assert_eq!(
+        lookup(&mut c, &id).await.unwrap().state,
+        BindingState::Expiring as i32
+    );
+    let hb = c
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: "node-a".into(),
+            incarnation: inc,
+            roster: vec![sref(&id, p.generation)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(hb.expired, vec![sref(&id, p.generation)]);
+    assert!(hb.orphans.is_empty());
+    let r = event(&mut c, "node-a", &id, p.generation, EventType::Delete).await;
+    assert!(r.applied);
+    assert_status(get(&mut c, &id).await, Code::NotFound, &id);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn restart_keeps_bindings_and_never_reuses_generations() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    let p = running(&mut c, "team-r").await;
+    let before = get(&mut c, &p.sandbox_id).await.unwrap();
+    drop(c);
+    s.stop().await;
+    assert!(dir.path().join("scheduler.db").exists());
+
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    let after = get(&mut c, &p.sandbox_id).await.unwrap();
+    assert_eq!(after, before);
+    let route = lookup(&mut c, &p.sandbox_id).await.unwrap();
+    assert_eq!(route.generation, p.generation);
+    assert_eq!(nodes(&mut c).await.len(), 1);
+    let next = place(&mut c, "team-r").await;
+    assert!(next.generation > p.generation);
+    s.stop().await;
+}

@@ -1,0 +1,267 @@
+//! Node liveness: leases, LOST bindings, incarnations, roster reconciliation
+//! and the stuck-create sweep, with a 300ms lease so they run quickly.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use std::collections::HashSet;
+use tonic::Code;
+use warren_proto::scheduler::v1 as pb;
+use warren_proto::scheduler::v1::{BindingState, ChangeKind};
+
+#[tokio::test]
+async fn lease_expiry_marks_bindings_lost_and_placement_avoids_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start_fast(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    let mut w = watch(&mut c, 0).await;
+    let hello = next_change(&mut w).await;
+    assert_eq!(hello.kind, ChangeKind::Hello as i32);
+
+    // node-a gets a sandbox, then stops heartbeating; node-b stays alive.
+    register(&mut c, "node-a", 10).await;
+    let p = running(&mut c, "t").await;
+    assert_eq!(p.node_id, "node-a");
+    let inc_b = register(&mut c, "node-b", 10).await;
+    let _alive = Heartbeats::start(c.clone(), "node-b", inc_b);
+
+    let assigned = next_change(&mut w).await;
+    assert_eq!(assigned.kind, ChangeKind::Assigned as i32);
+    assert_eq!(assigned.sandbox_id, p.sandbox_id);
+
+    let lost = next_change(&mut w).await;
+    assert_eq!(lost.kind, ChangeKind::Lost as i32, "{lost:?}");
+    assert_eq!(lost.sandbox_id, p.sandbox_id);
+    assert_eq!(lost.node_id, "node-a");
+    assert_eq!(lost.generation, p.generation);
+    assert!(lost.revision > assigned.revision);
+
+    let st = assert_status(
+        lookup(&mut c, &p.sandbox_id).await,
+        Code::FailedPrecondition,
+        "down",
+    );
+    assert_eq!(reason(&st).as_deref(), Some(warren_proto::REASON_NODE_DOWN));
+    let b = get(&mut c, &p.sandbox_id).await.unwrap();
+    assert_eq!(b.state, BindingState::Lost as i32);
+    let nodes = nodes(&mut c).await;
+    let state_of = |id: &str| nodes.iter().find(|n| n.node_id == id).unwrap().state;
+    assert_eq!(state_of("node-a"), pb::NodeState::Down as i32);
+    assert_eq!(state_of("node-b"), pb::NodeState::Up as i32);
+
+    // New sandboxes never land on the dead node, even when asked for.
+    for _ in 0..5 {
+        assert_eq!(place(&mut c, "t").await.node_id, "node-b");
+    }
+    let mut pinned = place_req("t");
+    pinned.require_node_id = "node-a".into();
+    let st = assert_status(c.place(pinned).await, Code::FailedPrecondition, "down");
+    assert_eq!(reason(&st).as_deref(), Some(warren_proto::REASON_NODE_DOWN));
+
+    let admin = s.admin;
+    let metrics = eventually("the lost binding to be counted", || async move {
+        let m = http_get(admin, "/metrics").await;
+        m.contains("warren_scheduler_lost_bindings_total 1")
+            .then_some(m)
+    })
+    .await;
+    assert!(metrics.contains("warren_scheduler_rpc_duration_seconds_bucket"));
+    assert!(
+        metrics.contains("rpc=\"LookupNode\",code=\"FAILED_PRECONDITION\""),
+        "{metrics}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn placement_never_picks_a_down_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start_fast(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    eventually("node-a to go down", || {
+        let mut c = c.clone();
+        async move {
+            let n = nodes(&mut c).await;
+            (n[0].state == pb::NodeState::Down as i32).then_some(())
+        }
+    })
+    .await;
+    let st = assert_status(
+        c.place(place_req("t")).await,
+        Code::ResourceExhausted,
+        "no live node",
+    );
+    assert_eq!(
+        reason(&st).as_deref(),
+        Some(warren_proto::REASON_NO_CAPACITY)
+    );
+    assert!(all_sandboxes(&mut c).await.is_empty(), "nothing written");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_node_that_comes_back_recovers_what_it_still_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start_fast(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let kept = running(&mut c, "t").await;
+    let gone = running(&mut c, "t").await;
+    eventually("bindings to be lost", || {
+        let mut c = c.clone();
+        let id = kept.sandbox_id.clone();
+        async move { lookup(&mut c, &id).await.is_err().then_some(()) }
+    })
+    .await;
+
+    // Same process, back from a partition: what it hosts is RUNNING again,
+    // what it no longer hosts is removed, what it hosts unknown is an orphan.
+    let hb = c
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: "node-a".into(),
+            incarnation: inc,
+            roster: vec![sref(&kept.sandbox_id, kept.generation), sref("stray1", 1)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(hb.orphans, vec![sref("stray1", 1)]);
+    let _alive = Heartbeats::with_roster(
+        c.clone(),
+        "node-a",
+        inc,
+        vec![sref(&kept.sandbox_id, kept.generation)],
+    );
+    let route = lookup(&mut c, &kept.sandbox_id).await.unwrap();
+    assert_eq!(route.state, BindingState::Running as i32);
+    assert_eq!(route.generation, kept.generation);
+    assert_status(
+        get(&mut c, &gone.sandbox_id).await,
+        Code::NotFound,
+        "not found",
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_new_incarnation_drops_what_the_node_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    let old = register(&mut c, "node-a", 10).await;
+    let kept = running(&mut c, "t").await;
+    let lost = running(&mut c, "t").await;
+    let creating = place(&mut c, "t").await;
+
+    // The node restarted: it still has `kept` (and a stale generation of it,
+    // and something unknown), nothing else.
+    let new = old.wrapping_add(2);
+    let r = register_with(
+        &mut c,
+        "node-a",
+        10,
+        new,
+        vec![
+            sref(&kept.sandbox_id, kept.generation),
+            sref(&kept.sandbox_id, kept.generation + 1000),
+            sref("unknown1", 3),
+        ],
+    )
+    .await;
+    let orphans: HashSet<_> = r.orphans.iter().cloned().collect();
+    let want = HashSet::from([
+        sref(&kept.sandbox_id, kept.generation + 1000),
+        sref("unknown1", 3),
+    ]);
+    assert_eq!(orphans, want);
+    assert!(lookup(&mut c, &kept.sandbox_id).await.is_ok());
+    assert_status(
+        get(&mut c, &lost.sandbox_id).await,
+        Code::NotFound,
+        "not found",
+    );
+    assert_status(
+        get(&mut c, &creating.sandbox_id).await,
+        Code::NotFound,
+        "not found",
+    );
+
+    // The previous process's heartbeats are refused.
+    let stale = c
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: "node-a".into(),
+            incarnation: old,
+            roster: vec![],
+        })
+        .await;
+    assert_status(stale, Code::FailedPrecondition, "stale incarnation");
+    let unknown = c
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: "node-zz".into(),
+            incarnation: 7,
+            roster: vec![],
+        })
+        .await;
+    assert_status(
+        unknown,
+        Code::FailedPrecondition,
+        "unknown node, register first",
+    );
+    // The current one is fine.
+    c.heartbeat(pb::HeartbeatRequest {
+        node_id: "node-a".into(),
+        incarnation: new,
+        roster: vec![sref(&kept.sandbox_id, kept.generation)],
+    })
+    .await
+    .unwrap();
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn stuck_creates_are_resolved_from_the_roster() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start_fast(dir.path(), &["--creating-timeout=200ms"]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let made = place(&mut c, "t").await;
+    let never = place(&mut c, "t").await;
+    let roster = vec![sref(&made.sandbox_id, made.generation)];
+
+    // The node keeps heartbeating its roster; nobody records the assignments.
+    let (id_made, id_never) = (made.sandbox_id.clone(), never.sandbox_id.clone());
+    eventually("the sweep to resolve both creates", || {
+        let mut c = c.clone();
+        let roster = roster.clone();
+        let (id_made, id_never) = (id_made.clone(), id_never.clone());
+        async move {
+            c.heartbeat(pb::HeartbeatRequest {
+                node_id: "node-a".into(),
+                incarnation: inc,
+                roster,
+            })
+            .await
+            .unwrap();
+            let made = get(&mut c, &id_made).await.ok()?;
+            let never = get(&mut c, &id_never).await;
+            (made.state == BindingState::Running as i32 && never.is_err()).then_some(())
+        }
+    })
+    .await;
+    assert_status(get(&mut c, &id_never).await, Code::NotFound, "not found");
+    s.stop().await;
+}
+
+/// A tiny HTTP/1.1 GET against the admin listener.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}

@@ -1,0 +1,137 @@
+//! `warren scheduler` as a real process: it announces its listeners, answers
+//! gRPC and the admin endpoints, refuses bad configuration with exit code 64,
+//! and exits 0 on SIGTERM.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+use warren_proto::scheduler::v1 as pb;
+use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
+use warren_test_support::{temp_dir, wait_until, Proc};
+
+fn warren() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_warren"))
+}
+
+/// A minimal HTTP/1.1 GET: (status code, body).
+async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|x| x.1.to_string())?;
+    Some((status, body))
+}
+
+#[tokio::test]
+async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
+    let dir = temp_dir();
+    let data = dir.path().join("sched");
+    let data = data.to_str().unwrap();
+    let mut p = Proc::spawn(
+        warren(),
+        &[
+            "scheduler",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data,
+        ],
+        &[],
+        &["scheduler grpc", "scheduler admin"],
+    )
+    .await
+    .unwrap();
+    let grpc = p.addr("scheduler grpc");
+    let admin = p.addr("scheduler admin");
+
+    let admin_for_wait = admin.clone();
+    wait_until("/readyz to answer 200", Duration::from_secs(20), || {
+        let admin = admin_for_wait.clone();
+        async move {
+            http_get(&admin, "/readyz")
+                .await
+                .filter(|(code, _)| *code == 200)
+        }
+    })
+    .await;
+    let (code, _) = http_get(&admin, "/healthz").await.unwrap();
+    assert_eq!(code, 200);
+
+    let mut client = SchedulerClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    client
+        .register_node(pb::RegisterNodeRequest {
+            node_id: "node-1".into(),
+            endpoint: "127.0.0.1:9".into(),
+            capacity: 4,
+            incarnation: 42,
+            roster: vec![],
+        })
+        .await
+        .unwrap();
+    let nodes = client
+        .list_nodes(pb::ListNodesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes;
+    assert_eq!(nodes.len(), 1);
+    assert_eq!(nodes[0].node_id, "node-1");
+    assert!(Path::new(data).join("scheduler.db").exists());
+
+    let (code, metrics) = http_get(&admin, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("warren_scheduler_rpc_requests_total{rpc=\"RegisterNode\",code=\"OK\"} 1"),
+        "{metrics}"
+    );
+
+    assert_eq!(p.terminate(Duration::from_secs(15)).await, Some(0));
+}
+
+/// Runs `warren scheduler ARGS` to completion: (exit code, stderr).
+fn run_scheduler(args: &[&str], data: &Path) -> (Option<i32>, String) {
+    let out = std::process::Command::new(warren())
+        .arg("scheduler")
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_configuration_exits_64_naming_the_flag() {
+    let dir = temp_dir();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--lease", "soon"], "--lease"),
+        (
+            &["--lease", "2s", "--heartbeat-interval", "5s"],
+            "--heartbeat-interval",
+        ),
+        (&["--listen", "not-an-address"], "--listen"),
+        (&["--watch-retention", "0"], "--watch-retention"),
+        (
+            &["--database-url", "postgres://db/warren"],
+            "not supported yet",
+        ),
+    ];
+    for (args, needle) in cases {
+        let (code, stderr) = run_scheduler(args, dir.path());
+        assert_eq!(code, Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    // Nothing was created for a refused configuration.
+    assert!(!dir.path().join("scheduler.db").exists());
+}
