@@ -29,8 +29,8 @@ use tokio::net::{TcpListener, UnixListener};
 /// ones are refused with `resource_exhausted` before they are buffered.
 const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
-/// How long in-flight requests may finish after shutdown is asked for.
-/// Process streams never finish on their own, so this is short.
+/// How long in-flight requests may finish after shutdown is asked for
+/// (process streams end once their processes are killed).
 const DRAIN: Duration = Duration::from_secs(2);
 
 /// A bound listener for the envd API.
@@ -61,8 +61,8 @@ struct App {
     connect: ConnectRpcService<Router>,
 }
 
-/// Serves the envd API on `listener` until `shutdown` resolves, then drains
-/// briefly and kills every process it started.
+/// Serves the envd API on `listener` until `shutdown` resolves, then kills
+/// every process it started and drains open requests briefly.
 pub async fn serve(
     settings: Settings,
     listener: ApiListener,
@@ -125,13 +125,15 @@ pub async fn serve(
         });
     }
     tracing::info!("envd shutting down");
+    // Killing first lets every open process stream end properly (with its
+    // end event) instead of being cut off when the drain times out.
+    manager.kill_all();
     if tokio::time::timeout(DRAIN, graceful.shutdown())
         .await
         .is_err()
     {
         tracing::debug!("envd connections still open after the drain timeout");
     }
-    manager.kill_all();
     if let ApiListener::Unix(_, path) = &listener {
         let _ = std::fs::remove_file(path);
     }

@@ -532,6 +532,12 @@ async fn list_shows_running_processes_with_their_config() {
     assert_eq!(config.envs.get("A").map(String::as_str), Some("1"));
     assert_eq!(info.tag.as_deref(), Some("sleeper"));
     envd.stop().await;
+    let rest = drain!(stream);
+    assert_eq!(
+        rest.end.map(|e| e.status),
+        Some("signal: killed".to_string()),
+        "a stream open at shutdown ends with its process's end"
+    );
     common::eventually("envd to kill what it started", || {
         process_gone(out.pid.unwrap_or(0) as i32)
     })
