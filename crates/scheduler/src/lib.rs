@@ -65,6 +65,8 @@ pub enum ServeError {
     Config(#[from] warren_core::config::ConfigError),
     #[error(transparent)]
     Open(#[from] store::OpenError),
+    #[error(transparent)]
+    Store(#[from] error::Error),
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
 }
@@ -109,7 +111,7 @@ async fn serve_store<S: Store>(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
 
-    let (hub, hub_task) = watch::Hub::spawn(store.clone(), stopped.clone());
+    let (hub, hub_task) = watch::Hub::start(store.clone(), stopped.clone()).await?;
     let timing = sweep::SweepTiming {
         interval: config.sweep_interval,
         lease: config.lease,

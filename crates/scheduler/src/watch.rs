@@ -47,15 +47,18 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Starts the tail task; it stops when `shutdown` flips to true.
-    pub fn spawn<S: Store>(
+    /// Reads the head of the log, then starts the tail task from there; it
+    /// stops when `shutdown` flips to true. Call before serving: a
+    /// subscriber must never see a head older than the hub's starting point.
+    pub async fn start<S: Store>(
         store: Arc<S>,
         shutdown: watch::Receiver<bool>,
-    ) -> (Hub, tokio::task::JoinHandle<()>) {
+    ) -> crate::error::Result<(Hub, tokio::task::JoinHandle<()>)> {
+        let head = store.change_bounds().await?.head;
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         let hub = Hub { tx: tx.clone() };
-        let task = tokio::spawn(tail(store, tx, shutdown));
-        (hub, task)
+        let task = tokio::spawn(tail(store, tx, head, shutdown));
+        Ok((hub, task))
     }
 
     /// A stream for one `WatchBindings` call.
@@ -89,29 +92,20 @@ impl Hub {
 async fn tail<S: Store>(
     store: Arc<S>,
     tx: broadcast::Sender<Arc<Change>>,
+    mut cursor: u64,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let signal = store.change_signal();
-    let mut cursor = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
-        match cursor {
-            None => match store.change_bounds().await {
-                Ok(b) => cursor = Some(b.head),
-                Err(e) => tracing::warn!(error = %e, "watch hub cannot read the change log"),
-            },
-            Some(ref mut at) => {
-                if let Err(e) = forward_new(&*store, &tx, at).await {
-                    tracing::warn!(error = %e, "watch hub cannot read the change log");
-                }
+        let pause = match forward_new(&*store, &tx, &mut cursor).await {
+            Ok(()) => POLL_BACKSTOP,
+            Err(e) => {
+                tracing::warn!(error = %e, "watch hub cannot read the change log");
+                RETRY_PAUSE
             }
-        }
-        let pause = if cursor.is_some() {
-            POLL_BACKSTOP
-        } else {
-            RETRY_PAUSE
         };
         tokio::select! {
             _ = signal.notified() => {}

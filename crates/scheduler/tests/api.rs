@@ -6,7 +6,7 @@
 mod common;
 
 use common::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tonic::Code;
 use warren_proto::scheduler::v1 as pb;
 use warren_proto::scheduler::v1::{BindingState, EventType};
@@ -370,5 +370,63 @@ async fn restart_keeps_bindings_and_never_reuses_generations() {
     assert_eq!(nodes(&mut c).await.len(), 1);
     let next = place(&mut c, "team-r").await;
     assert!(next.generation > p.generation);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_places_never_exceed_capacity_or_duplicate_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+
+    // Phase 1: ten callers retry the same create concurrently.
+    let burst = |n: usize, key: &'static str| {
+        let c = c.clone();
+        async move {
+            let tasks: Vec<_> = (0..n)
+                .map(|_| {
+                    let mut c = c.clone();
+                    let mut req = place_req("t");
+                    req.idempotency_key = key.into();
+                    tokio::spawn(async move { c.place(req).await.map(|r| r.into_inner()) })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for t in tasks {
+                out.push(t.await.unwrap());
+            }
+            out
+        }
+    };
+    let keyed: HashSet<_> = burst(10, "same")
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().sandbox_id)
+        .collect();
+    assert_eq!(keyed.len(), 1, "one sandbox for one idempotency key");
+
+    // Phase 2: twenty creates race for the nine slots left.
+    let mut placed = keyed.clone();
+    let mut refused = 0;
+    for r in burst(20, "").await {
+        match r {
+            Ok(p) => assert!(placed.insert(p.sandbox_id)),
+            Err(s) => {
+                assert_eq!(s.code(), Code::ResourceExhausted, "{s}");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!(refused, 11);
+    let stored = all_sandboxes(&mut c).await;
+    let stored_ids: HashSet<_> = stored.iter().map(|b| b.sandbox_id.clone()).collect();
+    assert_eq!(
+        stored_ids, placed,
+        "exactly the placements answered are stored"
+    );
+    assert_eq!(stored.len(), 10, "capacity is 10");
+    let generations: HashSet<_> = stored.iter().map(|b| b.generation).collect();
+    assert_eq!(generations.len(), 10, "generations are never shared");
     s.stop().await;
 }

@@ -168,3 +168,23 @@ async fn a_revision_that_is_no_longer_retained_requires_a_resync() {
     assert_eq!(hello.revision, head);
     s.stop().await;
 }
+
+#[tokio::test]
+async fn shutdown_ends_open_watch_streams_instead_of_waiting_for_the_drain_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    // A drain timeout far beyond the test's patience: only ending the streams
+    // lets `stop` return in time.
+    let s = Sched::start(dir.path(), &["--drain-timeout=120s"]).await;
+    let mut c = s.client().await;
+    let mut w = watch(&mut c, 0).await;
+    assert_eq!(next_change(&mut w).await.kind, ChangeKind::Hello as i32);
+    s.stop().await;
+    let end = tokio::time::timeout(PATIENCE, w.message())
+        .await
+        .expect("the stream did not end");
+    match end {
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status}"),
+        Ok(None) => {}
+        Ok(Some(m)) => panic!("unexpected message after shutdown: {m:?}"),
+    }
+}
