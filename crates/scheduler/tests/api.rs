@@ -319,19 +319,30 @@ async fn timeouts_pause_and_resume() {
     assert_eq!(b.state, BindingState::Running as i32);
 
     // An end in the past: EXPIRING, handed to the node on its next heartbeat.
-    let b = c
-        .set_timeout(pb::SetTimeoutRequest {
-            sandbox_id: id.clone(),
-            end_at_ms: 1,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(b.state, BindingState::Expiring as i32);
+    let q = running(&mut c, "t").await;
+    for sandbox_id in [&id, &q.sandbox_id] {
+        let b = c
+            .set_timeout(pb::SetTimeoutRequest {
+                sandbox_id: sandbox_id.clone(),
+                end_at_ms: 1,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(b.state, BindingState::Expiring as i32);
+    }
     assert_eq!(
         lookup(&mut c, &id).await.unwrap().state,
         BindingState::Expiring as i32
     );
+    let extend = c
+        .set_timeout(pb::SetTimeoutRequest {
+            sandbox_id: id.clone(),
+            end_at_ms: later,
+        })
+        .await;
+    assert_status(extend, Code::FailedPrecondition, "expiring");
+    // The node still hosts `id`, and no longer `q` (killed, DELETE lost).
     let hb = c
         .heartbeat(pb::HeartbeatRequest {
             node_id: "node-a".into(),
@@ -343,6 +354,11 @@ async fn timeouts_pause_and_resume() {
         .into_inner();
     assert_eq!(hb.expired, vec![sref(&id, p.generation)]);
     assert!(hb.orphans.is_empty());
+    assert_status(
+        get(&mut c, &q.sandbox_id).await,
+        Code::NotFound,
+        "not found",
+    );
     let r = event(&mut c, "node-a", &id, p.generation, EventType::Delete).await;
     assert!(r.applied);
     assert_status(get(&mut c, &id).await, Code::NotFound, &id);

@@ -265,3 +265,40 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     s.read_to_string(&mut out).await.unwrap();
     out
 }
+
+#[tokio::test]
+async fn sandboxes_past_their_end_expire_and_are_handed_to_their_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Sched::start(dir.path(), &["--sweep-interval=20ms"]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let mut w = watch(&mut c, 0).await;
+    next_change(&mut w).await;
+    let mut req = place_req("t");
+    req.timeout_secs = 1;
+    let p = c.place(req).await.unwrap().into_inner();
+    c.record_assignment(pb::RecordAssignmentRequest {
+        sandbox_id: p.sandbox_id.clone(),
+        node_id: p.node_id.clone(),
+        generation: p.generation,
+    })
+    .await
+    .unwrap();
+    assert_eq!(next_change(&mut w).await.kind, ChangeKind::Assigned as i32);
+
+    let expiring = next_change(&mut w).await;
+    assert_eq!(expiring.kind, ChangeKind::State as i32);
+    assert_eq!(expiring.state, BindingState::Expiring as i32);
+    assert_eq!(expiring.sandbox_id, p.sandbox_id);
+    let hb = c
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: "node-a".into(),
+            incarnation: inc,
+            roster: vec![sref(&p.sandbox_id, p.generation)],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(hb.expired, vec![sref(&p.sandbox_id, p.generation)]);
+    s.stop().await;
+}

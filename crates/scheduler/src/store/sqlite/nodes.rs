@@ -92,7 +92,8 @@ pub(super) async fn heartbeat(
 /// Brings this node's bindings in line with what it reports hosting:
 /// - a new incarnation lost everything not in its roster: removed (fenced);
 /// - LOST and in the roster: the node is alive and has it, RUNNING again;
-/// - LOST and not in the roster: the node is alive and lacks it, removed;
+/// - LOST or EXPIRING and not in the roster: the node is alive and lacks it
+///   (it died, or was killed and the DELETE report got lost), removed;
 /// - a moved endpoint is copied to every binding (gateways re-resolve on STATE).
 ///
 /// Returns the roster entries not assigned to this node at that generation
@@ -121,7 +122,10 @@ async fn reconcile(
         let endpoint: String = row.try_get(3)?;
         let fence = (sandbox_id.as_str(), node_id, gen);
         let has_it = hosted.contains(&(sandbox_id.as_str(), gen));
-        if !has_it && (new_incarnation || state == State::Lost) {
+        // RUNNING/PAUSED/CREATING bindings missing from a same-incarnation
+        // roster are left alone: the roster may predate their create.
+        let gone = new_incarnation || matches!(state, State::Lost | State::Expiring);
+        if !has_it && gone {
             tx.delete_fenced(&sandbox_id, node_id, gen).await?;
             continue;
         }
