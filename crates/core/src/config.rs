@@ -154,7 +154,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
             ))
         }
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 365.0 * 86_400.0 {
+    if !(0.0..=365.0 * 86_400.0).contains(&secs) {
         return Err(format!("duration {s:?} is out of range"));
     }
     Ok(std::time::Duration::from_secs_f64(secs))
