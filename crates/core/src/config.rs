@@ -97,6 +97,19 @@ where
                 .collect::<Result<_, _>>()?,
             v => vec![scalar(v, &shown, key)?],
         };
+        if !arg.get_action().takes_values() {
+            // A switch (`--flag`): `true` turns it on, `false` leaves it off.
+            match values.as_slice() {
+                [v] if v == "true" => injected.push(format!("--{long}").into()),
+                [v] if v == "false" => {}
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "config file {shown}: setting {key:?} is a switch; use true or false"
+                    )))
+                }
+            }
+            continue;
+        }
         for v in values {
             injected.push(format!("--{long}={v}").into());
         }
