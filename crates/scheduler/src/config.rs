@@ -45,9 +45,10 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_LEASE", default_value = "10s", value_parser = parse_duration)]
     pub lease: Duration,
 
-    /// How often nodes are told to heartbeat (must be shorter than --lease).
-    #[arg(long, env = "WARREN_SCHEDULER_HEARTBEAT_INTERVAL", default_value = "2s", value_parser = parse_duration)]
-    pub heartbeat_interval: Duration,
+    /// How often nodes are told to heartbeat; must be shorter than --lease
+    /// [default: 2s, or a third of --lease when that is shorter].
+    #[arg(long, env = "WARREN_SCHEDULER_HEARTBEAT_INTERVAL", value_parser = parse_duration)]
+    pub heartbeat_interval: Option<Duration>,
 
     /// How often the sweep runs (dead nodes, expired sandboxes, stuck creates).
     #[arg(long, env = "WARREN_SCHEDULER_SWEEP_INTERVAL", default_value = "1s", value_parser = parse_duration)]
@@ -88,7 +89,18 @@ const MIN_LEASE: Duration = Duration::from_millis(100);
 /// Shortest sweep interval accepted: below this the sweep is a busy loop.
 const MIN_SWEEP: Duration = Duration::from_millis(10);
 
+/// The advertised heartbeat interval when none is configured.
+const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
+
 impl Config {
+    /// The heartbeat interval nodes are told to use: as configured, else 2s,
+    /// or a third of the lease when that is shorter (so a short `--lease`
+    /// alone is a valid configuration).
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+            .unwrap_or_else(|| DEFAULT_HEARTBEAT.min(self.lease / 3))
+    }
+
     /// Checks every setting against the others; the message names the flag.
     pub fn validate(&self) -> Result<StoreLocation, ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
@@ -98,10 +110,11 @@ impl Config {
                 self.lease
             ));
         }
-        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease {
+        let heartbeat = self.heartbeat_interval();
+        if heartbeat.is_zero() || heartbeat >= self.lease {
             return bad(format!(
-                "--heartbeat-interval {:?} must be above zero and shorter than --lease {:?}",
-                self.heartbeat_interval, self.lease
+                "--heartbeat-interval {heartbeat:?} must be above zero and shorter than --lease {:?}",
+                self.lease
             ));
         }
         if self.sweep_interval < MIN_SWEEP {
@@ -159,6 +172,10 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         let c = parse(&[]);
+        assert_eq!(c.heartbeat_interval(), Duration::from_secs(2));
+        let short = parse(&["--lease", "900ms"]);
+        assert_eq!(short.heartbeat_interval(), Duration::from_millis(300));
+        assert!(short.validate().is_ok());
         assert_eq!(
             c.validate().unwrap(),
             StoreLocation::SqliteFile(PathBuf::from("./.warren/scheduler/scheduler.db"))

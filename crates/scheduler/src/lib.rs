@@ -135,7 +135,7 @@ async fn serve_store<S: Store>(
         hub,
         service::ServiceSettings {
             lease: config.lease,
-            heartbeat_interval: config.heartbeat_interval,
+            heartbeat_interval: config.heartbeat_interval(),
         },
         metrics,
         stopped.clone(),

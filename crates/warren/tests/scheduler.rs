@@ -98,7 +98,12 @@ async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
 
 /// Runs `warren scheduler ARGS` to completion: (exit code, stderr).
 fn run_scheduler(args: &[&str], data: &Path) -> (Option<i32>, String) {
+    run_scheduler_env(args, data, &[])
+}
+
+fn run_scheduler_env(args: &[&str], data: &Path, envs: &[(&str, &str)]) -> (Option<i32>, String) {
     let out = std::process::Command::new(warren())
+        .envs(envs.iter().copied())
         .arg("scheduler")
         .args(["--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data)
@@ -132,6 +137,15 @@ fn bad_configuration_exits_64_naming_the_flag() {
         assert_eq!(code, Some(64), "{args:?}: {stderr}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
+    // The same checks apply to the environment and the TOML file.
+    let (code, stderr) = run_scheduler_env(&[], dir.path(), &[("WARREN_SCHEDULER_LEASE", "soon")]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("--lease"), "{stderr}");
+    let toml = dir.path().join("scheduler.toml");
+    std::fs::write(&toml, "sweep-interval = \"1ms\"\n").unwrap();
+    let (code, stderr) = run_scheduler(&["--config", toml.to_str().unwrap()], dir.path());
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("--sweep-interval"), "{stderr}");
     // Nothing was created for a refused configuration.
     assert!(!dir.path().join("scheduler.db").exists());
 }
