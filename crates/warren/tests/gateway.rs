@@ -1,0 +1,995 @@
+//! `warren gateway` against real processes: a scheduler, `--runtime process`
+//! nodes and a gateway, all on 127.0.0.1:0, driven with plain HTTP, the
+//! envd Connect client and a WebSocket client — what an e2b SDK user does.
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http::{HeaderMap, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+use tokio_tungstenite::tungstenite::Message;
+use warren_envd_proto::process::{
+    process_event, ProcessClient, ProcessConfig, StartRequest, StartResponse,
+};
+use warren_test_support::{temp_dir, wait_until, Proc};
+
+const KEY_A: &str = "key-team-a";
+const KEY_B: &str = "key-team-b";
+const ENVD: u16 = 49983;
+
+fn bin() -> &'static std::path::Path {
+    env!("CARGO_BIN_EXE_warren").as_ref()
+}
+
+/// A scheduler, `nodes` nodes and one gateway.
+struct Cluster {
+    scheduler: Proc,
+    nodes: Vec<Proc>,
+    gateway: Proc,
+    /// `host:port` of the gateway's public listener.
+    gw: String,
+    _dir: tempfile::TempDir,
+}
+
+async fn cluster(nodes: usize) -> Cluster {
+    let dir = temp_dir();
+    let path = |p: &str| dir.path().join(p).display().to_string();
+    let scheduler = Proc::spawn(
+        bin(),
+        &[
+            "scheduler",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &path("scheduler"),
+        ],
+        &[],
+        &["scheduler grpc", "scheduler admin"],
+    )
+    .await
+    .expect("scheduler starts");
+    let sched_url = format!("http://{}", scheduler.addr("scheduler grpc"));
+    let mut node_procs = Vec::new();
+    for i in 1..=nodes {
+        let id = format!("node-{i}");
+        node_procs.push(
+            Proc::spawn(
+                bin(),
+                &[
+                    "node",
+                    "--node-id",
+                    &id,
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--admin-listen",
+                    "127.0.0.1:0",
+                    "--scheduler",
+                    &sched_url,
+                    "--data-dir",
+                    &path(&id),
+                    "--runtime",
+                    "process",
+                ],
+                &[],
+                &["node http", "node admin"],
+            )
+            .await
+            .expect("node starts"),
+        );
+    }
+    let gateway = Proc::spawn(
+        bin(),
+        &[
+            "gateway",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--scheduler",
+            &sched_url,
+            "--api-key",
+            &format!("{KEY_A}:team-a"),
+            "--api-key",
+            &format!("{KEY_B}:team-b"),
+            "--connect-timeout",
+            "1s",
+            "--drain-timeout",
+            "10s",
+        ],
+        &[],
+        &["gateway http", "gateway admin"],
+    )
+    .await
+    .expect("gateway starts");
+    let gw = gateway.addr("gateway http");
+    Cluster {
+        scheduler,
+        nodes: node_procs,
+        gateway,
+        gw,
+        _dir: dir,
+    }
+}
+
+impl Drop for Cluster {
+    /// `process`-runtime sandboxes outlive their node by design (a restarted
+    /// node adopts them), so the test reaps what it started: every envd whose
+    /// command line names this test's temp dir, and everything in its session.
+    fn drop(&mut self) {
+        let dir = self._dir.path().display().to_string();
+        let procs: Vec<(i32, String, i32)> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                let sid = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(3)?
+                    .parse()
+                    .ok()?;
+                Some((pid, String::from_utf8_lossy(&cmdline).into_owned(), sid))
+            })
+            .collect();
+        let envds: Vec<i32> = procs
+            .iter()
+            .filter(|(_, cmd, _)| cmd.contains(&dir))
+            .map(|(pid, _, _)| *pid)
+            .collect();
+        for (pid, _, sid) in &procs {
+            if envds.contains(pid) || envds.contains(sid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+/// A response, its JSON body parsed when it has one.
+struct Resp {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "{} body is not JSON ({e}): {:?}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    fn message(&self) -> String {
+        self.json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+async fn http(
+    addr: &str,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Resp {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let bytes = match &body {
+        Some(v) => {
+            req = req.header("content-type", "application/json");
+            Bytes::from(v.to_string())
+        }
+        None => Bytes::new(),
+    };
+    let req = req.body(Full::new(bytes)).expect("request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .expect("answer within 30s")
+        .expect("http request");
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.expect("body").to_bytes();
+    Resp {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+/// Control-plane call with team A's key.
+async fn api(c: &Cluster, method: Method, path: &str, body: Option<Value>) -> Resp {
+    http(&c.gw, method, path, &[("x-api-key", KEY_A)], body).await
+}
+
+/// Creates a sandbox for team A, waiting for the nodes to have registered.
+async fn create(c: &Cluster, body: Value, extra: &[(&str, &str)]) -> Value {
+    let mut headers = vec![("x-api-key", KEY_A)];
+    headers.extend_from_slice(extra);
+    wait_until("a sandbox to be created", Duration::from_secs(30), || {
+        let (headers, body) = (headers.clone(), body.clone());
+        async move {
+            let r = http(&c.gw, Method::POST, "/v2/sandboxes", &headers, Some(body)).await;
+            match r.status {
+                StatusCode::CREATED => Some(r.json()),
+                // No node registered yet.
+                StatusCode::SERVICE_UNAVAILABLE => None,
+                other => panic!(
+                    "create answered {other}: {}",
+                    String::from_utf8_lossy(&r.body)
+                ),
+            }
+        }
+    })
+    .await
+}
+
+/// `GET /health` of envd through the data plane, by E2B headers.
+async fn envd_health(c: &Cluster, id: &str, extra: &[(&str, &str)]) -> Resp {
+    let port = ENVD.to_string();
+    let mut headers = vec![("e2b-sandbox-id", id), ("e2b-sandbox-port", port.as_str())];
+    headers.extend_from_slice(extra);
+    http(&c.gw, Method::GET, "/health", &headers, None).await
+}
+
+/// An envd process client through the gateway, routed by `headers`.
+fn process_client(
+    c: &Cluster,
+    headers: &[(&str, &str)],
+) -> ProcessClient<connectrpc::client::HttpClient> {
+    let uri: http::Uri = format!("http://{}", c.gw).parse().expect("uri");
+    let mut config = connectrpc::client::ClientConfig::new(uri);
+    for (k, v) in headers {
+        config = config.with_default_header(k.to_string(), v.to_string());
+    }
+    ProcessClient::new(connectrpc::client::HttpClient::plaintext(), config)
+}
+
+fn sh(command: &str) -> StartRequest {
+    StartRequest {
+        process: ProcessConfig {
+            cmd: "/bin/sh".into(),
+            args: vec!["-c".into(), command.into()],
+            ..Default::default()
+        }
+        .into(),
+        stdin: Some(false),
+        ..Default::default()
+    }
+}
+
+/// Runs `command` through the gateway; returns (stdout, exit code, data events).
+async fn run(
+    client: &ProcessClient<connectrpc::client::HttpClient>,
+    command: &str,
+) -> (String, i32, usize) {
+    let mut stream = client
+        .start(sh(command))
+        .await
+        .expect("process.Start through the gateway");
+    let (mut out, mut code, mut events) = (Vec::new(), -1, 0);
+    while let Some(msg) = stream
+        .message::<StartResponse>()
+        .await
+        .expect("stream message")
+    {
+        match msg
+            .to_owned_message()
+            .event
+            .into_option()
+            .and_then(|e| e.event)
+        {
+            Some(process_event::Event::Data(d)) => {
+                events += 1;
+                if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
+                    out.extend_from_slice(&b);
+                }
+            }
+            Some(process_event::Event::End(end)) => code = end.exit_code,
+            _ => {}
+        }
+    }
+    (String::from_utf8_lossy(&out).into_owned(), code, events)
+}
+
+/// The value of an unlabelled counter in Prometheus text.
+async fn metric(admin: &str, name: &str) -> f64 {
+    let r = http(admin, Method::GET, "/metrics", &[], None).await;
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.split([' ', '{']).next() == Some(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Sum of the scheduler's per-RPC request counters for these RPCs.
+async fn scheduler_rpcs(c: &Cluster, rpcs: &[&str]) -> f64 {
+    let r = http(
+        &c.scheduler.addr("scheduler admin"),
+        Method::GET,
+        "/metrics",
+        &[],
+        None,
+    )
+    .await;
+    String::from_utf8_lossy(&r.body)
+        .lines()
+        .filter(|l| l.starts_with("warren_scheduler_rpc_requests_total"))
+        .filter(|l| rpcs.iter().any(|rpc| l.contains(&format!("\"{rpc}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_lifecycle_through_both_planes() {
+    let c = cluster(1).await;
+    let sb = create(
+        &c,
+        json!({"templateID": "base", "timeout": 120, "metadata": {"purpose": "lifecycle"}, "envVars": {"GREETING": "hi"}}),
+        &[],
+    )
+    .await;
+    let id = sb["sandboxID"].as_str().expect("sandboxID").to_string();
+    let token = sb["envdAccessToken"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(sb["templateID"], "base");
+    assert_eq!(sb["domain"], "localhost");
+    assert!(
+        sb["clientID"].is_string() && sb["envdVersion"].is_string(),
+        "{sb}"
+    );
+
+    // Control plane: get, list v1 and v2 (with a metadata filter the way the SDK encodes it).
+    let got = api(&c, Method::GET, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(got.status, StatusCode::OK);
+    let got = got.json();
+    assert_eq!(got["state"], "running");
+    assert_eq!(got["metadata"]["purpose"], "lifecycle");
+    for field in [
+        "startedAt",
+        "endAt",
+        "envdVersion",
+        "cpuCount",
+        "memoryMB",
+        "diskSizeMB",
+    ] {
+        assert!(
+            !got[field].is_null(),
+            "GET /sandboxes/{{id}} lacks {field}: {got}"
+        );
+    }
+    let v1 = api(&c, Method::GET, "/sandboxes", None).await.json();
+    assert!(
+        v1.as_array()
+            .expect("array")
+            .iter()
+            .any(|s| s["sandboxID"] == id.as_str()),
+        "{v1}"
+    );
+    let v2 = api(
+        &c,
+        Method::GET,
+        "/v2/sandboxes?state=running&metadata=purpose%3Dlifecycle&limit=10",
+        None,
+    )
+    .await;
+    assert_eq!(v2.status, StatusCode::OK);
+    assert!(v2
+        .json()
+        .as_array()
+        .expect("array")
+        .iter()
+        .any(|s| s["sandboxID"] == id.as_str()));
+    let none = api(
+        &c,
+        Method::GET,
+        "/v2/sandboxes?metadata=purpose%3Dother",
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(none, json!([]), "metadata filter excludes");
+
+    // Data plane by E2B headers and by host name reaches envd.
+    assert_eq!(
+        envd_health(&c, &id, &[]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    let host = format!("{ENVD}-{id}.localhost");
+    let by_host = http(&c.gw, Method::GET, "/health", &[("host", &host)], None).await;
+    assert_eq!(by_host.status, StatusCode::NO_CONTENT);
+    // A client-sent X-Warren-Generation (or id) is stripped: routing is unchanged.
+    let spoofed = envd_health(
+        &c,
+        &id,
+        &[
+            ("x-warren-generation", "999"),
+            ("x-warren-sandbox-id", "zzz"),
+        ],
+    )
+    .await;
+    assert_eq!(spoofed.status, StatusCode::NO_CONTENT);
+
+    // A Connect server stream through the proxy, routed by headers and by host.
+    let port = ENVD.to_string();
+    let by_headers = process_client(
+        &c,
+        &[
+            ("e2b-sandbox-id", &id),
+            ("e2b-sandbox-port", &port),
+            ("x-access-token", &token),
+        ],
+    );
+    let (out, code, events) =
+        run(&by_headers, "echo one; sleep 0.2; echo two; echo $GREETING").await;
+    assert_eq!((out.as_str(), code), ("one\ntwo\nhi\n", 0));
+    assert!(
+        events >= 2,
+        "output arrived as it was produced ({events} data events)"
+    );
+    let by_host = process_client(&c, &[("host", &host), ("x-access-token", &token)]);
+    let (out, code, _) = run(&by_host, "echo via-host").await;
+    assert_eq!((out.as_str(), code), ("via-host\n", 0));
+
+    // Timeout, then connect (v2) which only ever extends it.
+    let before = got["endAt"].as_str().expect("endAt").to_string();
+    let t = api(
+        &c,
+        Method::POST,
+        &format!("/sandboxes/{id}/timeout"),
+        Some(json!({"timeout": 600})),
+    )
+    .await;
+    assert_eq!(
+        t.status,
+        StatusCode::NO_CONTENT,
+        "{}",
+        String::from_utf8_lossy(&t.body)
+    );
+    let after = api(&c, Method::GET, &format!("/sandboxes/{id}"), None)
+        .await
+        .json();
+    assert!(
+        after["endAt"].as_str().expect("endAt") > before.as_str(),
+        "{before} -> {after}"
+    );
+    let conn = api(
+        &c,
+        Method::POST,
+        &format!("/v2/sandboxes/{id}/connect"),
+        Some(json!({"timeout": 10})),
+    )
+    .await;
+    assert_eq!(conn.status, StatusCode::OK);
+    assert_eq!(conn.json()["sandboxID"], id.as_str());
+    assert_eq!(conn.json()["envdAccessToken"], sb["envdAccessToken"]);
+    let still = api(&c, Method::GET, &format!("/sandboxes/{id}"), None)
+        .await
+        .json();
+    assert_eq!(
+        still["endAt"], after["endAt"],
+        "connect did not shorten the timeout"
+    );
+    let v1_connect = api(
+        &c,
+        Method::POST,
+        &format!("/sandboxes/{id}/connect"),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(
+        v1_connect.status,
+        StatusCode::BAD_REQUEST,
+        "v1 connect needs a timeout"
+    );
+    assert!(v1_connect.message().contains("timeout"));
+
+    // Kill; then 404 on both planes.
+    let del = api(&c, Method::DELETE, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(
+        del.status,
+        StatusCode::NO_CONTENT,
+        "{}",
+        String::from_utf8_lossy(&del.body)
+    );
+    let gone = api(&c, Method::GET, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    assert_eq!(gone.message(), format!("sandbox {id} not found"));
+    let gone = envd_health(&c, &id, &[]).await;
+    assert_eq!(gone.status, StatusCode::NOT_FOUND);
+    assert_eq!(gone.message(), format!("sandbox {id} not found"));
+    assert_eq!(gone.json()["code"], 404);
+    let again = api(&c, Method::DELETE, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(
+        again.status,
+        StatusCode::NOT_FOUND,
+        "a second kill is 404 (the SDK's kill() -> False)"
+    );
+    let listed = api(&c, Method::GET, "/v2/sandboxes", None).await.json();
+    assert!(!listed
+        .as_array()
+        .expect("array")
+        .iter()
+        .any(|s| s["sandboxID"] == id.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotent_create_and_fork() {
+    let c = cluster(1).await;
+    let body = json!({"templateID": "base", "timeout": 60});
+    let first = create(&c, body.clone(), &[("idempotency-key", "retry-me")]).await;
+    let second = create(&c, body.clone(), &[("idempotency-key", "retry-me")]).await;
+    assert_eq!(
+        first["sandboxID"], second["sandboxID"],
+        "a retried create is the same sandbox"
+    );
+    let other = create(&c, body, &[("idempotency-key", "another")]).await;
+    assert_ne!(first["sandboxID"], other["sandboxID"]);
+    let listed = api(&c, Method::GET, "/v2/sandboxes", None).await.json();
+    assert_eq!(listed.as_array().expect("array").len(), 2, "{listed}");
+
+    // Fork: a child on the same node, reachable through the data plane.
+    let parent = first["sandboxID"].as_str().expect("id");
+    let forked = api(
+        &c,
+        Method::POST,
+        &format!("/sandboxes/{parent}/fork"),
+        Some(json!({"timeout": 60})),
+    )
+    .await;
+    assert_eq!(
+        forked.status,
+        StatusCode::CREATED,
+        "{}",
+        String::from_utf8_lossy(&forked.body)
+    );
+    let results = forked.json();
+    let child = &results[0]["sandbox"];
+    let child_id = child["sandboxID"]
+        .as_str()
+        .unwrap_or_else(|| panic!("fork failed: {results}"));
+    assert_ne!(child_id, parent);
+    assert_eq!(
+        child["clientID"], first["clientID"],
+        "forks stay on the parent's node"
+    );
+    assert_eq!(
+        envd_health(&c, child_id, &[]).await.status,
+        StatusCode::NO_CONTENT
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn teams_keys_and_malformed_input() {
+    let c = cluster(1).await;
+    let sb = create(&c, json!({"templateID": "base"}), &[]).await;
+    let id = sb["sandboxID"].as_str().expect("id").to_string();
+    let as_b = |method: Method, path: String, body: Option<Value>| {
+        let gw = c.gw.clone();
+        async move { http(&gw, method, &path, &[("x-api-key", KEY_B)], body).await }
+    };
+
+    // Team B cannot see, read, change or kill team A's sandbox: 404, not 403.
+    let listed = as_b(Method::GET, "/v2/sandboxes".into(), None).await.json();
+    assert_eq!(listed, json!([]));
+    let listed = as_b(Method::GET, "/sandboxes".into(), None).await.json();
+    assert_eq!(listed, json!([]));
+    for (method, path, body) in [
+        (Method::GET, format!("/sandboxes/{id}"), None),
+        (Method::DELETE, format!("/sandboxes/{id}"), None),
+        (
+            Method::POST,
+            format!("/sandboxes/{id}/timeout"),
+            Some(json!({"timeout": 1})),
+        ),
+        (
+            Method::POST,
+            format!("/v2/sandboxes/{id}/connect"),
+            Some(json!({})),
+        ),
+        (
+            Method::POST,
+            format!("/sandboxes/{id}/fork"),
+            Some(json!({})),
+        ),
+        (
+            Method::POST,
+            format!("/sandboxes/{id}/pause"),
+            Some(json!({})),
+        ),
+    ] {
+        let r = as_b(method.clone(), path.clone(), body).await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{method} {path}");
+        assert_eq!(r.message(), format!("sandbox {id} not found"));
+    }
+    assert_eq!(
+        envd_health(&c, &id, &[]).await.status,
+        StatusCode::NO_CONTENT,
+        "still alive"
+    );
+
+    // Missing or unknown API key: 401 JSON.
+    for headers in [vec![], vec![("x-api-key", "nope")]] {
+        let r = http(&c.gw, Method::GET, "/v2/sandboxes", &headers, None).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+        assert_eq!(r.json()["code"], 401);
+    }
+
+    // Malformed ids: 400 on both planes, and the scheduler is never asked.
+    let admin = c.gateway.addr("gateway admin");
+    let lookups = metric(&admin, "warren_gateway_scheduler_lookups_total").await;
+    let sched_before = scheduler_rpcs(&c, &["LookupNode", "GetSandbox"]).await;
+    let r = api(&c, Method::GET, "/sandboxes/NOT_an-id", None).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.message().starts_with("invalid sandbox id"),
+        "{}",
+        r.message()
+    );
+    let r = envd_health(&c, "bad.id", &[]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(
+        r.message().starts_with("invalid sandbox id"),
+        "{}",
+        r.message()
+    );
+    let r = http(
+        &c.gw,
+        Method::GET,
+        "/health",
+        &[("e2b-sandbox-id", &id), ("e2b-sandbox-port", "70000")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.message().starts_with("invalid port"), "{}", r.message());
+    let r = http(
+        &c.gw,
+        Method::GET,
+        "/health",
+        &[("host", "49983-UPPER_case.localhost")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        metric(&admin, "warren_gateway_scheduler_lookups_total").await,
+        lookups
+    );
+    assert_eq!(
+        scheduler_rpcs(&c, &["LookupNode", "GetSandbox"]).await,
+        sched_before
+    );
+
+    // Bad bodies name the field; unknown routes and wrong methods are JSON too.
+    let r = api(
+        &c,
+        Method::POST,
+        "/v2/sandboxes",
+        Some(json!({"timeout": 5})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("templateID"), "{}", r.message());
+    let r = api(
+        &c,
+        Method::POST,
+        &format!("/sandboxes/{id}/timeout"),
+        Some(json!({"timeout": "soon"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("timeout"), "{}", r.message());
+    let r = api(&c, Method::GET, "/no/such/thing", None).await;
+    assert_eq!(
+        (r.status, r.json()["code"].as_u64()),
+        (StatusCode::NOT_FOUND, Some(404))
+    );
+    let r = api(&c, Method::PUT, "/v2/sandboxes", None).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(r.headers.get("allow").is_some());
+    let r = api(&c, Method::POST, &format!("/sandboxes/{id}/pause"), None).await;
+    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(r.json()["code"], 501);
+}
+
+/// A tiny WebSocket echo server (RFC 6455 handshake and framing) for inside
+/// a sandbox, without third-party Python packages.
+const WS_ECHO: &str = r#"
+import base64, hashlib, socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
+print("listening", flush=True)
+def exact(c, n):
+    b = b""
+    while len(b) < n:
+        d = c.recv(n - len(b))
+        if not d: raise EOFError
+        b += d
+    return b
+def serve(c):
+    req = b""
+    while b"\r\n\r\n" not in req:
+        d = c.recv(4096)
+        if not d: return
+        req += d
+    key = [l.split(":", 1)[1].strip() for l in req.decode().split("\r\n") if l.lower().startswith("sec-websocket-key:")][0]
+    acc = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+    c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + "\r\n\r\n").encode())
+    try:
+        while True:
+            h = exact(c, 2); op = h[0] & 15; n = h[1] & 127
+            if n == 126: n = int.from_bytes(exact(c, 2), "big")
+            elif n == 127: n = int.from_bytes(exact(c, 8), "big")
+            mask = exact(c, 4) if h[1] & 128 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(exact(c, n)))
+            if op == 8:
+                c.sendall(b"\x88\x00"); return
+            hdr = bytes([128 | op, n]) if n < 126 else bytes([128 | op, 126]) + n.to_bytes(2, "big") if n < 65536 else bytes([128 | op, 127]) + n.to_bytes(8, "big")
+            c.sendall(hdr + data)
+    except EOFError:
+        pass
+    finally:
+        c.close()
+while True:
+    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
+"#;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn websocket_echo_inside_a_sandbox_through_the_gateway() {
+    let c = cluster(1).await;
+    let sb = create(&c, json!({"templateID": "base"}), &[]).await;
+    let id = sb["sandboxID"].as_str().expect("id").to_string();
+    let token = sb["envdAccessToken"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let port = ENVD.to_string();
+    let envd = process_client(
+        &c,
+        &[
+            ("e2b-sandbox-id", &id),
+            ("e2b-sandbox-port", &port),
+            ("x-access-token", &token),
+        ],
+    );
+    let ws_port = free_port();
+    let mut server = envd
+        .start(StartRequest {
+            process: ProcessConfig {
+                cmd: "python3".into(),
+                args: vec!["-c".into(), WS_ECHO.into(), ws_port.to_string()],
+                ..Default::default()
+            }
+            .into(),
+            stdin: Some(false),
+            ..Default::default()
+        })
+        .await
+        .expect("start the echo server");
+    // Wait for "listening" on its stdout; keep the stream open afterwards.
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("listening") {
+        let msg = tokio::time::timeout(Duration::from_secs(20), server.message::<StartResponse>())
+            .await
+            .expect("echo server starts")
+            .expect("stream")
+            .expect("echo server exited early");
+        match msg
+            .to_owned_message()
+            .event
+            .into_option()
+            .and_then(|e| e.event)
+        {
+            Some(process_event::Event::Data(d)) => match d.output {
+                Some(process_event::data_event::Output::Stdout(b))
+                | Some(process_event::data_event::Output::Stderr(b)) => seen.extend_from_slice(&b),
+                _ => {}
+            },
+            Some(process_event::Event::End(end)) => {
+                panic!(
+                    "echo server ended: {end:?} {}",
+                    String::from_utf8_lossy(&seen)
+                )
+            }
+            _ => {}
+        }
+    }
+
+    let mut req = format!("ws://{}/echo", c.gw)
+        .into_client_request()
+        .expect("ws request");
+    req.headers_mut()
+        .insert("e2b-sandbox-id", id.parse().expect("header"));
+    req.headers_mut().insert(
+        "e2b-sandbox-port",
+        ws_port.to_string().parse().expect("header"),
+    );
+    let (mut ws, resp) = tokio::time::timeout(
+        Duration::from_secs(20),
+        tokio_tungstenite::connect_async(req),
+    )
+    .await
+    .expect("handshake in time")
+    .expect("WebSocket handshake through the gateway");
+    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
+    for text in ["hello", "through warren"] {
+        ws.send(Message::text(text)).await.expect("send");
+        let echoed = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("echo in time")
+            .expect("a frame")
+            .expect("frame ok");
+        assert_eq!(echoed.into_text().expect("text").as_str(), text);
+    }
+    let big = vec![7u8; 100_000];
+    ws.send(Message::binary(big.clone()))
+        .await
+        .expect("send binary");
+    let echoed = ws.next().await.expect("a frame").expect("frame ok");
+    assert_eq!(echoed.into_data().as_ref(), big.as_slice());
+    ws.close(None).await.expect("close");
+
+    // A port nothing listens on is a clear 502, not a hang.
+    let closed = free_port().to_string();
+    let r = http(
+        &c.gw,
+        Method::GET,
+        "/",
+        &[("e2b-sandbox-id", &id), ("e2b-sandbox-port", &closed)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    assert!(r.message().contains("is not open"), "{}", r.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_down_is_a_fast_502() {
+    let mut c = cluster(1).await;
+    let sb = create(&c, json!({"templateID": "base"}), &[]).await;
+    let id = sb["sandboxID"].as_str().expect("id").to_string();
+    assert_eq!(
+        envd_health(&c, &id, &[]).await.status,
+        StatusCode::NO_CONTENT
+    );
+    c.nodes[0].kill9().await;
+    // The scheduler still believes in the node (its lease has not run out),
+    // so this is the gateway failing to connect. Bounded by the connect
+    // timeout: the 30 s inside `http` only guards against a hang.
+    let r = envd_health(&c, &id, &[]).await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        r.message(),
+        "Failed to reach sandbox (upstream connection error)"
+    );
+    assert_eq!(r.json()["error_code"], "upstream_unreachable");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests() {
+    let mut c = cluster(1).await;
+    let sb = create(&c, json!({"templateID": "base"}), &[]).await;
+    let id = sb["sandboxID"].as_str().expect("id").to_string();
+    let token = sb["envdAccessToken"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let port = ENVD.to_string();
+    let envd = process_client(
+        &c,
+        &[
+            ("e2b-sandbox-id", &id),
+            ("e2b-sandbox-port", &port),
+            ("x-access-token", &token),
+        ],
+    );
+    let admin = c.gateway.addr("gateway admin");
+    assert_eq!(
+        http(&admin, Method::GET, "/readyz", &[], None).await.status,
+        StatusCode::OK
+    );
+
+    // A command that outlives the SIGTERM; the stream is in flight.
+    let mut stream = envd
+        .start(sh("echo started; sleep 2; echo finished"))
+        .await
+        .expect("start");
+    let first = stream
+        .message::<StartResponse>()
+        .await
+        .expect("stream")
+        .expect("first event");
+    drop(first);
+    c.gateway.signal(15);
+
+    // Readiness turns false and new connections are refused while the
+    // in-flight stream is still running.
+    wait_until("readiness to turn false", Duration::from_secs(5), || {
+        let admin = admin.clone();
+        async move {
+            let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+            let req = http::Request::get(format!("http://{admin}/readyz"))
+                .body(Full::new(Bytes::new()))
+                .ok()?;
+            let r = client.request(req).await.ok()?;
+            (r.status() == StatusCode::SERVICE_UNAVAILABLE).then_some(())
+        }
+    })
+    .await;
+    wait_until("the listener to close", Duration::from_secs(5), || {
+        let gw = c.gw.clone();
+        async move {
+            tokio::net::TcpStream::connect(&gw)
+                .await
+                .is_err()
+                .then_some(())
+        }
+    })
+    .await;
+
+    let mut out = Vec::new();
+    let mut code = None;
+    while let Some(msg) = stream
+        .message::<StartResponse>()
+        .await
+        .expect("the stream survives the SIGTERM")
+    {
+        match msg
+            .to_owned_message()
+            .event
+            .into_option()
+            .and_then(|e| e.event)
+        {
+            Some(process_event::Event::Data(d)) => {
+                if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
+                    out.extend_from_slice(&b);
+                }
+            }
+            Some(process_event::Event::End(end)) => code = Some(end.exit_code),
+            _ => {}
+        }
+    }
+    assert!(
+        String::from_utf8_lossy(&out).contains("finished"),
+        "{:?}",
+        String::from_utf8_lossy(&out)
+    );
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        c.gateway.terminate(Duration::from_secs(15)).await,
+        Some(0),
+        "gateway exits 0 after draining"
+    );
+}
