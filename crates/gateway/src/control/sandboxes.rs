@@ -238,9 +238,14 @@ pub(super) async fn list_v2(
 
 /// `DELETE /sandboxes/{id}`: node delete, then the fenced scheduler delete.
 pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {
-    for _ in 0..KILL_ATTEMPTS {
+    for attempt in 0..KILL_ATTEMPTS {
         let b = match owned(app, team, id).await {
             Ok(b) => b,
+            // Gone after our node delete: the node reported the DELETE
+            // itself before we did. That is the kill succeeding.
+            Err(e) if attempt > 0 && e.status == StatusCode::NOT_FOUND => {
+                return Ok(no_content(StatusCode::NO_CONTENT))
+            }
             Err(e) => return Err(e),
         };
         // A lost node cannot be asked; an unreachable one will kill the
@@ -275,8 +280,9 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
             })
             .await
             .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
-        // Not applied: the binding moved (new node or generation) between
-        // our read and the delete; read it again and delete that one.
+        // Not applied: the binding is gone (the node reported the delete
+        // first) or moved (new node or generation) since our read; read it
+        // again to tell which, and delete the new one.
         if resp.results.iter().all(|r| r.applied) {
             app.resolver.evict(&crate::resolver::Route {
                 sandbox_id: id.to_string(),
