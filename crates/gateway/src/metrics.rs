@@ -2,7 +2,7 @@
 //! into the admin listener's registry. Labels are low-cardinality only:
 //! never a sandbox id.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
@@ -10,12 +10,22 @@ use std::time::Duration;
 use warren_core::admin::Admin;
 
 /// Which half of the API a request was for.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum Plane {
     /// E2B REST API.
     Control,
     /// Sandbox traffic proxied to a node.
     Data,
+}
+
+impl EncodeLabelValue for Plane {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            Plane::Control => "control",
+            Plane::Data => "data",
+        })
+    }
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

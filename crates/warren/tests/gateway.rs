@@ -36,25 +36,32 @@ struct Cluster {
 }
 
 async fn cluster(nodes: usize) -> Cluster {
+    cluster_with(nodes, &[]).await
+}
+
+/// A cluster whose scheduler gets `scheduler_args` too.
+async fn cluster_with(nodes: usize, scheduler_args: &[&str]) -> Cluster {
     let dir = temp_dir();
     let path = |p: &str| dir.path().join(p).display().to_string();
-    let scheduler = Proc::spawn(
-        bin(),
-        &[
-            "scheduler",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            &path("scheduler"),
-        ],
-        &[],
-        &["scheduler grpc", "scheduler admin"],
-    )
-    .await
-    .expect("scheduler starts");
+    let sched_dir = path("scheduler");
+    let mut args = vec![
+        "scheduler",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &sched_dir,
+    ];
+    args.extend_from_slice(scheduler_args);
+    let scheduler = Proc::spawn(bin(), &args, &[], &["scheduler grpc", "scheduler admin"])
+        .await
+        .expect("scheduler starts");
     let sched_url = format!("http://{}", scheduler.addr("scheduler grpc"));
+    // The gateway is given a dead scheduler replica first: every test also
+    // checks that it fails over to the live one.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let gw_schedulers = format!("{dead},{sched_url}");
     let mut node_procs = Vec::new();
     for i in 1..=nodes {
         let id = format!("node-{i}");
@@ -92,7 +99,7 @@ async fn cluster(nodes: usize) -> Cluster {
             "--admin-listen",
             "127.0.0.1:0",
             "--scheduler",
-            &sched_url,
+            &gw_schedulers,
             "--api-key",
             &format!("{KEY_A}:team-a"),
             "--api-key",
@@ -643,6 +650,14 @@ async fn teams_keys_and_malformed_input() {
     let admin = c.gateway.addr("gateway admin");
     let lookups = metric(&admin, "warren_gateway_scheduler_lookups_total").await;
     let sched_before = scheduler_rpcs(&c, &["LookupNode", "GetSandbox"]).await;
+    assert!(
+        lookups > 0.0,
+        "the lookup counter counts (data-plane requests above)"
+    );
+    assert!(
+        sched_before > 0.0,
+        "the scheduler counts GetSandbox/LookupNode calls"
+    );
     let r = api(&c, Method::GET, "/sandboxes/NOT_an-id", None).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(
@@ -876,8 +891,8 @@ async fn websocket_echo_inside_a_sandbox_through_the_gateway() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_down_is_a_fast_502() {
-    let mut c = cluster(1).await;
+async fn node_down_is_a_fast_502_then_node_down() {
+    let mut c = cluster_with(1, &["--lease", "1s"]).await;
     let sb = create(&c, json!({"templateID": "base"}), &[]).await;
     let id = sb["sandboxID"].as_str().expect("id").to_string();
     assert_eq!(
@@ -895,6 +910,27 @@ async fn node_down_is_a_fast_502() {
         "Failed to reach sandbox (upstream connection error)"
     );
     assert_eq!(r.json()["error_code"], "upstream_unreachable");
+
+    // Once the lease runs out the scheduler marks the binding lost, and the
+    // answer says so, with its own stable code.
+    let down = wait_until(
+        "the binding to be marked lost",
+        Duration::from_secs(20),
+        || {
+            let c = &c;
+            let id = id.clone();
+            async move {
+                let r = envd_health(c, &id, &[]).await;
+                (r.json()["error_code"] == "node_down").then_some(r)
+            }
+        },
+    )
+    .await;
+    assert_eq!(down.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        down.message(),
+        format!("sandbox {id} is on a node that is down")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -992,4 +1028,33 @@ async fn sigterm_drains_in_flight_requests() {
         Some(0),
         "gateway exits 0 after draining"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_configuration_exits_64_before_binding() {
+    for (args, says) in [
+        (vec!["gateway", "--listen", "127.0.0.1:0"], "no API keys"),
+        (vec!["gateway", "--api-key", "nocolon"], "KEY:TEAM"),
+        (
+            vec!["gateway", "--api-key", "k:t", "--scheduler", "ftp://x"],
+            "--scheduler",
+        ),
+        (
+            vec!["gateway", "--api-key", "k:t", "--connect-timeout", "soon"],
+            "soon",
+        ),
+    ] {
+        let out = tokio::process::Command::new(bin())
+            .args(&args)
+            .output()
+            .await
+            .expect("run warren gateway");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("listening"),
+            "nothing was bound"
+        );
+    }
 }
