@@ -451,13 +451,64 @@ async fn sandbox_lifecycle_through_both_planes() {
             ("x-access-token", &token),
         ],
     );
-    let (out, code, events) =
-        run(&by_headers, "echo one; sleep 0.2; echo two; echo $GREETING").await;
-    assert_eq!((out.as_str(), code), ("one\ntwo\nhi\n", 0));
-    assert!(
-        events >= 2,
-        "output arrived as it was produced ({events} data events)"
+    let (out, code, _) = run(&by_headers, "echo $GREETING").await;
+    assert_eq!(
+        (out.as_str(), code),
+        ("hi\n", 0),
+        "envVars reach the sandbox"
     );
+    // The stream is not buffered: "first" arrives while the process still
+    // waits for a file that only a second request (after reading "first")
+    // creates. A buffering proxy would hang here (the timeout guards that).
+    let mut stream = by_headers
+        .start(sh(
+            "echo first; while [ ! -f go ]; do sleep 0.05; done; echo second",
+        ))
+        .await
+        .expect("start");
+    let mut seen = String::new();
+    while !seen.contains("first") {
+        let msg = tokio::time::timeout(Duration::from_secs(20), stream.message::<StartResponse>())
+            .await
+            .expect("the first line streams through before the process ends")
+            .expect("stream")
+            .expect("a message");
+        if let Some(process_event::Event::Data(d)) = msg
+            .to_owned_message()
+            .event
+            .into_option()
+            .and_then(|e| e.event)
+        {
+            if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
+                seen.push_str(&String::from_utf8_lossy(&b));
+            }
+        }
+    }
+    assert_eq!(run(&by_headers, "touch go").await.1, 0);
+    while let Some(msg) = stream.message::<StartResponse>().await.expect("stream") {
+        if let Some(process_event::Event::Data(d)) = msg
+            .to_owned_message()
+            .event
+            .into_option()
+            .and_then(|e| e.event)
+        {
+            if let Some(process_event::data_event::Output::Stdout(b)) = d.output {
+                seen.push_str(&String::from_utf8_lossy(&b));
+            }
+        }
+    }
+    assert_eq!(seen, "first\nsecond\n");
+    // h2c (HTTP/2 prior knowledge) on the same listener.
+    let uri: http::Uri = format!("http://{}", c.gw).parse().expect("uri");
+    let h2 = ProcessClient::new(
+        connectrpc::client::HttpClient::plaintext_http2_only(),
+        connectrpc::client::ClientConfig::new(uri)
+            .with_default_header("e2b-sandbox-id", id.clone())
+            .with_default_header("e2b-sandbox-port", port.clone())
+            .with_default_header("x-access-token", token.clone()),
+    );
+    let (out, code, _) = run(&h2, "echo over-h2c").await;
+    assert_eq!((out.as_str(), code), ("over-h2c\n", 0));
     let by_host = process_client(&c, &[("host", &host), ("x-access-token", &token)]);
     let (out, code, _) = run(&by_host, "echo via-host").await;
     assert_eq!((out.as_str(), code), ("via-host\n", 0));
