@@ -73,7 +73,7 @@ pub(super) async fn create(
     )
     .await?;
     let binding = placement.binding.clone().unwrap_or_default();
-    if placement.existing && placement.state == BindingState::Running as i32 {
+    if earlier(&placement)? {
         // A retry of a create that already finished: the same sandbox again.
         let envd_version = app.envd_version(&placement.endpoint).await;
         let json = sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
@@ -169,7 +169,7 @@ async fn fork_one(
     )
     .await?;
     let binding = placement.binding.clone().unwrap_or_default();
-    if placement.existing && placement.state == BindingState::Running as i32 {
+    if earlier(&placement)? {
         let envd_version = app.envd_version(&placement.endpoint).await;
         return Ok(sandbox_json(
             app,
@@ -205,6 +205,30 @@ async fn fork_one(
         &parent.template_id,
         info.envd_version,
     ))
+}
+
+/// For a placement that an earlier request with the same idempotency key
+/// made: true when that sandbox is running (answer with it), an error when
+/// it is in a state a create cannot answer with. False means carry on with
+/// the node step (a new placement, or one still CREATING, which the node
+/// answers idempotently).
+fn earlier(placement: &Placement) -> Result<bool, ApiError> {
+    if !placement.existing {
+        return Ok(false);
+    }
+    let id = &placement.sandbox_id;
+    match BindingState::try_from(placement.state) {
+        Ok(BindingState::Running) => Ok(true),
+        Ok(BindingState::Creating) => Ok(false),
+        Ok(BindingState::Lost) => Err(ApiError::node_down(id)),
+        _ => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "sandbox {id}, created earlier with this Idempotency-Key, is no longer running"
+            ),
+        )),
+    }
 }
 
 async fn place(app: &App, req: PlaceRequest) -> Result<Placement, ApiError> {
