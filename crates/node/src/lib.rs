@@ -26,12 +26,18 @@
 //! which of them are orphans, and the node kills those.
 //!
 //! On SIGTERM/SIGINT `/readyz` turns false, the listener closes, in-flight
-//! requests drain for up to `--drain-timeout`, and the node exits 0. It does
-//! not delete sandboxes on the way out: under `process` they keep running and
-//! the next node process on the same `--data-dir` adopts them; under `bwrap`
-//! they die with the node (`--die-with-parent`: a sandbox never outlives the
-//! process that can police it), and the next start cleans up their files.
-//! Either way the scheduler learns the truth from the next registration.
+//! requests drain for up to `--drain-timeout`, then every sandbox is killed
+//! and its files removed, and the node exits 0.
+//!
+//! **Policy: a sandbox never outlives its node process**, under either
+//! runtime. The node is what enforces identity checks, deletes, expiry and
+//! limits; a sandbox nobody polices is a leak (under `process`, unisolated
+//! code running with nobody to stop it). So: bwrap runs with
+//! `--die-with-parent`, envd under `process` gets a parent-death signal, and
+//! a graceful stop kills everything. After a crash, the next node process on
+//! the same `--data-dir` adopts any sandbox whose envd still answers and
+//! removes the rest (killing leftover processes by their mark).
+//! The scheduler learns the truth from the next registration's roster.
 
 // Tests may unwrap: a panic there is a test failure with a message.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -205,8 +211,10 @@ pub async fn run(
         admin_for_shutdown.set_ready(false);
         tracing::info!("shutting down: not ready, draining");
     };
+    let registry = shared.registry.clone();
     http::serve(listener, shared, shutdown, settings.drain_timeout).await;
     let _ = stop_tx.send(true);
+    registry.shutdown_all().await;
     tracing::info!("node stopped");
     Ok(())
 }

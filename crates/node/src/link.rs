@@ -293,7 +293,14 @@ impl Link {
                     Err(s) => {
                         self.metrics.scheduler_errors.inc();
                         self.failed(&s).await;
-                        if attempt == EVENT_ATTEMPTS || s.code() == Code::InvalidArgument {
+                        if s.code() == Code::InvalidArgument {
+                            // The scheduler never issued that binding (e.g. a
+                            // sandbox created directly on the node); retrying
+                            // cannot help, and the heartbeat reconciles.
+                            tracing::warn!(status = %s, "the scheduler refused sandbox events");
+                            break;
+                        }
+                        if attempt == EVENT_ATTEMPTS {
                             tracing::error!(status = %s, events = batch.len(), "giving up reporting sandbox events");
                             break;
                         }

@@ -42,11 +42,13 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
         Ok(v) => v,
         Err(msg) => {
             shared.metrics.request(Outcome::BadRequest);
+            discard_later(req.into_body());
             return error(StatusCode::BAD_REQUEST, msg);
         }
     };
     let Some(sandbox) = shared.registry.get(&id, generation) else {
         shared.metrics.request(Outcome::NotFoundMarker);
+        discard_later(req.into_body());
         return not_found_marker(format!(
             "sandbox {id} (generation {generation}) is not on node {}",
             shared.registry.node_id()
@@ -63,6 +65,7 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
         Ok(s) => s,
         Err(RelayError::PortClosed { .. }) => {
             shared.metrics.request(Outcome::PortClosed);
+            discard_later(req.into_body());
             return error(
                 StatusCode::BAD_GATEWAY,
                 format!("port {port} is not open in sandbox {id}"),
@@ -70,6 +73,7 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
         }
         Err(e) => {
             shared.metrics.request(Outcome::UpstreamError);
+            discard_later(req.into_body());
             tracing::warn!(sandbox_id = %id, port, error = %e, "cannot reach envd");
             return error(
                 StatusCode::BAD_GATEWAY,
@@ -131,6 +135,37 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
     }
     strip_hop_by_hop(resp.headers_mut(), false);
     resp.map(|b| b.boxed())
+}
+
+/// How much of an unwanted request body is read and thrown away after an
+/// early answer, and for how long.
+const DISCARD_LIMIT: usize = 64 << 20;
+const DISCARD_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// After an early answer (the body was never looked at), keeps reading and
+/// discarding the body for a while instead of closing at once: a client
+/// still sending would otherwise get a reset that can swallow the answer —
+/// and that answer (often the stale-route marker) is the one the gateway
+/// must see. HTTP/2 needs none of this, but it does no harm there.
+fn discard_later(body: Incoming) {
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut seen = 0usize;
+        let drain = async {
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => {
+                        seen += f.data_ref().map_or(0, |d| d.len());
+                        if seen > DISCARD_LIMIT {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DISCARD_TIME, drain).await;
+    });
 }
 
 /// The three `X-Warren-*` headers, checked.

@@ -174,6 +174,11 @@ impl Runtime for Bwrap {
         let p = spec.paths;
         let mut cmd: Vec<OsString> = vec![self.bwrap.clone().into_os_string()];
         cmd.extend(self.namespace_args(spec.sandbox_id));
+        // Mount points' parents would otherwise be created 0700 root, which
+        // the unprivileged sandbox user could not traverse.
+        for dir in ["/home", "/run", "/opt", "/opt/warren", "/opt/warren/bin"] {
+            cmd.extend(["--perms", "0755", "--dir", dir].map(OsString::from));
+        }
         bind(&mut cmd, "--bind", &p.home, "/home/user");
         bind(&mut cmd, "--bind", &p.tmp, "/tmp");
         bind(&mut cmd, "--bind", &p.run, RUN_IN_SANDBOX);
@@ -212,8 +217,9 @@ impl Runtime for Bwrap {
             .env("HOME", "/home/user")
             .env("USER", "user")
             .env("LANG", "C.UTF-8")
-            .env(procs::MARK_ENV, spec.mark())
+            .env(procs::MARK_ENV, spec.mark)
             .envs(spec.env_vars)
+            .envs(super::log_settings())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -234,6 +240,7 @@ impl Runtime for Bwrap {
                 pid_ns: None,
                 session: false,
                 cgroup,
+                mark: spec.mark.to_string(),
             },
             child: Some(child),
         })

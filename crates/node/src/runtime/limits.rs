@@ -9,8 +9,8 @@
 //! nothing the sandbox forks can start outside it.
 //!
 //! **rlimits** otherwise, through the `prlimit` command from util-linux, which
-//! sets them and execs the command: `RLIMIT_DATA` (memory, per process),
-//! `RLIMIT_NOFILE`, and no core dumps. Why a command: `setrlimit` in
+//! sets them and execs the command: `RLIMIT_DATA` (memory, per process) and
+//! no core dumps. Why a command: `setrlimit` in
 //! `pre_exec` needs `unsafe` (the workspace forbids it), and setting limits on
 //! a pid after spawning races with the first fork. There is no rlimit for
 //! CPU share, and `RLIMIT_NPROC` counts per host uid (all sandboxes share one),
@@ -102,7 +102,6 @@ impl LimitPlan {
         }
         if let Some(prlimit) = &self.prlimit {
             out.push(prlimit.clone().into_os_string());
-            out.push("--nofile=65536".into());
             out.push("--core=0".into());
             if cgroup.is_none() {
                 out.push(format!("--data={}", self.limits.memory_bytes).into());

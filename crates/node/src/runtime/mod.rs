@@ -105,18 +105,24 @@ pub struct LaunchSpec<'a> {
     pub access_token: Option<&'a str>,
     pub envd_bin: &'a Path,
     pub max_output_bytes: u64,
+    /// The value of [`procs::MARK_ENV`] every process of the sandbox inherits
+    /// (see [`mark`]).
+    pub mark: &'a str,
 }
 
-impl LaunchSpec<'_> {
-    /// The value of [`procs::MARK_ENV`] for this sandbox.
-    pub fn mark(&self) -> String {
-        mark(self.sandbox_id, self.generation)
+/// The [`procs::MARK_ENV`] value for a sandbox at a generation on the node
+/// whose data dir is `data_dir`: unique on the host even when two nodes (or
+/// two test clusters) host the same sandbox id, so one node's kill never
+/// touches another's processes.
+pub fn mark(sandbox_id: &str, generation: u64, data_dir: &Path) -> String {
+    // FNV-1a: stable across builds, unlike std's hasher, so a restarted
+    // (even upgraded) node recognises its own marks.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data_dir.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-}
-
-/// The [`procs::MARK_ENV`] value for a sandbox at a generation.
-pub fn mark(sandbox_id: &str, generation: u64) -> String {
-    format!("{sandbox_id}.{generation}")
+    format!("{sandbox_id}.{generation}@{h:016x}")
 }
 
 /// How to find a running sandbox's processes again, also after a node
@@ -134,6 +140,8 @@ pub struct Handle {
     pub session: bool,
     /// The sandbox's cgroup directory, when cgroups v2 is in use.
     pub cgroup: Option<PathBuf>,
+    /// The sandbox's [`procs::MARK_ENV`] value.
+    pub mark: String,
 }
 
 /// A started sandbox: its handle and, when this process started it, the child
@@ -163,15 +171,23 @@ pub trait Runtime: Send + Sync + 'static {
 
 /// Kills every process of a sandbox (blocking; run it in `spawn_blocking`)
 /// and removes its cgroup.
-pub fn kill(handle: &Handle, sandbox_id: &str, generation: u64) -> Result<(), RuntimeError> {
+pub fn kill(handle: &Handle) -> Result<(), RuntimeError> {
     if let Some(cg) = &handle.cgroup {
         limits::cgroup_kill(cg);
     }
-    let result = procs::kill_all(handle, &mark(sandbox_id, generation));
+    let result = procs::kill_all(handle, &handle.mark);
     if let Some(cg) = &handle.cgroup {
         limits::cgroup_remove(cg);
     }
     result.map_err(RuntimeError::Survivors)
+}
+
+/// The node's own log settings, passed on so envd logs like the node does.
+pub fn log_settings() -> Vec<(String, String)> {
+    ["WARREN_LOG", "WARREN_LOG_FORMAT"]
+        .iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
+        .collect()
 }
 
 /// The `PATH` processes in a sandbox get.

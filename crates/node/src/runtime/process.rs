@@ -3,6 +3,11 @@
 //! as `/home/user/x` resolve inside the sandbox's directory (envd keeps `..`
 //! and symlinks from escaping it). Code the sandbox runs can see and touch
 //! everything the node's user can: use it only where bubblewrap cannot run.
+//!
+//! envd gets a parent-death signal (`setpriv --pdeathsig KILL`), so it dies
+//! with the node; what it started is killed at the node's shutdown, or found
+//! by its `WARREN_SANDBOX` mark and killed when the next node process cleans
+//! up the sandbox's directory.
 
 use super::limits::{find_program, LimitPlan};
 use super::{procs, Handle, LaunchSpec, Launched, Runtime, RuntimeError, RuntimeKind};
@@ -16,6 +21,9 @@ pub struct Process {
     /// The `setsid` program (util-linux), so envd leads a session that
     /// delete can find; without it envd gets its own process group only.
     setsid: Option<PathBuf>,
+    /// The `setpriv` program (util-linux), to give envd a parent-death
+    /// signal: envd dies with the node even when the node is SIGKILLed.
+    setpriv: Option<PathBuf>,
 }
 
 impl Process {
@@ -23,6 +31,7 @@ impl Process {
         Process {
             limits,
             setsid: find_program("setsid"),
+            setpriv: find_program("setpriv"),
         }
     }
 }
@@ -35,6 +44,10 @@ impl Runtime for Process {
     fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, RuntimeError> {
         let p = spec.paths;
         let mut cmd: Vec<OsString> = Vec::new();
+        if let Some(setpriv) = &self.setpriv {
+            cmd.push(setpriv.clone().into_os_string());
+            cmd.extend(["--pdeathsig", "KILL", "--"].map(OsString::from));
+        }
         if let Some(setsid) = &self.setsid {
             cmd.push(setsid.clone().into_os_string());
         }
@@ -69,8 +82,9 @@ impl Runtime for Process {
             )
             .env("HOME", &p.home)
             .env("LANG", "C.UTF-8")
-            .env(procs::MARK_ENV, spec.mark())
+            .env(procs::MARK_ENV, spec.mark)
             .envs(spec.env_vars)
+            .envs(super::log_settings())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -94,6 +108,7 @@ impl Runtime for Process {
                 pid_ns: None,
                 session: false,
                 cgroup,
+                mark: spec.mark.to_string(),
             },
             child: Some(child),
         })

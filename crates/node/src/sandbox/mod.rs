@@ -325,13 +325,13 @@ impl Registry {
             access_token: req.access_token.as_deref(),
             envd_bin: &self.cfg.envd_bin,
             max_output_bytes: self.cfg.max_output_bytes,
+            mark: &runtime::mark(&req.sandbox_id, req.generation, &self.cfg.data_dir),
         };
         // Launch here, on an async worker thread (see runtime's module doc).
         let launched = match self.runtime.launch(&spec) {
             Ok(l) => l,
             Err(e) => {
-                self.cleanup(&paths, None, &req.sandbox_id, req.generation)
-                    .await;
+                self.cleanup(&paths, None, &req.sandbox_id).await;
                 return Err(NodeError::Internal(format!(
                     "cannot start the sandbox: {e}"
                 )));
@@ -350,8 +350,7 @@ impl Registry {
             None => envd::wait_healthy(&paths.envd_sock, self.cfg.envd_start_timeout).await,
         };
         if let Err(why) = healthy {
-            self.cleanup(&paths, Some(&handle), &req.sandbox_id, req.generation)
-                .await;
+            self.cleanup(&paths, Some(&handle), &req.sandbox_id).await;
             if let Some(mut c) = child {
                 let _ = c.wait().await;
             }
@@ -380,8 +379,7 @@ impl Registry {
             handle: handle.clone(),
         };
         if let Err(e) = record.save(&paths.state) {
-            self.cleanup(&paths, Some(&handle), &req.sandbox_id, req.generation)
-                .await;
+            self.cleanup(&paths, Some(&handle), &req.sandbox_id).await;
             return Err(NodeError::Internal(format!(
                 "cannot write sandbox.json: {e}"
             )));
@@ -422,11 +420,11 @@ impl Registry {
         });
     }
 
-    async fn cleanup(&self, paths: &Paths, handle: Option<&Handle>, id: &str, generation: u64) {
+    async fn cleanup(&self, paths: &Paths, handle: Option<&Handle>, id: &str) {
         let (paths, handle, id) = (paths.clone(), handle.cloned(), id.to_string());
         let r = tokio::task::spawn_blocking(move || {
             if let Some(h) = &handle {
-                if let Err(e) = runtime::kill(h, &id, generation) {
+                if let Err(e) = runtime::kill(h) {
                     tracing::error!(sandbox_id = %id, error = %e, "kill failed");
                 }
             }
@@ -474,13 +472,8 @@ impl Registry {
             h.remove(id);
             self.metrics.sandboxes.set(h.len() as i64);
         }
-        self.cleanup(
-            &sandbox.paths,
-            Some(&sandbox.handle),
-            id,
-            sandbox.info.generation,
-        )
-        .await;
+        self.cleanup(&sandbox.paths, Some(&sandbox.handle), id)
+            .await;
         self.metrics.deletes.inc();
         self.emit(id, sandbox.info.generation, EventKind::Delete);
         tracing::info!(sandbox_id = %id, generation = sandbox.info.generation, reason, "sandbox deleted");
@@ -533,11 +526,32 @@ impl Registry {
             };
             if !adopted {
                 let handle = record.as_ref().ok().map(|r| r.handle.clone());
-                let generation = record.as_ref().map(|r| r.info.generation).unwrap_or(0);
                 tracing::info!(sandbox_id = %id, "cleaning up a sandbox that is no longer running");
-                self.cleanup(&paths, handle.as_ref(), &id, generation).await;
+                self.cleanup(&paths, handle.as_ref(), &id).await;
             }
         }
+    }
+
+    /// Kills every hosted sandbox and removes its files (node shutdown:
+    /// sandboxes never outlive the node; see the crate doc). No events are
+    /// reported: the next registration's roster tells the scheduler.
+    pub async fn shutdown_all(self: &Arc<Self>) {
+        let ids: Vec<String> = self.list().into_iter().map(|i| i.sandbox_id).collect();
+        let tasks = ids.into_iter().map(|id| {
+            let me = self.clone();
+            tokio::spawn(async move {
+                let lock = me.lock_for(&id);
+                let _held = lock.lock().await;
+                let Some(sandbox) = me.hosted.write().ok().and_then(|mut h| h.remove(&id)) else {
+                    return;
+                };
+                me.cleanup(&sandbox.paths, Some(&sandbox.handle), &id).await;
+            })
+        });
+        for t in tasks.collect::<Vec<_>>() {
+            let _ = t.await;
+        }
+        self.metrics.sandboxes.set(0);
     }
 
     /// The directory holding every sandbox.
