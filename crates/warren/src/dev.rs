@@ -270,6 +270,7 @@ async fn spawn_part(
 ) -> anyhow::Result<Part> {
     let mut child = Command::new(exe)
         .args(args)
+        .env(crate::EXIT_WITH_PARENT, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

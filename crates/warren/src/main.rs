@@ -74,6 +74,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Set by `warren dev` on its children: when the parent goes away (even by
+/// SIGKILL, which it cannot forward), the child shuts down as if it got SIGTERM.
+pub const EXIT_WITH_PARENT: &str = "WARREN_EXIT_WITH_PARENT";
+
+async fn exit_with_parent() {
+    let parent = nix::unistd::getppid();
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        if nix::unistd::getppid() != parent {
+            tracing::warn!("parent process exited; shutting down");
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGTERM);
+            return;
+        }
+    }
+}
+
 /// `--log-format` is shared by every subcommand, so it is taken out before the
 /// subcommand's own parser sees the line.
 fn take_log_format(args: &mut Vec<OsString>) -> LogFormat {
@@ -151,6 +167,11 @@ where
             return ExitCode::FAILURE;
         }
     };
+    if std::env::var_os(EXIT_WITH_PARENT).is_some() {
+        // Only this process watches its parent; what it starts does not inherit the duty.
+        std::env::remove_var(EXIT_WITH_PARENT);
+        rt.spawn(exit_with_parent());
+    }
     match rt.block_on(run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -19,7 +19,7 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
     let data = temp_dir();
     let api_key = "warren_e2e_key_dev";
     let other_key = "warren_e2e_key_other";
-    let dev = Proc::spawn(
+    let mut dev = Proc::spawn(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         &[
             "dev",
@@ -66,5 +66,6 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
         out.status
     );
     assert!(stdout.contains(" 0 failed"), "{stdout}");
-    drop(dev);
+    // A clean stop: `warren dev` stops every part it started and exits 0.
+    assert_eq!(dev.terminate(Duration::from_secs(30)).await, Some(0));
 }

@@ -146,6 +146,15 @@ fn bad_configuration_exits_64_naming_the_flag() {
     let (code, stderr) = run_scheduler(&["--config", toml.to_str().unwrap()], dir.path());
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("--sweep-interval"), "{stderr}");
+    // A data directory that cannot exist (under a regular file).
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    let (code, stderr) = run_scheduler(
+        &["--data-dir", file.join("sub").to_str().unwrap()],
+        dir.path(),
+    );
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("--data-dir"), "{stderr}");
     // Nothing was created for a refused configuration.
     assert!(!dir.path().join("scheduler.db").exists());
 }
