@@ -54,8 +54,13 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (--admin-listen)", config.admin_listen))?;
     warren_core::announce("scheduler", "grpc", grpc.local_addr()?);
     warren_core::announce("scheduler", "admin", admin.local_addr()?);
-    serve(config, grpc, admin, warren_core::shutdown::signal()).await?;
-    Ok(())
+    match serve(config, grpc, admin, warren_core::shutdown::signal()).await {
+        // A data directory that cannot be created is a configuration problem (exit 64).
+        Err(ServeError::Open(e @ store::OpenError::CreateDir { .. })) => {
+            Err(warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}")).into())
+        }
+        r => Ok(r?),
+    }
 }
 
 /// Why [`serve`] stopped with an error.
