@@ -44,7 +44,7 @@ struct OutcomeLabel {
 pub struct Metrics {
     /// Sandboxes hosted now.
     pub sandboxes: Gauge,
-    /// Sandboxes created (including forks and adoptions are not counted).
+    /// Sandboxes created (forks included; adopted ones are not).
     pub creates: Counter,
     /// Creates that failed (envd did not start, files could not be made).
     pub create_failures: Counter,

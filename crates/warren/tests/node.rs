@@ -501,6 +501,19 @@ async fn envd_api_through_the_node(runtime: Runtime) {
         String::from_utf8_lossy(&home.stdout)
     );
 
+    // The memory limit holds (2 GiB by default: RLIMIT_DATA here, memory.max with cgroups v2).
+    let hog = run(
+        &client,
+        "python3 -c 'b = bytearray(3 << 30); print(len(b))'",
+    )
+    .await;
+    assert_ne!(
+        hog.exit,
+        Some(0),
+        "a 3 GiB allocation must fail: {:?}",
+        String::from_utf8_lossy(&hog.stdout)
+    );
+
     // A long process survives its client; Connect with an offset replays the rest exactly.
     let script = "for i in $(seq 1 20); do echo line $i; done; read go; \
                   for i in $(seq 21 40); do if [ $((i % 2)) = 0 ]; then echo line $i; else echo line $i >&2; fi; done";
