@@ -75,6 +75,39 @@ pub struct Config {
     /// Largest control-plane JSON body accepted, in bytes.
     #[arg(long, env = "WARREN_GATEWAY_MAX_BODY", default_value_t = 1024 * 1024)]
     pub max_body: usize,
+
+    /// Most sandbox routes the route cache keeps (a few hundred bytes each).
+    /// 0 disables the cache: every data-plane request asks the scheduler.
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_ROUTE_CACHE_CAPACITY",
+        default_value_t = 100_000
+    )]
+    pub route_cache_capacity: u64,
+
+    /// Longest a cached route is served after it was cached. Hits never
+    /// renew it; the watch usually evicts a changed route within
+    /// milliseconds, so this bounds staleness only while the watch is down.
+    #[arg(long, env = "WARREN_GATEWAY_ROUTE_CACHE_TTL", default_value = "30s", value_parser = parse_duration)]
+    pub route_cache_ttl: Duration,
+
+    /// Follow the scheduler's WatchBindings stream to evict changed routes
+    /// (true/false). With false, routes change only on TTL expiry and when a
+    /// node proves one stale.
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_ROUTE_CACHE_WATCH",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub route_cache_watch: bool,
+
+    /// Largest request body (with a Content-Length) buffered before sending,
+    /// so that a replay-safe request can be retried once on a moved
+    /// sandbox's new node. Larger or chunked bodies are streamed and never
+    /// retried.
+    #[arg(long, env = "WARREN_GATEWAY_RETRY_MAX_BODY", default_value_t = 64 * 1024)]
+    pub retry_max_body: u64,
 }
 
 /// Validated settings the gateway runs with.
@@ -94,6 +127,10 @@ pub struct Settings {
     pub drain_timeout: Duration,
     /// Largest control-plane JSON body accepted.
     pub max_body: usize,
+    /// The route cache; `None` with `--route-cache-capacity 0`.
+    pub route_cache: Option<crate::resolver::CacheSettings>,
+    /// Largest body buffered for a possible replay.
+    pub retry_max_body: u64,
 }
 
 impl Config {
@@ -206,6 +243,22 @@ impl Config {
         if self.max_body == 0 {
             return Err(invalid("--max-body must be greater than zero".into()));
         }
+        let route_cache = if self.route_cache_capacity == 0 {
+            None
+        } else {
+            if self.route_cache_ttl.is_zero() {
+                return Err(invalid(
+                    "--route-cache-ttl must be greater than zero \
+                     (use --route-cache-capacity 0 to turn the cache off)"
+                        .into(),
+                ));
+            }
+            Some(crate::resolver::CacheSettings {
+                capacity: self.route_cache_capacity,
+                ttl: self.route_cache_ttl,
+                watch: self.route_cache_watch,
+            })
+        };
         Ok(Settings {
             schedulers,
             domain,
@@ -214,6 +267,8 @@ impl Config {
             request_timeout: self.request_timeout,
             drain_timeout: self.drain_timeout,
             max_body: self.max_body,
+            route_cache,
+            retry_max_body: self.retry_max_body,
         })
     }
 }

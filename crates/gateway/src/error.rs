@@ -85,6 +85,35 @@ impl ApiError {
         )
     }
 
+    /// 503: the sandbox moved to another node while this request was on its
+    /// way, and the request was not safe to send twice (a body that was
+    /// streamed, a WebSocket, a streaming RPC, or a method without an
+    /// `Idempotency-Key`). The client retries; its retry goes to the new node.
+    pub fn sandbox_moved(id: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sandbox_moved",
+            format!(
+                "sandbox {id} moved to another node while this request was in flight; \
+                 the request was not replayed (it is not replay-safe): retry it"
+            ),
+        );
+        e.retry_after = Some(RETRY_AFTER_SECS);
+        e
+    }
+
+    /// 503: the scheduler names a node that has not finished creating (or
+    /// moving) the sandbox yet.
+    pub fn sandbox_not_ready(id: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sandbox_not_ready",
+            format!("sandbox {id} is still being created on its node; retry shortly"),
+        );
+        e.retry_after = Some(RETRY_AFTER_SECS);
+        e
+    }
+
     /// 503: the scheduler cannot be reached or is failing; retry.
     pub fn routing_unavailable(detail: impl std::fmt::Display) -> Self {
         let mut e = Self::new(

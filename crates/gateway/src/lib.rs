@@ -10,10 +10,13 @@
 //!   host `{port}-{id}.{domain}`), and for which sandbox and port.
 //! - [`control`]: the E2B REST API (create, list, get, kill, timeout,
 //!   connect, fork); [`models`]: its JSON; [`auth`]: `X-API-Key` → team.
-//! - [`proxy`]: the data plane, streaming both ways, WebSocket splicing.
 //! - [`resolver`]: the [`Resolver`](resolver::Resolver) trait the data plane
-//!   routes through, and today's uncached implementation (`LookupNode` per
-//!   request); the route cache slots in behind it.
+//!   routes through: the route cache (moka; positive-only, TTL that hits
+//!   never renew, coalesced misses, evicted by the scheduler's
+//!   `WatchBindings` and by stale-route signals), or with
+//!   `--route-cache-capacity 0` one `LookupNode` per request.
+//! - [`proxy`]: the data plane, streaming both ways, WebSocket splicing, and
+//!   the stale-route path (evict, one refetch, a replay-safe retry).
 //! - [`scheduler`]: scheduler gRPC client with replica failover.
 //! - [`node_client`]: the pooled HTTP client to nodes and their control API.
 //! - [`error`]: JSON errors (`code`, `error_code`, `message`);
@@ -71,10 +74,22 @@ pub async fn run(
         settings.connect_timeout,
         settings.request_timeout,
     )?);
-    let resolver = Arc::new(resolver::UncachedResolver::new(
+    let source = Arc::new(resolver::LookupNode::new(
         scheduler.clone(),
         metrics.clone(),
     ));
+    let mut watch = None;
+    let resolver: Arc<dyn resolver::Resolver> = match settings.route_cache {
+        None => Arc::new(resolver::UncachedResolver::new(source)),
+        Some(cache_settings) => {
+            let cache = resolver::CachedResolver::new(cache_settings, source, metrics.clone());
+            cache.register_gauge(&admin);
+            if cache_settings.watch {
+                watch = Some(resolver::watch::spawn(cache.clone(), scheduler.clone()));
+            }
+            Arc::new(cache)
+        }
+    };
     let http = node_client::http_client(settings.connect_timeout);
     let drain = settings.drain_timeout;
     let app = Arc::new(state::App::new(
@@ -101,6 +116,9 @@ pub async fn run(
         drain,
     )
     .await;
+    if let Some(watch) = watch {
+        watch.abort();
+    }
     let _ = admin_stop.send(());
     let _ = admin_task.await;
     Ok(())

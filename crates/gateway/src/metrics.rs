@@ -2,9 +2,11 @@
 //! into the admin listener's registry. Labels are low-cardinality only:
 //! never a sandbox id.
 
+use crate::resolver::EvictReason;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use std::time::Duration;
 use warren_core::admin::Admin;
@@ -26,6 +28,58 @@ impl EncodeLabelValue for Plane {
             Plane::Data => "data",
         })
     }
+}
+
+impl EncodeLabelValue for EvictReason {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(self.as_str())
+    }
+}
+
+/// What the one uncached lookup after a stale-route signal found: the
+/// `outcome` label of `warren_gateway_route_cache_refetches_total`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum RefetchOutcome {
+    /// The scheduler no longer knows the sandbox.
+    NotFound,
+    /// The same node, address and generation as the stale route.
+    SameNode,
+    /// Another node, address or generation.
+    Moved,
+    /// The lookup failed (scheduler unreachable, or the node is down).
+    Error,
+}
+
+impl RefetchOutcome {
+    const ALL: [RefetchOutcome; 4] = [
+        RefetchOutcome::NotFound,
+        RefetchOutcome::SameNode,
+        RefetchOutcome::Moved,
+        RefetchOutcome::Error,
+    ];
+}
+
+impl EncodeLabelValue for RefetchOutcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self {
+            RefetchOutcome::NotFound => "not_found",
+            RefetchOutcome::SameNode => "same_node",
+            RefetchOutcome::Moved => "moved",
+            RefetchOutcome::Error => "error",
+        })
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: EvictReason,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: RefetchOutcome,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -51,6 +105,20 @@ pub struct Metrics {
     durations: Family<PlaneLabels, Histogram, fn() -> Histogram>,
     /// `LookupNode` calls made to the scheduler (each one, cached or not).
     pub scheduler_lookups: Counter,
+    /// Data-plane routes served from the cache.
+    pub cache_hits: Counter,
+    /// Data-plane routes not in the cache (or expired there).
+    pub cache_misses: Counter,
+    /// Misses that waited for another request's lookup instead of making one.
+    pub cache_coalesced: Counter,
+    /// Requests replayed once on a moved sandbox's new route.
+    pub cache_retries: Counter,
+    /// 1 while the `WatchBindings` stream is open, else 0.
+    pub watch_connected: Gauge,
+    /// The last `WatchBindings` revision applied.
+    pub watch_revision: Gauge,
+    evictions: Family<ReasonLabels, Counter>,
+    refetches: Family<OutcomeLabels, Counter>,
 }
 
 impl Metrics {
@@ -60,7 +128,29 @@ impl Metrics {
             requests: Family::default(),
             durations: Family::new_with_constructor(duration_histogram),
             scheduler_lookups: Counter::default(),
+            cache_hits: Counter::default(),
+            cache_misses: Counter::default(),
+            cache_coalesced: Counter::default(),
+            cache_retries: Counter::default(),
+            watch_connected: Gauge::default(),
+            watch_revision: Gauge::default(),
+            evictions: Family::default(),
+            refetches: Family::default(),
         };
+        // Every label value exists from the start, so a dashboard's rate()
+        // sees 0 rather than no series.
+        for reason in [
+            EvictReason::Ttl,
+            EvictReason::Capacity,
+            EvictReason::Delete,
+            EvictReason::Watch,
+            EvictReason::Stale,
+        ] {
+            let _ = m.evictions.get_or_create(&ReasonLabels { reason });
+        }
+        for outcome in RefetchOutcome::ALL {
+            let _ = m.refetches.get_or_create(&OutcomeLabels { outcome });
+        }
         if let Ok(mut reg) = admin.registry.write() {
             reg.register(
                 "requests",
@@ -77,8 +167,68 @@ impl Metrics {
                 "LookupNode calls made to the scheduler",
                 m.scheduler_lookups.clone(),
             );
+            reg.register(
+                "route_cache_hits",
+                "Data-plane requests whose route came from the cache",
+                m.cache_hits.clone(),
+            );
+            reg.register(
+                "route_cache_misses",
+                "Data-plane requests whose route was not cached (or had expired)",
+                m.cache_misses.clone(),
+            );
+            reg.register(
+                "route_cache_evictions",
+                "Routes dropped from the cache, by reason (ttl, capacity, delete, watch, stale)",
+                m.evictions.clone(),
+            );
+            reg.register(
+                "route_cache_refetches",
+                "Uncached lookups after a stale-route signal, by outcome \
+                 (not_found, same_node, moved, error)",
+                m.refetches.clone(),
+            );
+            reg.register(
+                "route_cache_coalesced",
+                "Cache misses that waited for another request's lookup",
+                m.cache_coalesced.clone(),
+            );
+            reg.register(
+                "route_cache_retries",
+                "Replay-safe requests retried once on a moved sandbox's new route",
+                m.cache_retries.clone(),
+            );
+            reg.register(
+                "route_cache_watch_connected",
+                "1 while the WatchBindings stream to the scheduler is open",
+                m.watch_connected.clone(),
+            );
+            reg.register(
+                "route_cache_watch_revision",
+                "The last WatchBindings revision this gateway applied",
+                m.watch_revision.clone(),
+            );
         }
         m
+    }
+
+    /// Counts `n` routes dropped from the cache for `reason`.
+    pub fn evicted(&self, reason: EvictReason, n: u64) {
+        self.evictions
+            .get_or_create(&ReasonLabels { reason })
+            .inc_by(n);
+    }
+
+    /// Routes dropped so far for `reason`.
+    pub fn evictions(&self, reason: EvictReason) -> u64 {
+        self.evictions.get_or_create(&ReasonLabels { reason }).get()
+    }
+
+    /// Counts one refetch after a stale-route signal.
+    pub fn refetched(&self, outcome: RefetchOutcome) {
+        self.refetches
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 
     /// Records one answered request.

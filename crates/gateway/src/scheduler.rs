@@ -55,6 +55,15 @@ impl Scheduler {
         })
     }
 
+    /// The replica `attempt` steps after the current one, for long-lived
+    /// streams that pick their own replica on every reconnect.
+    pub fn replica(&self, attempt: usize) -> (&str, Client) {
+        let n = self.replicas.len();
+        let idx = (self.current.load(Ordering::Relaxed) + attempt) % n;
+        let (url, client) = &self.replicas[idx];
+        (url.as_str(), client.clone())
+    }
+
     /// Runs `rpc` against the current replica, failing over on transport errors.
     pub async fn call<T, F, Fut>(&self, name: &'static str, rpc: F) -> Result<T, Status>
     where

@@ -17,6 +17,7 @@ use crate::resolver::Route;
 use crate::response::Body;
 use crate::state::App;
 use http::{HeaderMap, Response, StatusCode};
+use std::sync::Arc;
 use warren_core::headers::IDEMPOTENCY_KEY;
 use warren_proto::scheduler::v1::{
     Binding, BindingState, EventType, PlaceRequest, Placement, RecordAssignmentRequest,
@@ -282,18 +283,22 @@ async fn finish(
         }
         return Err(ApiError::from_scheduler(&status, Some(id)));
     }
-    app.resolver.learn(&Route {
-        sandbox_id: id.to_string(),
-        node_id: placement.node_id.clone(),
-        endpoint: placement.endpoint.clone(),
-        generation: placement.generation,
-        state: BindingState::Running,
-        team_id: placement
-            .binding
-            .as_ref()
-            .map(|b| b.team_id.clone())
-            .unwrap_or_default(),
-    });
+    // The route is known now: the new sandbox's first data-plane request
+    // through this gateway is a cache hit.
+    app.resolver
+        .learn(Arc::new(Route {
+            sandbox_id: id.to_string(),
+            node_id: placement.node_id.clone(),
+            endpoint: placement.endpoint.clone(),
+            generation: placement.generation,
+            state: BindingState::Running,
+            team_id: placement
+                .binding
+                .as_ref()
+                .map(|b| b.team_id.clone())
+                .unwrap_or_default(),
+        }))
+        .await;
     Ok(info)
 }
 

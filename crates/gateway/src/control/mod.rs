@@ -9,8 +9,10 @@
 //! - [`create`]: `POST /sandboxes`, `POST /v2/sandboxes`, `POST /sandboxes/{id}/fork`
 //!   (Place → node → RecordAssignment, cleaned up if the node fails).
 //! - [`sandboxes`]: get, list (v1, v2), kill, timeout, connect (v1, v2).
+//! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 
 mod create;
+mod route;
 mod sandboxes;
 
 use crate::auth::Team;
@@ -41,6 +43,8 @@ enum Endpoint {
     Fork(String),
     Pause(String),
     Resume(String),
+    /// `/_warren/v1/routes/{id}`: the route cache's view against the scheduler's.
+    Route(String),
 }
 
 impl Endpoint {
@@ -64,6 +68,7 @@ impl Endpoint {
             ["sandboxes", s, "fork"] => Endpoint::Fork(id(s)),
             ["sandboxes", s, "pause"] => Endpoint::Pause(id(s)),
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
+            ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             _ => return None,
         })
     }
@@ -73,6 +78,7 @@ impl Endpoint {
             Endpoint::Health => &[Method::GET, Method::HEAD],
             Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
+            Endpoint::Route(_) => &[Method::GET],
             _ => &[Method::POST],
         }
     }
@@ -85,7 +91,8 @@ impl Endpoint {
             | Endpoint::Connect { id, .. }
             | Endpoint::Fork(id)
             | Endpoint::Pause(id)
-            | Endpoint::Resume(id) => Some(id),
+            | Endpoint::Resume(id)
+            | Endpoint::Route(id) => Some(id),
         }
     }
 }
@@ -148,6 +155,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Sandbox(id), _) => sandboxes::get(app, &team, &id).await,
         (Endpoint::Timeout(id), _) => sandboxes::set_timeout(app, &team, &id, &body).await,
         (Endpoint::Connect { id, v2 }, _) => sandboxes::connect(app, &team, &id, &body, v2).await,
+        (Endpoint::Route(id), _) => route::show(app, &team, &id).await,
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id) | Endpoint::Resume(id), _) => {
             // Still check existence and ownership so a 501 never confirms
@@ -228,6 +236,10 @@ mod tests {
         assert_eq!(
             Endpoint::parse("/sandboxes/abc/fork"),
             Some(Endpoint::Fork("abc".into()))
+        );
+        assert_eq!(
+            Endpoint::parse("/_warren/v1/routes/abc"),
+            Some(Endpoint::Route("abc".into()))
         );
         assert_eq!(Endpoint::parse("/templates"), None);
         assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);

@@ -284,14 +284,19 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
         // first) or moved (new node or generation) since our read; read it
         // again to tell which, and delete the new one.
         if resp.results.iter().all(|r| r.applied) {
-            app.resolver.evict(&crate::resolver::Route {
+            // The fenced removal succeeded: this gateway forgets the route
+            // now; the others hear it from the scheduler's watch.
+            let gone = crate::resolver::Route {
                 sandbox_id: id.to_string(),
                 node_id: b.node_id.clone(),
                 endpoint: b.endpoint.clone(),
                 generation: b.generation,
                 state: BindingState::try_from(b.state).unwrap_or(BindingState::Unspecified),
                 team_id: b.team_id.clone(),
-            });
+            };
+            app.resolver
+                .evict(&gone, crate::resolver::EvictReason::Delete)
+                .await;
             return Ok(no_content(StatusCode::NO_CONTENT));
         }
     }

@@ -5,11 +5,13 @@
 //!   a tiny JSON-over-HTTP client for the gateway.
 //! - `sandbox.rs`: `warren sandbox ls | create | exec | rm`.
 //! - `node.rs`: `warren node ls`.
+//! - `route.rs`: `warren route <id>`, a gateway's cached route against the scheduler's.
 //!
 //! Exit codes: 0 success, 1 the operation failed (the message says why), 64
 //! bad usage; `sandbox exec` exits with the command's own exit code.
 
 mod node;
+mod route;
 mod sandbox;
 
 use bytes::Bytes;
@@ -57,6 +59,7 @@ pub fn run(sub: &str, args: Vec<OsString>, log_format: LogFormat) -> ExitCode {
         match sub {
             "sandbox" => sandbox::run(args).await,
             "node" => node::run(args).await,
+            "route" => route::run(args).await,
             other => Err(ConfigError::Invalid(format!("unknown command {other:?}")).into()),
         }
     });

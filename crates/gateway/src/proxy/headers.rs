@@ -1,0 +1,257 @@
+//! What a proxied request and its answer look like on the wire: hop-by-hop
+//! and spoofed `x-warren-*` headers out, warren's routing headers in.
+//!
+//! [`Outgoing`] is the client's request rewritten once, without the parts
+//! that depend on the route (the node's address and the generation), so a
+//! replay-safe request can be sent a second time to a moved sandbox's new
+//! node.
+
+use crate::error::ApiError;
+use crate::resolver::Route;
+use crate::response::Body;
+use crate::target::Target;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{request, Method, Request, Version};
+use std::net::SocketAddr;
+use warren_core::headers::{
+    E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, INTERNAL_PREFIX, ROUTE, ROUTE_NOT_FOUND,
+    SANDBOX_ID, SANDBOX_PORT,
+};
+
+/// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+];
+
+/// The client's request, rewritten for a node but not yet for a route.
+#[derive(Debug, Clone)]
+pub(super) struct Outgoing {
+    method: Method,
+    /// Path and query, as the client sent them.
+    path: String,
+    headers: HeaderMap,
+}
+
+impl Outgoing {
+    /// Rewrites the client's request head for `target`; `upgrade` is the
+    /// `Upgrade` protocol to ask the node for (WebSocket).
+    pub(super) fn new(
+        parts: request::Parts,
+        target: &Target,
+        peer: SocketAddr,
+        upgrade: Option<HeaderValue>,
+    ) -> Result<Self, ApiError> {
+        let request::Parts {
+            method,
+            uri,
+            mut headers,
+            ..
+        } = parts;
+        // HTTP/2 clients name the host in `:authority` rather than `Host`;
+        // the node speaks HTTP/1.1 and servers inside the sandbox may care.
+        let host = headers.get(header::HOST).cloned().or_else(|| {
+            uri.authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        });
+        let path = uri
+            .path_and_query()
+            .map(|p| p.as_str())
+            .unwrap_or("/")
+            .to_string();
+        let h = &mut headers;
+        strip_hop_by_hop(h);
+        strip_internal(h);
+        h.remove(E2B_SANDBOX_ID);
+        h.remove(E2B_SANDBOX_PORT);
+        if let Some(protocol) = upgrade {
+            h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            h.insert(header::UPGRADE, protocol);
+        }
+        if let Some(host) = host {
+            h.insert(header::HOST, host);
+        }
+        h.insert(
+            HeaderName::from_static(SANDBOX_ID),
+            HeaderValue::from_str(&target.sandbox_id)
+                .map_err(|_| ApiError::internal("unencodable sandbox id"))?,
+        );
+        h.insert(
+            HeaderName::from_static(SANDBOX_PORT),
+            HeaderValue::from(target.port),
+        );
+        append_forwarded_for(h, peer);
+        Ok(Outgoing {
+            method,
+            path,
+            headers,
+        })
+    }
+
+    /// The request for the node `route` names.
+    pub(super) fn into_request(self, route: &Route, body: Body) -> Result<Request<Body>, ApiError> {
+        let uri = http::Uri::builder()
+            .scheme("http")
+            .authority(route.endpoint.as_str())
+            .path_and_query(self.path.as_str())
+            .build()
+            .map_err(|e| {
+                ApiError::internal(format!(
+                    "node endpoint {:?} is not usable: {e}",
+                    route.endpoint
+                ))
+            })?;
+        let mut req = Request::new(body);
+        *req.method_mut() = self.method;
+        *req.uri_mut() = uri;
+        *req.version_mut() = Version::HTTP_11;
+        *req.headers_mut() = self.headers;
+        req.headers_mut().insert(
+            HeaderName::from_static(GENERATION),
+            HeaderValue::from(route.generation),
+        );
+        Ok(req)
+    }
+}
+
+/// The `Upgrade` protocol of an HTTP/1.1 upgrade request (`Connection: upgrade`).
+pub(super) fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
+    if req.version() != Version::HTTP_11 {
+        return None;
+    }
+    let asks = req
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| req.headers().get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// The node's "I do not host this sandbox at this generation" answer.
+pub(super) fn is_stale_marker(headers: &HeaderMap) -> bool {
+    headers.get(ROUTE).is_some_and(|v| {
+        v.as_bytes()
+            .eq_ignore_ascii_case(ROUTE_NOT_FOUND.as_bytes())
+    })
+}
+
+fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
+    let ip = peer.ip().to_string();
+    let value = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        h.insert("x-forwarded-for", v);
+    }
+}
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if h.contains_key(header::CONNECTION) {
+        // Only then is the list parsed (HTTP/1.1 clients rarely send it).
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            h.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        h.remove(name);
+    }
+    h.remove(header::UPGRADE);
+}
+
+/// Removes every `x-warren-*` header, so a client cannot spoof warren's own.
+pub(super) fn strip_internal(h: &mut HeaderMap) {
+    if !h.keys().any(|k| k.as_str().starts_with(INTERNAL_PREFIX)) {
+        return;
+    }
+    let internal: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| k.as_str().starts_with(INTERNAL_PREFIX))
+        .cloned()
+        .collect();
+    for name in internal {
+        h.remove(name);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strips_spoofed_and_hop_headers() {
+        let mut h = HeaderMap::new();
+        h.insert("x-warren-generation", HeaderValue::from_static("999"));
+        h.insert("X-Warren-Anything", HeaderValue::from_static("x"));
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-custom"),
+        );
+        h.insert("x-custom", HeaderValue::from_static("1"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("x-access-token", HeaderValue::from_static("t"));
+        strip_hop_by_hop(&mut h);
+        strip_internal(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-access-token"]);
+    }
+
+    #[test]
+    fn a_route_fills_in_node_and_generation() {
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri("/files?path=/a")
+            .header("host", "49983-abc.localhost")
+            .header("x-warren-generation", "999")
+            .header("e2b-sandbox-id", "abc")
+            .body(())
+            .unwrap();
+        let target = Target {
+            sandbox_id: "abc".into(),
+            port: 49983,
+        };
+        let out = Outgoing::new(
+            req.into_parts().0,
+            &target,
+            "10.0.0.1:5".parse().unwrap(),
+            None,
+        )
+        .unwrap();
+        let route = Route {
+            sandbox_id: "abc".into(),
+            node_id: "n".into(),
+            endpoint: "127.0.0.1:9".into(),
+            generation: 7,
+            state: warren_proto::scheduler::v1::BindingState::Running,
+            team_id: "t".into(),
+        };
+        let sent = out.into_request(&route, crate::response::empty()).unwrap();
+        assert_eq!(sent.uri(), "http://127.0.0.1:9/files?path=/a");
+        assert_eq!(sent.method(), Method::POST);
+        let h = sent.headers();
+        assert_eq!(h[GENERATION], "7");
+        assert_eq!(h[SANDBOX_ID], "abc");
+        assert_eq!(h[SANDBOX_PORT], "49983");
+        assert_eq!(h["host"], "49983-abc.localhost");
+        assert_eq!(h["x-forwarded-for"], "10.0.0.1");
+        assert!(h.get("e2b-sandbox-id").is_none());
+    }
+}

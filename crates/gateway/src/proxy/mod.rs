@@ -1,0 +1,225 @@
+//! The data plane: sandbox traffic proxied to the node that hosts it.
+//!
+//! Per request: resolve the route (through the
+//! [`Resolver`](crate::resolver::Resolver), normally a cache hit), rewrite
+//! the head ([`headers`]), send it over the pooled HTTP/1.1 client, and
+//! stream the answer back frame by frame. Bodies are not buffered, except
+//! the small body of a replay-safe request ([`replay`]), so chunked uploads
+//! and Connect streams pass through as they are produced. An `Upgrade`
+//! (WebSocket) is forwarded, and after the node's `101` both upgraded
+//! connections are spliced.
+//!
+//! # Stale routes (DESIGN.md invariants 4, 6, 7)
+//! A node answering `404` with `X-Warren-Route: not-found`, or no HTTP
+//! answer at all (refused, reset, connect timeout), means the route was
+//! wrong. The gateway then evicts it (`reason="stale"`), makes ONE uncached
+//! `LookupNode`, and:
+//!
+//! | lookup says | answer |
+//! |---|---|
+//! | not found | 404 `sandbox_not_found` |
+//! | node down (lease lost) | 502 `node_down` |
+//! | scheduler unreachable | 503 `routing_unavailable` |
+//! | same node and generation, after a failed connection | 502 `upstream_unreachable` |
+//! | same node and generation, after the marker | 404, or 503 `sandbox_not_ready` while CREATING |
+//! | moved (node, address or generation) | retry once if replay-safe; else 503 `sandbox_moved` + `Retry-After` |
+//!
+//! A `404` without the marker is the sandbox's own answer: passed through,
+//! never retried.
+
+mod headers;
+mod replay;
+
+use crate::error::ApiError;
+use crate::metrics::RefetchOutcome;
+use crate::resolver::{EvictReason, Route};
+use crate::response::{full, Body, BoxError};
+use crate::state::App;
+use crate::target::Target;
+use headers::Outgoing;
+use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use replay::Prepared;
+use std::net::SocketAddr;
+use warren_proto::scheduler::v1::BindingState;
+
+/// Proxies one data-plane request; every failure is a JSON error.
+pub async fn handle(
+    app: &App,
+    target: Target,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    match forward(app, &target, peer, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// How a node took one attempt.
+enum Attempt {
+    /// An HTTP answer that is the sandbox's (or the node's, about the sandbox).
+    Answered(Response<Incoming>),
+    /// The route was wrong.
+    Stale(Signal),
+}
+
+/// Which stale-route signal the node gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    /// No HTTP answer: refused, reset, or connect timeout.
+    Unreachable,
+    /// `404` + `X-Warren-Route: not-found`.
+    NotHosted,
+}
+
+async fn forward(
+    app: &App,
+    target: &Target,
+    peer: SocketAddr,
+    mut req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let id = target.sandbox_id.as_str();
+    let route = app.resolver.resolve(id).await?;
+    let upgrade = headers::upgrade_protocol(&req);
+    // Taken before the request is taken apart: the pending client-side
+    // upgrade lives in the request's extensions.
+    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
+    let (parts, body) = req.into_parts();
+    let prepared =
+        replay::prepare(&parts, body, upgrade.is_some(), app.settings.retry_max_body).await?;
+    let outgoing = Outgoing::new(parts, target, peer, upgrade)?;
+
+    // A replay needs the head and body again; only replay-safe requests
+    // pay for keeping them.
+    let (body, replay) = match prepared {
+        Prepared::Replayable(bytes) => (full(bytes.clone()), Some((outgoing.clone(), bytes))),
+        Prepared::Streaming(body) => (body.map_err(|e| -> BoxError { Box::new(e) }).boxed(), None),
+    };
+    let signal = match send(app, outgoing.into_request(&route, body)?, &route).await? {
+        Attempt::Answered(resp) => return finish(resp, client_upgrade, id),
+        Attempt::Stale(signal) => signal,
+    };
+
+    app.resolver.evict(&route, EvictReason::Stale).await;
+    let fresh = match app.resolver.lookup_uncached(id).await {
+        Ok(fresh) => fresh,
+        Err(e) => {
+            app.metrics.refetched(if e.is_not_found() {
+                RefetchOutcome::NotFound
+            } else {
+                RefetchOutcome::Error
+            });
+            return Err(e.into());
+        }
+    };
+    if fresh.same_place(&route) {
+        app.metrics.refetched(RefetchOutcome::SameNode);
+        tracing::debug!(sandbox = id, node = %route.node_id, ?signal, "route refetched unchanged");
+        return Err(match signal {
+            Signal::Unreachable => ApiError::upstream_unreachable(),
+            Signal::NotHosted if fresh.state == BindingState::Creating => {
+                ApiError::sandbox_not_ready(id)
+            }
+            // The scheduler still names a node that says it does not host
+            // the sandbox: it is gone there, and the node's next heartbeat
+            // removes the binding.
+            Signal::NotHosted => ApiError::sandbox_not_found(id),
+        });
+    }
+    app.metrics.refetched(RefetchOutcome::Moved);
+    tracing::debug!(sandbox = id, from = %route.node_id, to = %fresh.node_id,
+        generation = fresh.generation, "sandbox moved");
+    app.resolver.learn(fresh.clone()).await;
+    let Some((outgoing, bytes)) = replay else {
+        return Err(ApiError::sandbox_moved(id));
+    };
+    app.metrics.cache_retries.inc();
+    match send(app, outgoing.into_request(&fresh, full(bytes))?, &fresh).await? {
+        Attempt::Answered(resp) => finish(resp, client_upgrade, id),
+        Attempt::Stale(signal) => {
+            // Wrong twice in a row: no second retry (invariant 7).
+            app.resolver.evict(&fresh, EvictReason::Stale).await;
+            Err(match signal {
+                Signal::Unreachable => ApiError::upstream_unreachable(),
+                Signal::NotHosted => ApiError::sandbox_moved(id),
+            })
+        }
+    }
+}
+
+/// Sends one attempt and classifies the node's answer.
+async fn send(app: &App, req: Request<Body>, route: &Route) -> Result<Attempt, ApiError> {
+    match app.http.request(req).await {
+        Ok(resp)
+            if resp.status() == StatusCode::NOT_FOUND
+                && headers::is_stale_marker(resp.headers()) =>
+        {
+            Ok(Attempt::Stale(Signal::NotHosted))
+        }
+        Ok(resp) => Ok(Attempt::Answered(resp)),
+        Err(e) if client_body_failed(&e) => Err(ApiError::bad_request(
+            "invalid_body",
+            format!("cannot read the request body: {e}"),
+        )),
+        Err(e) => {
+            tracing::debug!(sandbox = %route.sandbox_id, node = %route.node_id,
+                endpoint = %route.endpoint, error = %e, connect = e.is_connect(),
+                "cannot reach the node");
+            Ok(Attempt::Stale(Signal::Unreachable))
+        }
+    }
+}
+
+/// The request failed because the client's body did, not the node: not a
+/// stale route.
+fn client_body_failed(e: &hyper_util::client::legacy::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_user();
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// The node's answer as the client gets it; a `101` splices both sides.
+fn finish(
+    mut resp: Response<Incoming>,
+    client_upgrade: Option<OnUpgrade>,
+    id: &str,
+) -> Result<Response<Body>, ApiError> {
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let Some(client_upgrade) = client_upgrade else {
+            return Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "bad_upstream",
+                "the sandbox switched protocols without being asked to",
+            ));
+        };
+        let upstream_upgrade = hyper::upgrade::on(&mut resp);
+        let sandbox = id.to_string();
+        tokio::spawn(async move {
+            match tokio::try_join!(client_upgrade, upstream_upgrade) {
+                Ok((client, upstream)) => {
+                    let mut client = TokioIo::new(client);
+                    let mut upstream = TokioIo::new(upstream);
+                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await
+                    {
+                        tracing::debug!(sandbox = %sandbox, error = %e, "upgraded connection ended");
+                    }
+                }
+                Err(e) => tracing::debug!(sandbox = %sandbox, error = %e, "upgrade failed"),
+            }
+        });
+        headers::strip_internal(resp.headers_mut());
+        return Ok(resp.map(|_| crate::response::empty()));
+    }
+    headers::strip_hop_by_hop(resp.headers_mut());
+    headers::strip_internal(resp.headers_mut());
+    Ok(resp.map(|b| b.map_err(|e| -> BoxError { Box::new(e) }).boxed()))
+}

@@ -1,0 +1,268 @@
+//! Route resolution: sandbox id → (node, endpoint, generation).
+//!
+//! The data plane asks a [`Resolver`]. With `--route-cache-capacity 0` that
+//! is [`UncachedResolver`] (one scheduler `LookupNode` per request);
+//! otherwise [`CachedResolver`]: a bounded, positive-only TTL cache with
+//! coalesced misses (DESIGN.md invariant 3), kept honest by the scheduler's
+//! `WatchBindings` stream ([`watch`], invariant 5) and by the stale-route
+//! signals the proxy feeds back through [`Resolver::evict`] (invariant 4).
+//!
+//! # Layout
+//! - this file: [`Route`], [`ResolveError`], the [`Resolver`] trait, the
+//!   [`RouteSource`] a resolver asks ([`LookupNode`] against the scheduler),
+//!   and [`UncachedResolver`].
+//! - [`cache`]: [`CachedResolver`] over moka.
+//! - [`watch`]: the task that follows `WatchBindings` and evicts.
+
+mod cache;
+pub mod watch;
+
+pub use cache::{CacheSettings, CachedResolver};
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::scheduler::Scheduler;
+use futures_util::future::BoxFuture;
+use std::sync::Arc;
+use std::time::Duration;
+use warren_proto::scheduler::v1::{BindingState, LookupNodeRequest};
+use warren_proto::{REASON_METADATA, REASON_NODE_DOWN};
+
+/// Where a sandbox lives, as far as this gateway knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// The node hosting it.
+    pub node_id: String,
+    /// `host:port` of the node's HTTP listener.
+    pub endpoint: String,
+    /// The binding generation the node must be hosting.
+    pub generation: u64,
+    /// Binding state when looked up.
+    pub state: BindingState,
+    /// Owning team.
+    pub team_id: String,
+}
+
+impl Route {
+    /// Whether `other` sends requests to the same place: same node, same
+    /// address, same generation. Anything else is a move.
+    pub fn same_place(&self, other: &Route) -> bool {
+        self.node_id == other.node_id
+            && self.endpoint == other.endpoint
+            && self.generation == other.generation
+    }
+}
+
+/// Why a route could not be resolved.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("resolving sandbox {sandbox_id}: {status}")]
+pub struct ResolveError {
+    /// The sandbox asked for.
+    pub sandbox_id: String,
+    /// The scheduler's answer.
+    pub status: tonic::Status,
+}
+
+impl ResolveError {
+    /// The scheduler does not know the sandbox (never cached).
+    pub fn is_not_found(&self) -> bool {
+        self.status.code() == tonic::Code::NotFound
+    }
+
+    /// The sandbox's node lost its lease.
+    pub fn is_node_down(&self) -> bool {
+        self.status.code() == tonic::Code::FailedPrecondition
+            && self
+                .status
+                .metadata()
+                .get(REASON_METADATA)
+                .is_some_and(|v| v.as_bytes() == REASON_NODE_DOWN.as_bytes())
+    }
+}
+
+impl From<ResolveError> for ApiError {
+    fn from(e: ResolveError) -> Self {
+        ApiError::from_scheduler(&e.status, Some(&e.sandbox_id))
+    }
+}
+
+/// Why a cached route was dropped: the `reason` label of
+/// `warren_gateway_route_cache_evictions_total`.
+#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+pub enum EvictReason {
+    /// Older than `--route-cache-ttl`.
+    Ttl,
+    /// Pushed out by `--route-cache-capacity`.
+    Capacity,
+    /// This gateway deleted the sandbox.
+    Delete,
+    /// The scheduler's `WatchBindings` reported a change (or a resync).
+    Watch,
+    /// A node proved it wrong (not-found marker or connection failure).
+    Stale,
+}
+
+impl EvictReason {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictReason::Ttl => "ttl",
+            EvictReason::Capacity => "capacity",
+            EvictReason::Delete => "delete",
+            EvictReason::Watch => "watch",
+            EvictReason::Stale => "stale",
+        }
+    }
+}
+
+/// A cached route as `GET /_warren/v1/routes/{id}` shows it.
+#[derive(Debug, Clone)]
+pub struct CachedView {
+    /// The cached route.
+    pub route: Arc<Route>,
+    /// Time since it was cached.
+    pub age: Duration,
+    /// Time until it expires (zero when already expired but not yet dropped).
+    pub ttl_left: Duration,
+}
+
+/// How the resolver is set up, for `warren route`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ResolverStatus {
+    /// False with `--route-cache-capacity 0`.
+    pub enabled: bool,
+    /// Most entries kept.
+    pub capacity: u64,
+    /// Longest an entry is served, in milliseconds.
+    pub ttl_ms: u64,
+    /// `connected`, `disconnected` or `off` (`--route-cache-watch false`).
+    pub watch: &'static str,
+    /// The last `WatchBindings` revision this gateway has applied.
+    pub revision: u64,
+}
+
+/// Resolves sandbox routes for the data plane.
+pub trait Resolver: Send + Sync + 'static {
+    /// The route for `sandbox_id` (the id is already validated).
+    fn resolve<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>>;
+
+    /// One `LookupNode` that neither reads nor fills the cache, nor joins a
+    /// coalesced lookup: after a stale-route signal, and for `warren route`.
+    fn lookup_uncached<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>>;
+
+    /// `route` is no longer true (a node proved it stale, or this gateway
+    /// deleted the sandbox): forget the cached entry unless it is already
+    /// newer than `route` (a concurrent request may have refreshed it).
+    fn evict<'a>(&'a self, _route: &'a Route, _reason: EvictReason) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+
+    /// A create, fork or refetch just produced `route`: cache it.
+    fn learn(&self, _route: Arc<Route>) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
+    /// What is cached for `sandbox_id`, without touching the entry.
+    fn cached<'a>(&'a self, _sandbox_id: &'a str) -> BoxFuture<'a, Option<CachedView>> {
+        Box::pin(async { None })
+    }
+
+    /// How this resolver is configured and whether its watch is live.
+    fn status(&self) -> ResolverStatus;
+}
+
+/// Where routes come from on a miss. The scheduler's `LookupNode` in
+/// production ([`LookupNode`]); unit tests count calls to their own.
+pub trait RouteSource: Send + Sync + 'static {
+    /// The scheduler's current route for `sandbox_id`.
+    fn lookup<'a>(&'a self, sandbox_id: &'a str) -> BoxFuture<'a, Result<Route, ResolveError>>;
+}
+
+/// `LookupNode` on the scheduler, counted in
+/// `warren_gateway_scheduler_lookups_total`.
+pub struct LookupNode {
+    scheduler: Arc<Scheduler>,
+    metrics: Metrics,
+}
+
+impl LookupNode {
+    /// Lookups against `scheduler`, counted in `metrics`.
+    pub fn new(scheduler: Arc<Scheduler>, metrics: Metrics) -> Self {
+        LookupNode { scheduler, metrics }
+    }
+}
+
+impl RouteSource for LookupNode {
+    fn lookup<'a>(&'a self, sandbox_id: &'a str) -> BoxFuture<'a, Result<Route, ResolveError>> {
+        Box::pin(async move {
+            self.metrics.scheduler_lookups.inc();
+            let route = self
+                .scheduler
+                .call("LookupNode", |mut c| async move {
+                    c.lookup_node(LookupNodeRequest {
+                        sandbox_id: sandbox_id.to_string(),
+                    })
+                    .await
+                })
+                .await
+                .map_err(|status| ResolveError {
+                    sandbox_id: sandbox_id.to_string(),
+                    status,
+                })?;
+            Ok(Route {
+                sandbox_id: route.sandbox_id,
+                node_id: route.node_id,
+                endpoint: route.endpoint,
+                generation: route.generation,
+                state: BindingState::try_from(route.state).unwrap_or(BindingState::Unspecified),
+                team_id: route.team_id,
+            })
+        })
+    }
+}
+
+/// Asks the scheduler every time (`--route-cache-capacity 0`).
+pub struct UncachedResolver {
+    source: Arc<dyn RouteSource>,
+}
+
+impl UncachedResolver {
+    /// A resolver that asks `source` for every request.
+    pub fn new(source: Arc<dyn RouteSource>) -> Self {
+        UncachedResolver { source }
+    }
+}
+
+impl Resolver for UncachedResolver {
+    fn resolve<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>> {
+        self.lookup_uncached(sandbox_id)
+    }
+
+    fn lookup_uncached<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+    ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>> {
+        Box::pin(async move { self.source.lookup(sandbox_id).await.map(Arc::new) })
+    }
+
+    fn status(&self) -> ResolverStatus {
+        ResolverStatus {
+            enabled: false,
+            capacity: 0,
+            ttl_ms: 0,
+            watch: "off",
+            revision: 0,
+        }
+    }
+}
