@@ -6,8 +6,12 @@
 //!   so every test can bind `127.0.0.1:0`. Killed when dropped.
 //! - [`wait_until`]: polls a condition with a deadline instead of sleeping.
 //! - [`e2b_python`]: the Python interpreter that has the pinned `e2b` SDK.
+//! - [`cluster::Cluster`]: scheduler + nodes + gateways as real processes.
+//! - [`http::Http`]: a tiny JSON HTTP client with timeouts.
 //! - [`postgres::PgServer`]: a private PostgreSQL server on a free loopback port.
 
+pub mod cluster;
+pub mod http;
 pub mod postgres;
 
 use std::collections::HashMap;

@@ -1,0 +1,171 @@
+//! A whole warren cluster of real processes for integration tests: one
+//! scheduler, N nodes, M gateways, all on `127.0.0.1:0`, in one temp dir.
+
+use crate::{temp_dir, Proc};
+use std::path::{Path, PathBuf};
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// How many nodes (`node-1`, `node-2`, ...).
+    pub nodes: usize,
+    /// How many gateways.
+    pub gateways: usize,
+    /// `--runtime` for every node.
+    pub runtime: String,
+    /// `(api key, team)` pairs every gateway accepts.
+    pub keys: Vec<(String, String)>,
+    /// Extra flags per part.
+    pub scheduler_args: Vec<String>,
+    pub node_args: Vec<String>,
+    pub gateway_args: Vec<String>,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            nodes: 2,
+            gateways: 1,
+            runtime: "process".into(),
+            keys: vec![("key-team-a".into(), "team-a".into())],
+            scheduler_args: vec![],
+            node_args: vec![],
+            gateway_args: vec![],
+        }
+    }
+}
+
+/// A running cluster; every process is killed when it is dropped.
+pub struct Cluster {
+    pub scheduler: Proc,
+    /// `nodes[i]` is `node-{i+1}`; `None` after [`Cluster::kill_node`].
+    pub nodes: Vec<Option<Proc>>,
+    pub gateways: Vec<Proc>,
+    pub spec: Spec,
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts the scheduler, then the nodes, then the gateways.
+    pub async fn start(bin: &Path, spec: Spec) -> anyhow::Result<Cluster> {
+        let dir = temp_dir();
+        let sched_dir = dir.path().join("scheduler").display().to_string();
+        let mut args: Vec<String> = [
+            "scheduler",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &sched_dir,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(spec.scheduler_args.iter().cloned());
+        let scheduler = spawn(bin, &args, &["scheduler grpc", "scheduler admin"]).await?;
+        let mut cluster = Cluster {
+            scheduler,
+            nodes: Vec::new(),
+            gateways: Vec::new(),
+            spec: spec.clone(),
+            bin: bin.to_path_buf(),
+            dir,
+        };
+        for i in 1..=spec.nodes {
+            let node = cluster.spawn_node(i).await?;
+            cluster.nodes.push(Some(node));
+        }
+        for _ in 0..spec.gateways {
+            let mut args: Vec<String> = [
+                "gateway",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--scheduler",
+                &cluster.scheduler_url(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            for (key, team) in &spec.keys {
+                args.push("--api-key".into());
+                args.push(format!("{key}:{team}"));
+            }
+            args.extend(spec.gateway_args.iter().cloned());
+            let gw = spawn(bin, &args, &["gateway http", "gateway admin"]).await?;
+            cluster.gateways.push(gw);
+        }
+        Ok(cluster)
+    }
+
+    /// Starts `node-{i}` (1-based) on its own data dir; used again to restart it.
+    pub async fn spawn_node(&self, i: usize) -> anyhow::Result<Proc> {
+        let id = format!("node-{i}");
+        let data = self.dir.path().join(&id).display().to_string();
+        let mut args: Vec<String> = [
+            "node",
+            "--node-id",
+            &id,
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--scheduler",
+            &self.scheduler_url(),
+            "--data-dir",
+            &data,
+            "--runtime",
+            &self.spec.runtime,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(self.spec.node_args.iter().cloned());
+        spawn(&self.bin, &args, &["node http", "node admin"]).await
+    }
+
+    /// SIGKILLs `node-{i}` and reaps it.
+    pub async fn kill_node(&mut self, i: usize) {
+        if let Some(mut node) = self.nodes[i - 1].take() {
+            node.kill9().await;
+        }
+    }
+
+    /// Restarts `node-{i}` (same id and data dir).
+    pub async fn restart_node(&mut self, i: usize) -> anyhow::Result<()> {
+        let node = self.spawn_node(i).await?;
+        self.nodes[i - 1] = Some(node);
+        Ok(())
+    }
+
+    /// `http://host:port` of the scheduler's gRPC listener.
+    pub fn scheduler_url(&self) -> String {
+        format!("http://{}", self.scheduler.addr("scheduler grpc"))
+    }
+
+    /// `host:port` of gateway `i` (0-based).
+    pub fn gateway(&self, i: usize) -> String {
+        self.gateways[i].addr("gateway http")
+    }
+
+    /// `host:port` of `node-{i}`'s data plane / control API.
+    pub fn node(&self, i: usize) -> String {
+        match &self.nodes[i - 1] {
+            Some(n) => n.addr("node http"),
+            None => panic!("node-{i} is not running"),
+        }
+    }
+
+    /// The cluster's temp dir.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+async fn spawn(bin: &Path, args: &[String], wait_for: &[&str]) -> anyhow::Result<Proc> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Proc::spawn(bin, &args, &[], wait_for).await
+}
