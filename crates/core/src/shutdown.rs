@@ -28,3 +28,25 @@ pub async fn signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+/// The first step of a graceful stop, shared by every part: once `signal`
+/// resolves, readiness (`/readyz`) turns false at once, and this future
+/// resolves `delay` later. The caller stops accepting new work only then, so
+/// load balancers that health-check `/readyz` have moved traffic away before
+/// the listener closes. Drain follows.
+pub async fn readiness_first(
+    signal: impl std::future::Future<Output = ()>,
+    admin: &crate::admin::Admin,
+    delay: std::time::Duration,
+) {
+    signal.await;
+    admin.set_ready(false);
+    if !delay.is_zero() {
+        tracing::info!(
+            ?delay,
+            "shutting down: not ready; still serving until the delay passes"
+        );
+        tokio::time::sleep(delay).await;
+    }
+    tracing::info!("shutting down: no new connections; draining");
+}

@@ -82,6 +82,10 @@ pub struct Config {
     /// On SIGTERM, how long in-flight requests may take to finish.
     #[arg(long, env = "WARREN_NODE_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// On SIGTERM, how long to keep serving with /readyz false before closing
+    /// the listener (give health checks time to notice; 0 = close at once).
+    #[arg(long, env = "WARREN_NODE_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
 }
 
 /// [`Config`] after validation: every value the node runs with.
@@ -104,6 +108,7 @@ pub struct Settings {
     pub max_output_bytes: u64,
     pub envd_start_timeout: Duration,
     pub drain_timeout: Duration,
+    pub shutdown_delay: Duration,
 }
 
 /// Resource limits applied to every sandbox.
@@ -227,6 +232,7 @@ impl Config {
             max_output_bytes: self.max_output_bytes,
             envd_start_timeout: self.envd_start_timeout,
             drain_timeout: self.drain_timeout,
+            shutdown_delay: self.shutdown_delay,
         })
     }
 }

@@ -206,10 +206,9 @@ pub async fn run(
         incarnation,
     });
     let admin_for_shutdown = admin.clone();
+    let shutdown_delay = settings.shutdown_delay;
     let shutdown = async move {
-        shutdown.await;
-        admin_for_shutdown.set_ready(false);
-        tracing::info!("shutting down: not ready, draining");
+        warren_core::shutdown::readiness_first(shutdown, &admin_for_shutdown, shutdown_delay).await;
     };
     let registry = shared.registry.clone();
     http::serve(listener, shared, shutdown, settings.drain_timeout).await;
