@@ -698,12 +698,17 @@ async fn teams_keys_and_malformed_input() {
     }
 
     // Malformed ids: 400 on both planes, and the scheduler is never asked.
+    // (A well-formed unknown id first: it is always asked, as NotFound is
+    // never cached, while the sandbox above routes from the cache.)
+    let r = envd_health(&c, "nosuchsandbox0", &[]).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.message(), "sandbox nosuchsandbox0 not found");
     let admin = c.gateway.addr("gateway admin");
     let lookups = metric(&admin, "warren_gateway_scheduler_lookups_total").await;
     let sched_before = scheduler_rpcs(&c, &["LookupNode", "GetSandbox"]).await;
     assert!(
         lookups > 0.0,
-        "the lookup counter counts (data-plane requests above)"
+        "the lookup counter counts (the unknown id above)"
     );
     assert!(
         sched_before > 0.0,

@@ -238,16 +238,22 @@ pub(super) async fn list_v2(
 
 /// `DELETE /sandboxes/{id}`: node delete, then the fenced scheduler delete.
 pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {
-    for attempt in 0..KILL_ATTEMPTS {
+    // The generation our last node delete was for.
+    let mut deleted = None;
+    for _ in 0..KILL_ATTEMPTS {
         let b = match owned(app, team, id).await {
             Ok(b) => b,
             // Gone after our node delete: the node reported the DELETE
             // itself before we did. That is the kill succeeding.
-            Err(e) if attempt > 0 && e.status == StatusCode::NOT_FOUND => {
-                return Ok(no_content(StatusCode::NO_CONTENT))
-            }
-            Err(e) => return Err(e),
+            Err(e) => match deleted {
+                Some(generation) if e.status == StatusCode::NOT_FOUND => {
+                    forget(app, id, generation).await;
+                    return Ok(no_content(StatusCode::NO_CONTENT));
+                }
+                _ => return Err(e),
+            },
         };
+        deleted = Some(b.generation);
         // A lost node cannot be asked; an unreachable one will kill the
         // sandbox as an orphan when it comes back (its roster no longer
         // matches the scheduler). Either way the binding goes.
@@ -284,19 +290,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
         // first) or moved (new node or generation) since our read; read it
         // again to tell which, and delete the new one.
         if resp.results.iter().all(|r| r.applied) {
-            // The fenced removal succeeded: this gateway forgets the route
-            // now; the others hear it from the scheduler's watch.
-            let gone = crate::resolver::Route {
-                sandbox_id: id.to_string(),
-                node_id: b.node_id.clone(),
-                endpoint: b.endpoint.clone(),
-                generation: b.generation,
-                state: BindingState::try_from(b.state).unwrap_or(BindingState::Unspecified),
-                team_id: b.team_id.clone(),
-            };
-            app.resolver
-                .evict(&gone, crate::resolver::EvictReason::Delete)
-                .await;
+            forget(app, id, b.generation).await;
             return Ok(no_content(StatusCode::NO_CONTENT));
         }
     }
@@ -305,6 +299,22 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
         "conflict",
         format!("sandbox {id} kept moving while being killed; retry"),
     ))
+}
+
+/// The fenced removal of `id` at `generation` succeeded: this gateway
+/// forgets the route now; the others hear it from the scheduler's watch.
+async fn forget(app: &App, id: &str, generation: u64) {
+    let gone = crate::resolver::Route {
+        sandbox_id: id.to_string(),
+        node_id: String::new(),
+        endpoint: String::new(),
+        generation,
+        state: BindingState::Unspecified,
+        team_id: String::new(),
+    };
+    app.resolver
+        .evict(&gone, crate::resolver::EvictReason::Delete)
+        .await;
 }
 
 async fn set_end(app: &App, id: &str, end_at_ms: i64) -> Result<Binding, ApiError> {

@@ -1,0 +1,772 @@
+//! The gateway's route cache against real processes: a scheduler, two
+//! `--runtime process` nodes and two gateways on 127.0.0.1:0 (DESIGN.md
+//! invariants 3, 4, 5 and 7). The scheduler's own counters and the
+//! gateways' `/metrics` tell how often the scheduler was asked; the
+//! gateways' `GET /_warren/v1/routes/{id}` (what `warren route` prints)
+//! tells what each one has cached.
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use std::time::Duration;
+use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
+use warren_proto::scheduler::v1::{
+    GetSandboxRequest, Placement, ReassignRequest, RecordAssignmentRequest,
+};
+use warren_test_support::{temp_dir, wait_until, Proc};
+
+const KEY: &str = "key-route-cache";
+const ENVD: &str = "49983";
+
+fn bin() -> &'static std::path::Path {
+    env!("CARGO_BIN_EXE_warren").as_ref()
+}
+
+/// A scheduler, two nodes and two gateways.
+struct Cluster {
+    _scheduler: Proc,
+    sched_url: String,
+    nodes: Vec<Proc>,
+    gateways: Vec<Proc>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts everything; both gateways get `gateway_args` too.
+    async fn start(gateway_args: &[&str]) -> Cluster {
+        Self::start_each([gateway_args, gateway_args]).await
+    }
+
+    /// Starts everything, gateway `g` with `gateway_args[g]` too, and waits
+    /// until the watch of every gateway that has one is live.
+    async fn start_each(gateway_args: [&[&str]; 2]) -> Cluster {
+        let dir = temp_dir();
+        let path = |p: &str| dir.path().join(p).display().to_string();
+        let scheduler = Proc::spawn(
+            bin(),
+            &[
+                "scheduler",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                &path("scheduler"),
+            ],
+            &[],
+            &["scheduler grpc", "scheduler admin"],
+        )
+        .await
+        .expect("scheduler starts");
+        let sched_url = format!("http://{}", scheduler.addr("scheduler grpc"));
+        let mut nodes = Vec::new();
+        for i in 1..=2 {
+            let id = format!("node-{i}");
+            nodes.push(
+                Proc::spawn(
+                    bin(),
+                    &[
+                        "node",
+                        "--node-id",
+                        &id,
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--admin-listen",
+                        "127.0.0.1:0",
+                        "--scheduler",
+                        &sched_url,
+                        "--data-dir",
+                        &path(&id),
+                        "--runtime",
+                        "process",
+                    ],
+                    &[],
+                    &["node http", "node admin"],
+                )
+                .await
+                .expect("node starts"),
+            );
+        }
+        let mut gateways = Vec::new();
+        for extra in gateway_args {
+            let key = format!("{KEY}:team-a");
+            let mut args = vec![
+                "gateway",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--scheduler",
+                &sched_url,
+                "--api-key",
+                &key,
+                "--connect-timeout",
+                "1s",
+            ];
+            args.extend_from_slice(extra);
+            gateways.push(
+                Proc::spawn(bin(), &args, &[], &["gateway http", "gateway admin"])
+                    .await
+                    .expect("gateway starts"),
+            );
+        }
+        let c = Cluster {
+            _scheduler: scheduler,
+            sched_url,
+            nodes,
+            gateways,
+            _dir: dir,
+        };
+        let cluster = &c;
+        for (g, extra) in gateway_args.iter().enumerate() {
+            if !extra
+                .windows(2)
+                .any(|w| w == ["--route-cache-watch", "false"])
+            {
+                wait_until(
+                    "the gateway's watch",
+                    Duration::from_secs(20),
+                    || async move {
+                        let connected = cluster
+                            .metric(g, "warren_gateway_route_cache_watch_connected", "")
+                            .await;
+                        (connected == 1.0).then_some(())
+                    },
+                )
+                .await;
+            }
+        }
+        c
+    }
+
+    /// `host:port` of gateway `g`'s public listener.
+    fn gw(&self, g: usize) -> String {
+        self.gateways[g].addr("gateway http")
+    }
+
+    /// Sum of the samples of `name` on gateway `g` whose labels contain `labels`.
+    async fn metric(&self, g: usize, name: &str, labels: &str) -> f64 {
+        let admin = self.gateways[g].addr("gateway admin");
+        let r = send(&admin, Method::GET, "/metrics", &[], Bytes::new()).await;
+        String::from_utf8_lossy(&r.body)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.split([' ', '{']).next() == Some(name))
+            .filter(|l| l.contains(labels))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    async fn lookups(&self, g: usize) -> f64 {
+        self.metric(g, "warren_gateway_scheduler_lookups_total", "")
+            .await
+    }
+
+    async fn refetches(&self, g: usize, outcome: &str) -> f64 {
+        self.metric(
+            g,
+            "warren_gateway_route_cache_refetches_total",
+            &format!("outcome=\"{outcome}\""),
+        )
+        .await
+    }
+
+    async fn evictions(&self, g: usize, reason: &str) -> f64 {
+        self.metric(
+            g,
+            "warren_gateway_route_cache_evictions_total",
+            &format!("reason=\"{reason}\""),
+        )
+        .await
+    }
+
+    /// Creates a sandbox through gateway `g`; returns (id, access token).
+    async fn create(&self, g: usize) -> (String, String) {
+        let gw = self.gw(g);
+        let sb = wait_until("a sandbox to be created", Duration::from_secs(30), || {
+            let gw = gw.clone();
+            async move {
+                let body = Bytes::from(json!({"templateID": "base", "timeout": 600}).to_string());
+                let r = send(
+                    &gw,
+                    Method::POST,
+                    "/v2/sandboxes",
+                    &[("x-api-key", KEY), ("content-type", "application/json")],
+                    body,
+                )
+                .await;
+                match r.status {
+                    StatusCode::CREATED => Some(r.json()),
+                    // No node registered yet.
+                    StatusCode::SERVICE_UNAVAILABLE => None,
+                    other => panic!("create answered {other}: {}", r.text()),
+                }
+            }
+        })
+        .await;
+        let id = sb["sandboxID"].as_str().expect("sandboxID").to_string();
+        let token = sb["envdAccessToken"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (id, token)
+    }
+
+    /// A data-plane request for sandbox `id` through gateway `g`.
+    async fn data(
+        &self,
+        g: usize,
+        id: &str,
+        method: Method,
+        path: &str,
+        extra: &[(&str, &str)],
+        body: &'static [u8],
+    ) -> Resp {
+        let mut headers = vec![("e2b-sandbox-id", id), ("e2b-sandbox-port", ENVD)];
+        headers.extend_from_slice(extra);
+        send(
+            &self.gw(g),
+            method,
+            path,
+            &headers,
+            Bytes::from_static(body),
+        )
+        .await
+    }
+
+    async fn health(&self, g: usize, id: &str) -> Resp {
+        self.data(g, id, Method::GET, "/health", &[], b"").await
+    }
+
+    /// What gateway `g` says about its route for `id`.
+    async fn route(&self, g: usize, id: &str) -> Value {
+        let r = send(
+            &self.gw(g),
+            Method::GET,
+            &format!("/_warren/v1/routes/{id}"),
+            &[("x-api-key", KEY)],
+            Bytes::new(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        r.json()
+    }
+
+    async fn scheduler(&self) -> SchedulerClient<tonic::transport::Channel> {
+        SchedulerClient::connect(self.sched_url.clone())
+            .await
+            .expect("scheduler gRPC")
+    }
+
+    /// Moves `id` to the other node the way a migration would: the
+    /// scheduler reassigns it (new generation), the new node creates it at
+    /// that generation, the assignment is recorded, and the old node drops
+    /// the old generation. Returns the new placement.
+    async fn move_sandbox(&self, id: &str) -> Placement {
+        let mut s = self.scheduler().await;
+        let before = s
+            .get_sandbox(GetSandboxRequest {
+                sandbox_id: id.into(),
+            })
+            .await
+            .expect("GetSandbox")
+            .into_inner();
+        let placement = s
+            .reassign(ReassignRequest {
+                sandbox_id: id.into(),
+                node_id: String::new(),
+            })
+            .await
+            .expect("Reassign")
+            .into_inner();
+        assert_ne!(placement.node_id, before.node_id, "moved to the other node");
+        assert!(placement.generation > before.generation);
+        let binding = placement.binding.clone().unwrap_or_default();
+        let created = send(
+            &placement.endpoint,
+            Method::POST,
+            "/_warren/v1/sandboxes",
+            &[("content-type", "application/json")],
+            Bytes::from(
+                json!({
+                    "sandbox_id": id,
+                    "generation": placement.generation,
+                    "template_id": "base",
+                    "env_vars": {},
+                    "metadata": {},
+                    "access_token": (!binding.access_token.is_empty()).then_some(&binding.access_token),
+                    "timeout_secs": 600,
+                })
+                .to_string(),
+            ),
+        )
+        .await;
+        assert!(
+            created.status.is_success(),
+            "node create: {}",
+            created.text()
+        );
+        s.record_assignment(RecordAssignmentRequest {
+            sandbox_id: id.into(),
+            node_id: placement.node_id.clone(),
+            generation: placement.generation,
+        })
+        .await
+        .expect("RecordAssignment");
+        let deleted = send(
+            &before.endpoint,
+            Method::DELETE,
+            &format!(
+                "/_warren/v1/sandboxes/{id}?generation={}",
+                before.generation
+            ),
+            &[],
+            Bytes::new(),
+        )
+        .await;
+        // 404 + marker: the old node already killed it as an orphan.
+        assert!(
+            deleted.status == StatusCode::NO_CONTENT || deleted.status == StatusCode::NOT_FOUND,
+            "old node delete: {} {}",
+            deleted.status,
+            deleted.text()
+        );
+        placement
+    }
+}
+
+impl Drop for Cluster {
+    /// `process`-runtime sandboxes outlive their node by design, so the test
+    /// reaps what it started: every process whose command line names this
+    /// test's temp dir, and everything in its session.
+    fn drop(&mut self) {
+        let dir = self._dir.path().display().to_string();
+        let procs: Vec<(i32, String, i32)> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                let sid = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(3)?
+                    .parse()
+                    .ok()?;
+                Some((pid, String::from_utf8_lossy(&cmdline).into_owned(), sid))
+            })
+            .collect();
+        let envds: Vec<i32> = procs
+            .iter()
+            .filter(|(_, cmd, _)| cmd.contains(&dir))
+            .map(|(pid, _, _)| *pid)
+            .collect();
+        for (pid, _, sid) in &procs {
+            if envds.contains(pid) || envds.contains(sid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+/// A response with its body read.
+struct Resp {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{} body is not JSON ({e}): {:?}", self.status, self.text()))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn error_code(&self) -> String {
+        self.json()["error_code"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+async fn send(
+    addr: &str,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Resp {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(body)).expect("request");
+    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .expect("answer within 30s")
+        .expect("http request");
+    let (parts, body) = resp.into_parts();
+    Resp {
+        status: parts.status,
+        headers: parts.headers,
+        body: body.collect().await.expect("body").to_bytes(),
+    }
+}
+
+/// `warren route` itself, against gateway `g`.
+fn warren_route(c: &Cluster, g: usize, id: &str, json: bool) -> String {
+    let api = format!("http://{}", c.gw(g));
+    let mut args = vec!["route", id, "--api-url", &api, "--api-key", KEY];
+    if json {
+        args.push("--json");
+    }
+    let out = std::process::Command::new(bin())
+        .args(&args)
+        .output()
+        .expect("warren route runs");
+    assert!(
+        out.status.success(),
+        "warren route failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached() {
+    let c = Cluster::start(&[]).await;
+    let (id, _) = c.create(0).await;
+
+    // Invariant 3: create taught gateway 0 the route, so its first
+    // data-plane request asks the scheduler nothing.
+    let before = c.lookups(0).await;
+    assert_eq!(c.health(0, &id).await.status, StatusCode::NO_CONTENT);
+    assert_eq!(c.lookups(0).await, before, "first request after create");
+    assert_eq!(
+        c.metric(0, "warren_gateway_route_cache_hits_total", "")
+            .await,
+        1.0
+    );
+
+    // Gateway 1 has never seen the sandbox: 200 concurrent first requests
+    // share exactly one LookupNode.
+    assert_eq!(c.lookups(1).await, 0.0);
+    let gw1 = c.gw(1);
+    let requests: Vec<_> = (0..200)
+        .map(|_| {
+            let (gw, id) = (gw1.clone(), id.clone());
+            tokio::spawn(async move {
+                let headers = [("e2b-sandbox-id", id.as_str()), ("e2b-sandbox-port", ENVD)];
+                send(&gw, Method::GET, "/health", &headers, Bytes::new())
+                    .await
+                    .status
+            })
+        })
+        .collect();
+    for r in requests {
+        assert_eq!(r.await.expect("request task"), StatusCode::NO_CONTENT);
+    }
+    assert_eq!(
+        c.lookups(1).await,
+        1.0,
+        "one lookup for 200 concurrent misses"
+    );
+    let misses = c
+        .metric(1, "warren_gateway_route_cache_misses_total", "")
+        .await;
+    let hits = c
+        .metric(1, "warren_gateway_route_cache_hits_total", "")
+        .await;
+    let coalesced = c
+        .metric(1, "warren_gateway_route_cache_coalesced_total", "")
+        .await;
+    assert_eq!(misses + hits, 200.0);
+    assert_eq!(coalesced, misses - 1.0, "every miss but one waited");
+    assert_eq!(
+        c.metric(1, "warren_gateway_route_cache_entries", "").await,
+        1.0
+    );
+
+    // `warren route` shows the cached route beside the scheduler's.
+    let shown: Value = serde_json::from_str(&warren_route(&c, 1, &id, true)).expect("--json");
+    assert_eq!(shown["sandbox_id"], id.as_str());
+    assert_eq!(shown["agree"], true);
+    assert_eq!(shown["cached"]["node_id"], shown["scheduler"]["node_id"]);
+    assert_eq!(
+        shown["cached"]["generation"],
+        shown["scheduler"]["generation"]
+    );
+    assert_eq!(shown["scheduler"]["state"], "running");
+    assert!(shown["cached"]["ttl_left_ms"].as_u64().unwrap_or(0) > 0);
+    let text = warren_route(&c, 1, &id, false);
+    assert!(text.contains("agree      yes"), "{text}");
+    assert_eq!(
+        c.lookups(1).await,
+        1.0,
+        "asking `warren route` is not a lookup"
+    );
+
+    // NotFound is never cached: every request for an unknown id asks again,
+    // and nothing is left in the cache.
+    for n in 1..=2 {
+        let r = c.health(1, "doesnotexist0").await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND);
+        assert_eq!(r.error_code(), "sandbox_not_found");
+        assert_eq!(c.lookups(1).await, 1.0 + n as f64);
+    }
+    let shown = c.route(1, "doesnotexist0").await;
+    assert_eq!(shown["cached"], Value::Null);
+    assert_eq!(shown["scheduler"], Value::Null);
+    // A sandbox created after this gateway answered 404s routes at once.
+    let (fresh, _) = c.create(0).await;
+    assert_eq!(c.health(1, &fresh).await.status, StatusCode::NO_CONTENT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_through_one_gateway_evicts_the_other_by_watch() {
+    // An hour of TTL: anything faster than that is the watch. Gateway 0
+    // has no watch, so only its own delete can evict its entry.
+    let c = Cluster::start_each([
+        &["--route-cache-ttl", "1h", "--route-cache-watch", "false"],
+        &["--route-cache-ttl", "1h"],
+    ])
+    .await;
+    let (id, _) = c.create(0).await;
+    assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
+    assert!(
+        c.route(1, &id).await["cached"].is_object(),
+        "gateway 1 cached it"
+    );
+
+    let r = send(
+        &c.gw(0),
+        Method::DELETE,
+        &format!("/sandboxes/{id}"),
+        &[("x-api-key", KEY)],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    // The deleting gateway forgot it as soon as the fenced removal succeeded.
+    assert_eq!(c.route(0, &id).await["cached"], Value::Null);
+    assert_eq!(c.evictions(0, "delete").await, 1.0);
+
+    // The other gateway hears it from the scheduler's watch.
+    wait_until(
+        "gateway 1 to drop the route",
+        Duration::from_secs(5),
+        || async { c.route(1, &id).await["cached"].is_null().then_some(()) },
+    )
+    .await;
+    assert!(c.evictions(1, "watch").await >= 1.0);
+    // So its next request is a plain lookup (404), not a stale-route refetch.
+    let r = c.health(1, &id).await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.error_code(), "sandbox_not_found");
+    for outcome in ["not_found", "same_node", "moved", "error"] {
+        assert_eq!(c.refetches(1, outcome).await, 0.0, "{outcome}");
+    }
+}
+
+/// One Connect envelope (flags 0) around a JSON message.
+fn connect_envelope(msg: &Value) -> Vec<u8> {
+    let body = msg.to_string().into_bytes();
+    let mut out = vec![0u8];
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_sandbox_is_refetched_once_and_only_replay_safe_requests_retry() {
+    // No watch: the cached route stays stale until a node proves it so.
+    let c = Cluster::start(&["--route-cache-watch", "false", "--route-cache-ttl", "1h"]).await;
+    let (id, token) = c.create(0).await;
+    let auth = [("x-access-token", token.as_str())];
+    assert_eq!(c.health(0, &id).await.status, StatusCode::NO_CONTENT);
+
+    // A POST with a body is not replay-safe: after the old node's marker the
+    // gateway refetches once, sees the move, and asks the client to retry.
+    c.move_sandbox(&id).await;
+    let lookups = c.lookups(0).await;
+    let r = c
+        .data(
+            0,
+            &id,
+            Method::POST,
+            "/files?path=moved.txt",
+            &[auth[0], ("content-type", "application/octet-stream")],
+            b"not replayed",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert_eq!(r.error_code(), "sandbox_moved");
+    assert_eq!(r.headers["retry-after"], "1");
+    assert_eq!(c.lookups(0).await, lookups + 1.0, "exactly one refetch");
+    assert_eq!(c.refetches(0, "moved").await, 1.0);
+    assert_eq!(c.evictions(0, "stale").await, 1.0);
+    assert_eq!(
+        c.metric(0, "warren_gateway_route_cache_retries_total", "")
+            .await,
+        0.0
+    );
+    // The refetched route is cached: the sandbox's own 404 for the file the
+    // POST would have written comes straight from the new node, untouched
+    // and without a refetch (no marker on it).
+    let r = c
+        .data(0, &id, Method::GET, "/files?path=moved.txt", &auth, b"")
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+    assert_ne!(
+        r.error_code(),
+        "sandbox_not_found",
+        "envd's 404, not the gateway's"
+    );
+    assert_eq!(c.lookups(0).await, lookups + 1.0);
+    assert_eq!(c.refetches(0, "moved").await, 1.0);
+
+    // A replay-safe GET on a stale route: one refetch, one retry, success on
+    // the new node.
+    let moved = c.move_sandbox(&id).await;
+    let r = c.health(0, &id).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    assert_eq!(c.lookups(0).await, lookups + 2.0);
+    assert_eq!(c.refetches(0, "moved").await, 2.0);
+    assert_eq!(
+        c.metric(0, "warren_gateway_route_cache_retries_total", "")
+            .await,
+        1.0
+    );
+    let shown = c.route(0, &id).await;
+    assert_eq!(shown["cached"]["node_id"], moved.node_id.as_str());
+    assert_eq!(shown["cached"]["generation"], moved.generation);
+    assert_eq!(shown["agree"], true);
+
+    // A small body with an Idempotency-Key is buffered and replayed.
+    c.move_sandbox(&id).await;
+    let r = c
+        .data(
+            0,
+            &id,
+            Method::POST,
+            "/files?path=replayed.txt",
+            &[
+                auth[0],
+                ("content-type", "application/octet-stream"),
+                ("idempotency-key", "upload-1"),
+            ],
+            b"replayed once",
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(
+        c.metric(0, "warren_gateway_route_cache_retries_total", "")
+            .await,
+        2.0
+    );
+    let r = c
+        .data(0, &id, Method::GET, "/files?path=replayed.txt", &auth, b"")
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(&r.body[..], b"replayed once");
+
+    // A streaming Connect Start is never replayed.
+    c.move_sandbox(&id).await;
+    let start =
+        connect_envelope(&json!({"process": {"cmd": "/bin/sh", "args": ["-c", "echo hi"]}}));
+    let start: &'static [u8] = Box::leak(start.into_boxed_slice());
+    let r = c
+        .data(
+            0,
+            &id,
+            Method::POST,
+            "/process.Process/Start",
+            &[
+                auth[0],
+                ("content-type", "application/connect+json"),
+                ("connect-protocol-version", "1"),
+            ],
+            start,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert_eq!(r.error_code(), "sandbox_moved");
+    assert_eq!(r.headers["retry-after"], "1");
+    assert_eq!(c.refetches(0, "moved").await, 4.0);
+    assert_eq!(
+        c.metric(0, "warren_gateway_route_cache_retries_total", "")
+            .await,
+        2.0
+    );
+    // The client's retry goes to the new node.
+    let r = c
+        .data(
+            0,
+            &id,
+            Method::POST,
+            "/process.Process/Start",
+            &[
+                auth[0],
+                ("content-type", "application/connect+json"),
+                ("connect-protocol-version", "1"),
+            ],
+            start,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(
+        r.headers["content-type"]
+            .to_str()
+            .unwrap_or_default()
+            .starts_with("application/connect+json"),
+        "{:?}",
+        r.headers
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_a_distinct_502_and_its_route_is_evicted() {
+    let mut c = Cluster::start(&[]).await;
+    let (id, _) = c.create(0).await;
+    assert_eq!(c.health(0, &id).await.status, StatusCode::NO_CONTENT);
+    let node = c.route(0, &id).await["cached"]["node_id"]
+        .as_str()
+        .expect("cached node")
+        .to_string();
+    let idx = c
+        .nodes
+        .iter()
+        .position(|n| n.label.contains(&format!("--node-id {node} ")))
+        .expect("the hosting node");
+    c.nodes[idx].kill9().await;
+
+    // The scheduler still believes in the node (its lease runs), so the one
+    // refetch finds the same route: the connection failure is the answer.
+    let r = c.health(0, &id).await;
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(r.error_code(), "upstream_unreachable");
+    assert_eq!(
+        r.json()["message"],
+        "Failed to reach sandbox (upstream connection error)"
+    );
+    assert_eq!(c.refetches(0, "same_node").await, 1.0);
+    assert_eq!(c.evictions(0, "stale").await, 1.0);
+    assert_eq!(c.route(0, &id).await["cached"], Value::Null, "evicted");
+}
