@@ -316,6 +316,42 @@ mod tests {
     }
 
     #[test]
+    fn route_cache_settings() {
+        let s = parse(&["--api-key", "k:t"])
+            .validate()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let cache = s.route_cache.unwrap();
+        assert_eq!(cache.capacity, 100_000);
+        assert_eq!(cache.ttl, Duration::from_secs(30));
+        assert!(cache.watch);
+        assert_eq!(s.retry_max_body, 64 * 1024);
+
+        let s = parse(&[
+            "--api-key",
+            "k:t",
+            "--route-cache-ttl",
+            "1h",
+            "--route-cache-watch",
+            "false",
+        ])
+        .validate()
+        .unwrap_or_else(|e| panic!("{e}"));
+        let cache = s.route_cache.unwrap();
+        assert_eq!(cache.ttl, Duration::from_secs(3600));
+        assert!(!cache.watch);
+
+        // 0 turns the cache off entirely (and then the TTL does not matter).
+        let s = parse(&["--api-key", "k:t", "--route-cache-capacity", "0"])
+            .validate()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.route_cache.is_none());
+        let err = parse(&["--api-key", "k:t", "--route-cache-ttl", "0s"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--route-cache-ttl"), "{err}");
+    }
+
+    #[test]
     fn scheduler_list_and_keys_file() {
         let dir = std::env::temp_dir().join(format!("warren-gw-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));

@@ -22,6 +22,26 @@
 //! - [`error`]: JSON errors (`code`, `error_code`, `message`);
 //!   [`response`]: the body type and builders; [`metrics`]: Prometheus.
 //! - [`state`]: [`App`](state::App), what handlers share.
+//!
+//! # Route cache
+//! Each gateway keeps its own bounded, positive-only cache of sandbox routes
+//! (DESIGN.md invariants 3-7), so steady sandbox traffic costs the scheduler
+//! nothing:
+//! - `--route-cache-capacity` (default 100000 routes; `0` turns the cache
+//!   off and every data-plane request makes a `LookupNode`);
+//! - `--route-cache-ttl` (default 30s): the longest a route is served after
+//!   it was cached; hits never renew it;
+//! - `--route-cache-watch` (default true): follow the scheduler's
+//!   `WatchBindings` and evict changed routes within milliseconds;
+//! - `--retry-max-body` (default 64 KiB): the largest body kept so a
+//!   replay-safe request can be retried once on a moved sandbox's new node.
+//!
+//! Each has a `WARREN_GATEWAY_*` environment twin and a TOML key. Metrics:
+//! `warren_gateway_route_cache_{hits,misses,coalesced,retries}_total`,
+//! `_evictions_total{reason}`, `_refetches_total{outcome}`, the gauges
+//! `_entries`, `_watch_connected`, `_watch_revision`, and
+//! `warren_gateway_scheduler_lookups_total`. `warren route <id>` asks
+//! `GET /_warren/v1/routes/{id}` what is cached and what the scheduler says.
 
 pub mod auth;
 pub mod config;
