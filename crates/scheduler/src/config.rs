@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
 
@@ -37,9 +38,15 @@ pub struct Config {
     )]
     pub data_dir: PathBuf,
 
-    /// Store URL instead of --data-dir: `sqlite://PATH` (PostgreSQL is not supported yet).
+    /// Store URL instead of --data-dir: `sqlite://PATH`, or
+    /// `postgres://USER[:PASSWORD]@HOST[:PORT]/DB` to run several replicas on one database.
     #[arg(long, env = "WARREN_SCHEDULER_DATABASE_URL")]
     pub database_url: Option<String>,
+
+    /// Connections for reads (lookups, lists, watch replays); writes use one
+    /// more, since writers take the store's write lock one at a time anyway.
+    #[arg(long, env = "WARREN_SCHEDULER_DATABASE_POOL_SIZE", default_value_t = 8)]
+    pub database_pool_size: u32,
 
     /// Node liveness lease: a node that has not heartbeated for this long is down.
     #[arg(long, env = "WARREN_SCHEDULER_LEASE", default_value = "10s", value_parser = parse_duration)]
@@ -54,7 +61,8 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_SWEEP_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub sweep_interval: Duration,
 
-    /// A binding still `creating` after this long is resolved from its node's roster.
+    /// A binding still `creating` after this long is resolved from its node's
+    /// roster; a running one its node has stopped listing for this long is removed.
     #[arg(long, env = "WARREN_SCHEDULER_CREATING_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub creating_timeout: Duration,
 
@@ -82,12 +90,17 @@ pub enum StoreLocation {
     SqliteFile(PathBuf),
     /// An SQLite URL as given (`sqlite://...`, may carry options).
     SqliteUrl(String),
+    /// A PostgreSQL URL as given (`postgres://...`).
+    Postgres(String),
 }
 
 /// Shortest lease accepted: below this, ordinary scheduling jitter kills nodes.
 const MIN_LEASE: Duration = Duration::from_millis(100);
 /// Shortest sweep interval accepted: below this the sweep is a busy loop.
 const MIN_SWEEP: Duration = Duration::from_millis(10);
+
+/// Most connections one replica may hold for reads.
+const MAX_POOL: u32 = 1000;
 
 /// The advertised heartbeat interval when none is configured.
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
@@ -129,6 +142,12 @@ impl Config {
         if self.watch_retention == 0 {
             return bad("--watch-retention must be at least 1".into());
         }
+        if self.database_pool_size == 0 || self.database_pool_size > MAX_POOL {
+            return bad(format!(
+                "--database-pool-size {} must be between 1 and {MAX_POOL}",
+                self.database_pool_size
+            ));
+        }
         if self.listen == self.admin_listen && self.listen.port() != 0 {
             return bad(format!(
                 "--listen and --admin-listen are both {}",
@@ -145,14 +164,19 @@ impl Config {
                 ))
             }
             Some(url) if url.starts_with("sqlite:") => Ok(StoreLocation::SqliteUrl(url.into())),
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => bad(
-                "--database-url: PostgreSQL is not supported yet; use sqlite://PATH or --data-dir"
-                    .into(),
-            ),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                match sqlx::postgres::PgConnectOptions::from_str(url) {
+                    Ok(_) => Ok(StoreLocation::Postgres(url.into())),
+                    Err(e) => bad(format!(
+                        "--database-url {}: {e}",
+                        crate::store::redact_url(url)
+                    )),
+                }
+            }
             Some(url) => {
                 let scheme = url.split(':').next().unwrap_or(url);
                 bad(format!(
-                    "--database-url: unsupported scheme {scheme:?} (expected sqlite://PATH)"
+                    "--database-url: unsupported scheme {scheme:?} (expected sqlite://PATH or postgres://...)"
                 ))
             }
         }
@@ -188,10 +212,21 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--heartbeat-interval"), "{err}");
-        let err = parse(&["--database-url", "postgres://x/y"])
+        assert_eq!(
+            parse(&["--database-url", "postgres://u:p@db:5432/warren"])
+                .validate()
+                .unwrap(),
+            StoreLocation::Postgres("postgres://u:p@db:5432/warren".into())
+        );
+        let err = parse(&["--database-url", "postgres://u:secret@db:notaport/w"])
             .validate()
             .unwrap_err();
-        assert!(err.to_string().contains("not supported yet"), "{err}");
+        assert!(err.to_string().contains("--database-url"), "{err}");
+        assert!(!err.to_string().contains("secret"), "{err}");
+        let err = parse(&["--database-pool-size", "0"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--database-pool-size"), "{err}");
         let err = parse(&["--database-url", "mysql://x"])
             .validate()
             .unwrap_err();

@@ -8,9 +8,12 @@
 //!
 //! # Layout
 //! - [`config`]: flags/env/TOML, validated before anything binds.
-//! - [`store`]: the [`store::Store`] trait, the shared schema and SQL, and the
-//!   SQLite backend. **Invariant:** fenced writes are single conditional
-//!   statements, and every binding change is logged in the same transaction.
+//! - [`store`]: the [`store::Store`] trait and its one implementation,
+//!   [`store::SqlStore`], on SQLite (embedded, one replica) or PostgreSQL
+//!   (many replicas: writers serialize on an advisory lock, changes fan out
+//!   with LISTEN/NOTIFY, the sweep runs under an advisory-lock lease).
+//!   **Invariant:** fenced writes are single conditional statements, and
+//!   every binding change is logged in the same transaction.
 //! - [`service`]: the tonic service: input validation, status codes, metrics.
 //! - [`watch`]: the change-log hub behind `WatchBindings`.
 //! - [`sweep`]: dead nodes, expired sandboxes, stuck creates, log pruning,
@@ -34,7 +37,8 @@ use anyhow::Context as _;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use store::{SqliteStore, Store, SweepSettings};
+use store::postgres::{AdvisoryLease, ReplicaLease};
+use store::{SqlStore, Store as _, SweepSettings};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use warren_core::admin::Admin;
@@ -86,22 +90,35 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let location = config.validate()?;
-    let store = Arc::new(open_store(location).await?);
-    let result = serve_store(config, store.clone(), grpc, admin, shutdown).await;
+    let store = Arc::new(open_store(location, config.database_pool_size).await?);
+    let lease = match store.postgres_url() {
+        None => ReplicaLease::Sole(sweep::SoleReplica),
+        Some(url) => ReplicaLease::Advisory(Box::new(
+            AdvisoryLease::new(url).map_err(store::OpenError::Open)?,
+        )),
+    };
+    let result = serve_store(config, store.clone(), lease, grpc, admin, shutdown).await;
     store.close().await;
     result
 }
 
-async fn open_store(location: config::StoreLocation) -> Result<SqliteStore, store::OpenError> {
+async fn open_store(
+    location: config::StoreLocation,
+    pool_size: u32,
+) -> Result<SqlStore, store::OpenError> {
     match location {
-        config::StoreLocation::SqliteFile(path) => SqliteStore::open_file(path).await,
-        config::StoreLocation::SqliteUrl(url) => SqliteStore::open_url(url).await,
+        config::StoreLocation::SqliteFile(path) => {
+            SqlStore::open_sqlite_file(path, pool_size).await
+        }
+        config::StoreLocation::SqliteUrl(url) => SqlStore::open_sqlite_url(&url, pool_size).await,
+        config::StoreLocation::Postgres(url) => SqlStore::open_postgres(&url, pool_size).await,
     }
 }
 
-async fn serve_store<S: Store>(
+async fn serve_store(
     config: Config,
-    store: Arc<S>,
+    store: Arc<SqlStore>,
+    lease: ReplicaLease,
     grpc: TcpListener,
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
@@ -116,6 +133,14 @@ async fn serve_store<S: Store>(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let (admin_stop, admin_stopped) = tokio::sync::watch::channel(false);
 
+    // On PostgreSQL, other replicas' commits wake this replica's hub too.
+    let listener_task = store.postgres_url().map(|url| {
+        tokio::spawn(store::postgres::follow_changes(
+            url.to_string(),
+            store.change_signal(),
+            stopped.clone(),
+        ))
+    });
     let (hub, hub_task) = watch::Hub::start(store.clone(), stopped.clone()).await?;
     let timing = sweep::SweepTiming {
         interval: config.sweep_interval,
@@ -128,18 +153,22 @@ async fn serve_store<S: Store>(
     };
     let sweep_task = tokio::spawn(sweep::run(
         store.clone(),
-        sweep::SoleReplica,
+        lease,
         timing,
         metrics.clone(),
         stopped.clone(),
     ));
     let admin_task = tokio::spawn(admin.clone().serve(admin_listener, flipped(admin_stopped)));
 
+    let store_name = store.backend().name();
     let service = service::SchedulerService::new(
         store,
         hub,
         service::ServiceSettings {
-            lease: config.lease,
+            nodes: store::NodeTiming {
+                lease: config.lease,
+                roster_grace: config.creating_timeout,
+            },
             heartbeat_interval: config.heartbeat_interval(),
         },
         metrics,
@@ -154,7 +183,7 @@ async fn serve_store<S: Store>(
     tokio::pin!(server);
     tokio::pin!(shutdown);
     admin.set_ready(true);
-    tracing::info!("scheduler serving");
+    tracing::info!(store = store_name, "scheduler serving");
 
     let result = tokio::select! {
         r = &mut server => r,
@@ -172,7 +201,7 @@ async fn serve_store<S: Store>(
     };
     admin.set_ready(false);
     let _ = stop.send(true);
-    for task in [hub_task, sweep_task] {
+    for task in [hub_task, sweep_task].into_iter().chain(listener_task) {
         if tokio::time::timeout(TASK_STOP_TIMEOUT, task).await.is_err() {
             tracing::warn!("a background task did not stop in time");
         }

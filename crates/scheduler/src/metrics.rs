@@ -41,6 +41,7 @@ pub struct Metrics {
     lost_bindings: Counter,
     watch_subscribers: Gauge,
     watch_resyncs: Counter,
+    leader: Gauge,
 }
 
 impl Metrics {
@@ -56,6 +57,7 @@ impl Metrics {
             lost_bindings: Counter::default(),
             watch_subscribers: Gauge::default(),
             watch_resyncs: Counter::default(),
+            leader: Gauge::default(),
         };
         registry.register(
             "rpc_requests",
@@ -90,7 +92,17 @@ impl Metrics {
             "WatchBindings HELLOs with resync_required",
             m.watch_resyncs.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this replica holds the sweep lease (it runs the sweeps), else 0",
+            m.leader.clone(),
+        );
         m
+    }
+
+    /// Whether this replica holds the sweep lease now.
+    pub fn leader(&self, leads: bool) {
+        self.leader.set(i64::from(leads));
     }
 
     /// Records one finished RPC.

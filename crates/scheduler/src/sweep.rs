@@ -7,9 +7,10 @@
 //! - CREATING bindings older than `--creating-timeout` → RUNNING if the node's
 //!   last roster has them, else removed;
 //! - the change log pruned to `--watch-retention` rows;
-//! - the state gauges refreshed.
+//! - the state gauges refreshed (on every replica, leading or not).
 //!
 //! The sweep never contacts nodes; they learn what to kill from heartbeats.
+//! `warren_scheduler_leader` is 1 on the replica that sweeps.
 
 use crate::metrics::Metrics;
 use crate::store::{Store, SweepSettings};
@@ -20,8 +21,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Who may run the sweep. With several scheduler replicas on one store only
-/// one should (PostgreSQL: an advisory lock held on a session); on SQLite
-/// there is one replica, so [`SoleReplica`] always leads.
+/// one should (PostgreSQL: `store::postgres::AdvisoryLease`, an advisory
+/// lock held on a session); on SQLite there is one replica, so
+/// [`SoleReplica`] always leads.
 pub trait LeaderLease: Send + Sync + 'static {
     /// Whether this replica leads now (acquiring or renewing as needed).
     fn lead(&self) -> impl Future<Output = bool> + Send;
@@ -59,30 +61,40 @@ pub async fn run<S: Store, L: LeaderLease>(
     let started = Instant::now();
     let mut ticker = tokio::time::interval(timing.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut leading = false;
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { return },
+            r = shutdown.changed() => if r.is_err() || *shutdown.borrow() { break },
         }
-        if !leader.lead().await {
-            continue;
-        }
-        // Nodes could not heartbeat while this scheduler was down; give them
-        // one lease to find it before declaring them dead.
-        let settings = SweepSettings {
-            expire_nodes: started.elapsed() >= timing.lease,
-            ..timing.settings
-        };
-        match store.sweep(&settings).await {
-            Ok(report) => {
-                metrics.sweep_done(&report);
-                if !report.is_quiet() {
-                    tracing::info!(?report, "sweep");
-                }
+        let leads = leader.lead().await;
+        if leads != leading {
+            leading = leads;
+            metrics.leader(leads);
+            if leads {
+                tracing::info!("this replica holds the sweep lease; sweeping");
+            } else {
+                tracing::warn!("this replica no longer holds the sweep lease; not sweeping");
             }
-            Err(e) => {
-                metrics.sweep_failed();
-                tracing::warn!(error = %e, "sweep failed");
+        }
+        if leads {
+            // Nodes could not heartbeat while this scheduler was down; give
+            // them one lease to find it before declaring them dead.
+            let settings = SweepSettings {
+                expire_nodes: started.elapsed() >= timing.lease,
+                ..timing.settings
+            };
+            match store.sweep(&settings).await {
+                Ok(report) => {
+                    metrics.sweep_done(&report);
+                    if !report.is_quiet() {
+                        tracing::info!(?report, "sweep");
+                    }
+                }
+                Err(e) => {
+                    metrics.sweep_failed();
+                    tracing::warn!(error = %e, "sweep failed");
+                }
             }
         }
         match store.census().await {
@@ -90,4 +102,6 @@ pub async fn run<S: Store, L: LeaderLease>(
             Err(e) => tracing::warn!(error = %e, "cannot count nodes and bindings"),
         }
     }
+    // A stopping replica no longer sweeps (its lease session closes with it).
+    metrics.leader(false);
 }

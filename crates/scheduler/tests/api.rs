@@ -11,10 +11,8 @@ use tonic::Code;
 use warren_proto::scheduler::v1 as pb;
 use warren_proto::scheduler::v1::{BindingState, EventType};
 
-#[tokio::test]
-async fn place_record_lookup() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn place_record_lookup(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
 
@@ -67,10 +65,8 @@ async fn place_record_lookup() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn delayed_delete_of_an_old_generation_leaves_the_new_binding() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn delayed_delete_of_an_old_generation_leaves_the_new_binding(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     register(&mut c, "node-b", 10).await;
@@ -135,10 +131,8 @@ async fn delayed_delete_of_an_old_generation_leaves_the_new_binding() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn the_same_idempotency_key_returns_the_same_sandbox() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn the_same_idempotency_key_returns_the_same_sandbox(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     let mut req = place_req("team-1");
@@ -159,10 +153,8 @@ async fn the_same_idempotency_key_returns_the_same_sandbox() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn placement_spreads_load_and_respects_capacity() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn placement_spreads_load_and_respects_capacity(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 1).await;
     register(&mut c, "node-b", 1).await;
@@ -194,10 +186,8 @@ async fn placement_spreads_load_and_respects_capacity() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn list_filters_and_pages() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn list_filters_and_pages(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 100).await;
     let mut ids = Vec::new();
@@ -284,10 +274,8 @@ async fn list_filters_and_pages() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn timeouts_pause_and_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn timeouts_pause_and_resume(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     let inc = register(&mut c, "node-a", 10).await;
     let p = running(&mut c, "t").await;
@@ -365,19 +353,19 @@ async fn timeouts_pause_and_resume() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn restart_keeps_bindings_and_never_reuses_generations() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn restart_keeps_bindings_and_never_reuses_generations(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     let p = running(&mut c, "team-r").await;
     let before = get(&mut c, &p.sandbox_id).await.unwrap();
     drop(c);
     s.stop().await;
-    assert!(dir.path().join("scheduler.db").exists());
+    if let TestStore::Sqlite(dir) = &store {
+        assert!(dir.path().join("scheduler.db").exists());
+    }
 
-    let s = Sched::start(dir.path(), &[]).await;
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     let after = get(&mut c, &p.sandbox_id).await.unwrap();
     assert_eq!(after, before);
@@ -389,10 +377,8 @@ async fn restart_keeps_bindings_and_never_reuses_generations() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn concurrent_places_never_exceed_capacity_or_duplicate_a_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn concurrent_places_never_exceed_capacity_or_duplicate_a_key(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
 
@@ -446,3 +432,14 @@ async fn concurrent_places_never_exceed_capacity_or_duplicate_a_key() {
     assert_eq!(generations.len(), 10, "generations are never shared");
     s.stop().await;
 }
+
+on_both_stores!(
+    place_record_lookup,
+    delayed_delete_of_an_old_generation_leaves_the_new_binding,
+    the_same_idempotency_key_returns_the_same_sandbox,
+    placement_spreads_load_and_respects_capacity,
+    list_filters_and_pages,
+    timeouts_pause_and_resume,
+    restart_keeps_bindings_and_never_reuses_generations,
+    concurrent_places_never_exceed_capacity_or_duplicate_a_key,
+);

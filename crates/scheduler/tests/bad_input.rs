@@ -30,10 +30,8 @@ async fn snapshot(c: &mut Client) -> (Vec<pb::Binding>, Vec<(String, u64, u32)>)
     (all_sandboxes(c).await, nodes)
 }
 
-#[tokio::test]
-async fn malformed_sandbox_ids_are_rejected_everywhere() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn malformed_sandbox_ids_are_rejected_everywhere(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     let inc = register(&mut c, "node-a", 10).await;
     let p = running(&mut c, "t").await;
@@ -112,10 +110,8 @@ async fn malformed_sandbox_ids_are_rejected_everywhere() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn bad_generations_and_fences_change_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn bad_generations_and_fences_change_nothing(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     register(&mut c, "node-b", 10).await;
@@ -198,10 +194,8 @@ async fn bad_generations_and_fences_change_nothing() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn bad_registrations_and_heartbeats_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     let inc = register(&mut c, "node-a", 10).await;
     let before = snapshot(&mut c).await;
@@ -298,10 +292,8 @@ async fn bad_registrations_and_heartbeats_are_refused() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn bad_places_and_queries_write_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn bad_places_and_queries_write_nothing(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     let before = snapshot(&mut c).await;
@@ -388,3 +380,10 @@ async fn bad_places_and_queries_write_nothing() {
     assert_eq!(snapshot(&mut c).await, before);
     s.stop().await;
 }
+
+on_both_stores!(
+    malformed_sandbox_ids_are_rejected_everywhere,
+    bad_generations_and_fences_change_nothing,
+    bad_registrations_and_heartbeats_are_refused,
+    bad_places_and_queries_write_nothing,
+);

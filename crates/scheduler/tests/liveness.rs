@@ -10,10 +10,8 @@ use tonic::Code;
 use warren_proto::scheduler::v1 as pb;
 use warren_proto::scheduler::v1::{BindingState, ChangeKind};
 
-#[tokio::test]
-async fn lease_expiry_marks_bindings_lost_and_placement_avoids_the_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start_fast(dir.path(), &[]).await;
+async fn lease_expiry_marks_bindings_lost_and_placement_avoids_the_node(store: TestStore) {
+    let s = Sched::start_fast(&store, &[]).await;
     let mut c = s.client().await;
     let mut w = watch(&mut c, 0).await;
     let hello = next_change(&mut w).await;
@@ -74,10 +72,8 @@ async fn lease_expiry_marks_bindings_lost_and_placement_avoids_the_node() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn placement_never_picks_a_down_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start_fast(dir.path(), &[]).await;
+async fn placement_never_picks_a_down_node(store: TestStore) {
+    let s = Sched::start_fast(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     eventually("node-a to go down", || {
@@ -101,10 +97,8 @@ async fn placement_never_picks_a_down_node() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn a_node_that_comes_back_recovers_what_it_still_hosts() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start_fast(dir.path(), &[]).await;
+async fn a_node_that_comes_back_recovers_what_it_still_hosts(store: TestStore) {
+    let s = Sched::start_fast(&store, &[]).await;
     let mut c = s.client().await;
     let inc = register(&mut c, "node-a", 10).await;
     let kept = running(&mut c, "t").await;
@@ -145,10 +139,8 @@ async fn a_node_that_comes_back_recovers_what_it_still_hosts() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn a_new_incarnation_drops_what_the_node_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn a_new_incarnation_drops_what_the_node_lost(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     let old = register(&mut c, "node-a", 10).await;
     let kept = running(&mut c, "t").await;
@@ -220,10 +212,8 @@ async fn a_new_incarnation_drops_what_the_node_lost() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn stuck_creates_are_resolved_from_the_roster() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start_fast(dir.path(), &["--creating-timeout=200ms"]).await;
+async fn stuck_creates_are_resolved_from_the_roster(store: TestStore) {
+    let s = Sched::start_fast(&store, &["--creating-timeout=200ms"]).await;
     let mut c = s.client().await;
     let inc = register(&mut c, "node-a", 10).await;
     let made = place(&mut c, "t").await;
@@ -266,10 +256,8 @@ async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     out
 }
 
-#[tokio::test]
-async fn sandboxes_past_their_end_expire_and_are_handed_to_their_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &["--sweep-interval=20ms"]).await;
+async fn sandboxes_past_their_end_expire_and_are_handed_to_their_node(store: TestStore) {
+    let s = Sched::start(&store, &["--sweep-interval=20ms"]).await;
     let mut c = s.client().await;
     let inc = register(&mut c, "node-a", 10).await;
     let mut w = watch(&mut c, 0).await;
@@ -302,3 +290,12 @@ async fn sandboxes_past_their_end_expire_and_are_handed_to_their_node() {
     assert_eq!(hb.expired, vec![sref(&p.sandbox_id, p.generation)]);
     s.stop().await;
 }
+
+on_both_stores!(
+    lease_expiry_marks_bindings_lost_and_placement_avoids_the_node,
+    placement_never_picks_a_down_node,
+    a_node_that_comes_back_recovers_what_it_still_hosts,
+    a_new_incarnation_drops_what_the_node_lost,
+    stuck_creates_are_resolved_from_the_roster,
+    sandboxes_past_their_end_expire_and_are_handed_to_their_node,
+);

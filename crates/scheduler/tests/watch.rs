@@ -12,10 +12,8 @@ fn summary(c: &pb::BindingChange) -> (i32, String) {
     (c.kind, c.sandbox_id.clone())
 }
 
-#[tokio::test]
-async fn resume_replays_exactly_the_missed_changes_then_goes_live() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(dir.path(), &[]).await;
+async fn resume_replays_exactly_the_missed_changes_then_goes_live(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     register(&mut c, "node-b", 10).await;
@@ -113,14 +111,8 @@ async fn resume_replays_exactly_the_missed_changes_then_goes_live() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn a_revision_that_is_no_longer_retained_requires_a_resync() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = Sched::start(
-        dir.path(),
-        &["--watch-retention=2", "--sweep-interval=20ms"],
-    )
-    .await;
+async fn a_revision_that_is_no_longer_retained_requires_a_resync(store: TestStore) {
+    let s = Sched::start(&store, &["--watch-retention=2", "--sweep-interval=20ms"]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
     for _ in 0..3 {
@@ -169,12 +161,12 @@ async fn a_revision_that_is_no_longer_retained_requires_a_resync() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn shutdown_ends_open_watch_streams_instead_of_waiting_for_the_drain_timeout() {
-    let dir = tempfile::tempdir().unwrap();
+async fn shutdown_ends_open_watch_streams_instead_of_waiting_for_the_drain_timeout(
+    store: TestStore,
+) {
     // A drain timeout far beyond the test's patience: only ending the streams
     // lets `stop` return in time.
-    let s = Sched::start(dir.path(), &["--drain-timeout=120s"]).await;
+    let s = Sched::start(&store, &["--drain-timeout=120s"]).await;
     let mut c = s.client().await;
     let mut w = watch(&mut c, 0).await;
     assert_eq!(next_change(&mut w).await.kind, ChangeKind::Hello as i32);
@@ -188,3 +180,9 @@ async fn shutdown_ends_open_watch_streams_instead_of_waiting_for_the_drain_timeo
         Ok(Some(m)) => panic!("unexpected message after shutdown: {m:?}"),
     }
 }
+
+on_both_stores!(
+    resume_replays_exactly_the_missed_changes_then_goes_live,
+    a_revision_that_is_no_longer_retained_requires_a_resync,
+    shutdown_ends_open_watch_streams_instead_of_waiting_for_the_drain_timeout,
+);

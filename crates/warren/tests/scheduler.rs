@@ -128,9 +128,14 @@ fn bad_configuration_exits_64_naming_the_flag() {
         (&["--listen", "not-an-address"], "--listen"),
         (&["--watch-retention", "0"], "--watch-retention"),
         (
-            &["--database-url", "postgres://db/warren"],
-            "not supported yet",
+            &["--database-url", "postgres://warren:pw@db:notaport/warren"],
+            "--database-url",
         ),
+        (
+            &["--database-url", "mysql://db/warren"],
+            "unsupported scheme",
+        ),
+        (&["--database-pool-size", "0"], "--database-pool-size"),
     ];
     for (args, needle) in cases {
         let (code, stderr) = run_scheduler(args, dir.path());

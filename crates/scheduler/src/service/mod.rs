@@ -8,7 +8,7 @@ pub mod validate;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::store::{ListFilter, NodeEvent, NodeRegistration, PlaceSpec, State, Store};
+use crate::store::{ListFilter, NodeEvent, NodeRegistration, NodeTiming, PlaceSpec, State, Store};
 use crate::watch::Hub;
 use std::future::Future;
 use std::sync::Arc;
@@ -21,8 +21,8 @@ use warren_proto::scheduler::v1 as pb;
 /// Settings the service hands out or applies.
 #[derive(Debug, Clone, Copy)]
 pub struct ServiceSettings {
-    /// Node liveness lease.
-    pub lease: Duration,
+    /// Node liveness lease, and how long a node may stop listing a sandbox.
+    pub nodes: NodeTiming,
     /// Advertised heartbeat interval.
     pub heartbeat_interval: Duration,
 }
@@ -71,7 +71,7 @@ impl<S: Store> SchedulerService<S> {
     }
 
     fn lease_ms(&self) -> u64 {
-        u64::try_from(self.settings.lease.as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.settings.nodes.lease.as_millis()).unwrap_or(u64::MAX)
     }
 
     async fn register_node(&self, r: pb::RegisterNodeRequest) -> Result<pb::RegisterNodeResponse> {
@@ -87,7 +87,7 @@ impl<S: Store> SchedulerService<S> {
             incarnation: r.incarnation,
             roster,
         };
-        let out = self.store.register_node(reg, self.settings.lease).await?;
+        let out = self.store.register_node(reg, self.settings.nodes).await?;
         Ok(pb::RegisterNodeResponse {
             lease_ms: self.lease_ms(),
             heartbeat_interval_ms: u64::try_from(self.settings.heartbeat_interval.as_millis())
@@ -102,7 +102,7 @@ impl<S: Store> SchedulerService<S> {
         let roster = validate::roster(&r.roster)?;
         let out = self
             .store
-            .heartbeat(&r.node_id, r.incarnation, &roster, self.settings.lease)
+            .heartbeat(&r.node_id, r.incarnation, &roster, self.settings.nodes)
             .await?;
         Ok(pb::HeartbeatResponse {
             lease_ms: self.lease_ms(),

@@ -1,14 +1,20 @@
 //! Schema migrations, embedded from `crates/scheduler/migrations/` and applied
-//! at start, each in its own transaction, recorded in `schema_migrations`.
+//! at start, each in its own write transaction, recorded in `schema_migrations`.
+//! The SQL files are the same for every backend.
 //!
 //! Hand-rolled rather than `sqlx::migrate!` so that the crate needs no sqlx
-//! macros, and the SQL files stay portable across backends.
+//! macros, and so that migrating takes the store's write lock: several
+//! replicas starting at once on one PostgreSQL database (or two processes on
+//! one SQLite file) migrate exactly once.
 
-use sqlx::{Executor as _, Row};
+use super::backend::{Backend, WRITE_LOCK_KEY};
+use sqlx::{AnyPool, Executor as _, Row};
 
 /// `(version, sql)`, in order. Never edit one that has shipped; add a new one.
-pub(super) const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("../../migrations/0001_init.sql"))];
+pub(super) const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/0001_init.sql")),
+    (2, include_str!("../../migrations/0002_missing_since.sql")),
+];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
     version       BIGINT PRIMARY KEY,
@@ -17,37 +23,37 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
 
 /// Applies what is missing. Fails if the database was written by a newer
 /// scheduler (it carries a version this build does not know).
-pub(super) async fn run(pool: &sqlx::SqlitePool, now_ms: i64) -> Result<(), MigrateError> {
-    sqlx::query(CREATE_TABLE).execute(pool).await?;
-    let applied: Vec<i64> = sqlx::query("SELECT version FROM schema_migrations ORDER BY version")
-        .fetch_all(pool)
-        .await?
-        .iter()
-        .map(|r| r.try_get::<i64, _>(0))
-        .collect::<Result<_, _>>()?;
+pub(super) async fn run(pool: &AnyPool, backend: Backend, now_ms: i64) -> Result<(), MigrateError> {
     let known = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
-    if let Some(&newest) = applied.iter().max() {
-        if newest > known {
-            return Err(MigrateError::TooNew { newest, known });
-        }
-    }
     for (version, sql) in MIGRATIONS {
-        if applied.contains(version) {
-            continue;
-        }
-        // IMMEDIATE: two schedulers starting on one file must not both migrate.
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        let again: Option<i64> =
-            sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
-                .bind(version)
-                .fetch_optional(&mut *tx)
+        let mut tx = pool.begin_with(backend.begin_write()).await?;
+        if let Some(lock) = backend.lock_and_clock() {
+            sqlx::query(lock)
+                .bind(WRITE_LOCK_KEY)
+                .execute(&mut *tx)
                 .await?;
-        if again.is_some() {
+        }
+        // Inside the lock: two replicas creating the table at once collide
+        // on PostgreSQL's catalog otherwise.
+        (&mut *tx).execute(CREATE_TABLE).await?;
+        let applied: Vec<i64> = sqlx::query("SELECT version FROM schema_migrations")
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<i64, _>(0))
+            .collect::<Result<_, _>>()?;
+        if let Some(&newest) = applied.iter().max() {
+            if newest > known {
+                return Err(MigrateError::TooNew { newest, known });
+            }
+        }
+        if applied.contains(version) {
+            tx.commit().await?;
             continue;
         }
         // Executor::execute rather than sqlx::raw_sql: the latter's future is
-        // not provably Send (rustc and sqlx's higher-ranked bounds); SQLite
-        // runs every statement of an argument-less query string either way.
+        // not provably Send (rustc and sqlx's higher-ranked bounds). Without
+        // arguments both backends run every statement of the string.
         (&mut *tx).execute(*sql).await?;
         sqlx::query("INSERT INTO schema_migrations (version, applied_at_ms) VALUES ($1, $2)")
             .bind(version)
@@ -55,7 +61,11 @@ pub(super) async fn run(pool: &sqlx::SqlitePool, now_ms: i64) -> Result<(), Migr
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        tracing::info!(version, "applied schema migration");
+        tracing::info!(
+            version,
+            backend = backend.name(),
+            "applied schema migration"
+        );
     }
     Ok(())
 }

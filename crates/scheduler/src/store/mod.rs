@@ -1,8 +1,21 @@
 //! The store: the scheduler's one source of truth.
 //!
 //! [`Store`] is the operations the service and the sweep need, each one a
-//! transaction. Backends share the schema (`migrations/`) and the SQL text
-//! (`sql.rs`, `$N` placeholders, which SQLite and PostgreSQL both accept).
+//! transaction. There is one implementation, [`SqlStore`], on two backends:
+//! SQLite (embedded, one scheduler process) and PostgreSQL (any number of
+//! replicas). They share the schema (`migrations/`), the SQL text (`sql.rs`,
+//! `$N` placeholders, which both accept) and the Rust around it (sqlx's
+//! `Any` driver); what differs is in [`backend`] (write lock, clock,
+//! `NOTIFY`) and [`postgres`] (the change listener and the sweep lease).
+//!
+//! # Layout
+//! - `types.rs`: the values read and written, backend-free.
+//! - `sql.rs`: every shared query. `migrate.rs`: the schema, applied at start.
+//! - [`backend`]: the per-backend statements, and the arguments for the write
+//!   lock and for revisions becoming visible in commit order.
+//! - `sqlstore/`: [`SqlStore`]: opening, nodes, bindings, sweeps.
+//! - [`postgres`]: `LISTEN` for other replicas' changes; the advisory-lock
+//!   lease that picks the one replica that sweeps.
 //!
 //! **Invariant (fenced writes):** every write that removes or changes an
 //! existing binding is one conditional statement naming
@@ -10,21 +23,23 @@
 //! matching `changes` row is written in the same transaction.
 //!
 //! **Invariant (one clock):** lease and deadline comparisons use the store's
-//! clock (for SQLite, the local clock; see `SqliteStore::clock_ms`), never a
-//! caller's.
+//! clock (SQLite: the local clock; PostgreSQL: the server's
+//! `clock_timestamp()`), never a replica's or a caller's.
 
+pub mod backend;
 mod migrate;
+pub mod postgres;
 mod sql;
-mod sqlite;
+mod sqlstore;
 pub mod types;
 
-pub use sqlite::{OpenError, SqliteStore};
+pub use backend::Backend;
+pub use sqlstore::{redact_url, OpenError, SqlStore};
 pub use types::*;
 
 use crate::error::Result;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::Notify;
 
 /// The scheduler's storage operations. Implementations are cheap to share
@@ -36,16 +51,18 @@ pub trait Store: Send + Sync + 'static {
     fn register_node(
         &self,
         reg: NodeRegistration,
-        lease: Duration,
+        timing: NodeTiming,
     ) -> impl Future<Output = Result<Reconciled>> + Send;
 
-    /// Renews a node's lease (fenced on its incarnation) and reconciles its roster.
+    /// Renews a node's lease (fenced on its incarnation) and reconciles its
+    /// roster; a RUNNING/PAUSED binding the roster has lacked for
+    /// `timing.roster_grace` is removed (fenced).
     fn heartbeat(
         &self,
         node_id: &str,
         incarnation: u64,
         roster: &[SandboxRef],
-        lease: Duration,
+        timing: NodeTiming,
     ) -> impl Future<Output = Result<Reconciled>> + Send;
 
     /// Places a new sandbox (or returns the one its idempotency key names).

@@ -17,7 +17,7 @@ macro_rules! binding_columns {
 // ---- counters and the change log ----
 
 /// Bumps a counter (`generation` or `revision`) and returns the new value.
-/// On PostgreSQL the row lock also orders concurrent writers, so revisions
+/// Writers run one at a time (the write lock, `backend.rs`), so revisions
 /// become visible in commit order and tailing `revision > cursor` is safe.
 pub const NEXT_COUNTER: &str =
     "UPDATE counters SET value = value + 1 WHERE name = $1 RETURNING value";
@@ -50,8 +50,8 @@ pub const UPSERT_NODE: &str = "INSERT INTO nodes \
 /// Fenced on the incarnation: a heartbeat from a replaced process renews nothing.
 pub const RENEW_NODE: &str = "UPDATE nodes SET lease_expires_at_ms = $3, state = 'up', \
      roster = $4, roster_at_ms = $5 WHERE node_id = $1 AND incarnation = $2";
-pub const NODE_BINDINGS: &str =
-    "SELECT sandbox_id, generation, state, endpoint FROM bindings WHERE node_id = $1";
+pub const NODE_BINDINGS: &str = "SELECT sandbox_id, generation, state, endpoint, missing_since_ms \
+     FROM bindings WHERE node_id = $1";
 pub const NODE_FOR_PLACEMENT: &str =
     "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, \
      (SELECT COUNT(*) FROM bindings b WHERE b.node_id = n.node_id) \
@@ -92,7 +92,7 @@ pub const INSERT_BINDING: &str = concat!(
     ", idempotency_key) VALUES \
      ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 );
-/// The list query before its optional filters; see `SqliteStore::list`.
+/// The list query before its optional filters; see `sqlstore/bindings.rs`.
 pub const LIST_BINDINGS_PREFIX: &str = concat!(
     "SELECT ",
     binding_columns!(),
@@ -100,13 +100,16 @@ pub const LIST_BINDINGS_PREFIX: &str = concat!(
 );
 /// **fenced** Moves a binding to a new node and generation.
 pub const REASSIGN: &str = "UPDATE bindings SET node_id = $4, endpoint = $5, generation = $6, \
-     state = 'creating', assigned_at_ms = $7, updated_at_ms = $7 \
+     state = 'creating', assigned_at_ms = $7, updated_at_ms = $7, missing_since_ms = NULL \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
 /// **fenced** State change from exactly state `$5`.
 pub const SET_STATE: &str = "UPDATE bindings SET state = $4, updated_at_ms = $6 \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3 AND state = $5";
 /// **fenced** Follows a node's new endpoint.
 pub const SET_ENDPOINT: &str = "UPDATE bindings SET endpoint = $4, updated_at_ms = $5 \
+     WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
+/// **fenced** When the node's roster started lacking the binding (NULL: it lists it).
+pub const SET_MISSING_SINCE: &str = "UPDATE bindings SET missing_since_ms = $4 \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
 /// **fenced** Removes a binding.
 pub const DELETE_BINDING: &str =

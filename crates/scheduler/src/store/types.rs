@@ -166,6 +166,18 @@ pub struct NodeRegistration {
     pub roster: Vec<SandboxRef>,
 }
 
+/// How registrations and heartbeats judge a node, from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeTiming {
+    /// A registration or heartbeat renews the node's lease for this long.
+    pub lease: Duration,
+    /// A RUNNING or PAUSED binding that the node's roster (same incarnation)
+    /// has lacked for this long is removed: its sandbox died on the node and
+    /// the DELETE report never came. Long enough that a roster taken just
+    /// before a create finished cannot trigger it.
+    pub roster_grace: Duration,
+}
+
 /// What a node must do after a register or heartbeat.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reconciled {

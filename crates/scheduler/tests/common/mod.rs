@@ -1,10 +1,16 @@
-//! A real scheduler in-process on 127.0.0.1:0 with a real SQLite file, and
-//! small client helpers shared by the scheduler's integration tests.
+//! A real scheduler in-process on 127.0.0.1:0 with a real store — an SQLite
+//! file, or a fresh database on a real PostgreSQL server ([`TestStore`]) —
+//! and small client helpers shared by the scheduler's integration tests.
+//!
+//! Scenario files write each test once as `async fn NAME(store: TestStore)`
+//! and list them in [`on_both_stores!`], which makes `sqlite::NAME` and
+//! `postgres::NAME` tests of them.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use clap::Parser;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -14,29 +20,119 @@ use tonic::{Code, Status};
 use warren_proto::scheduler::v1 as pb;
 use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
 use warren_scheduler::{Config, ServeError};
+use warren_test_support::postgres::PgServer;
 
 pub type Client = SchedulerClient<Channel>;
 
 /// Deadline for anything a test waits on; never reached when things work.
 pub const PATIENCE: Duration = Duration::from_secs(10);
 
+/// Turns scenario functions `async fn NAME(store: TestStore)` into the tests
+/// `sqlite::NAME` and `postgres::NAME`.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name($crate::common::TestStore::sqlite()).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name($crate::common::TestStore::postgres()).await
+                }
+            )*
+        }
+    };
+}
+
+/// Where a test's scheduler keeps its state. Starting a second scheduler on
+/// the same `TestStore` finds what the first one wrote.
+pub enum TestStore {
+    /// `--data-dir` in a temp dir, removed when dropped.
+    Sqlite(tempfile::TempDir),
+    /// `--database-url` of a fresh database on this test binary's server.
+    Postgres(String),
+}
+
+impl TestStore {
+    pub fn sqlite() -> TestStore {
+        TestStore::Sqlite(tempfile::tempdir().unwrap())
+    }
+
+    /// A new, empty database on the PostgreSQL server this test binary shares.
+    pub fn postgres() -> TestStore {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let name = format!("t{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        TestStore::Postgres(pg_server().create_database(&name).unwrap())
+    }
+
+    /// The scheduler flag that points at this store.
+    pub fn flag(&self) -> String {
+        match self {
+            TestStore::Sqlite(dir) => format!("--data-dir={}", dir.path().display()),
+            TestStore::Postgres(url) => format!("--database-url={url}"),
+        }
+    }
+}
+
+/// One PostgreSQL server per test binary (initdb costs a second of CPU; a
+/// database per test keeps tests apart just as well). A static is never
+/// dropped, so a watcher process stops the server when this process exits,
+/// however it exits.
+pub fn pg_server() -> &'static PgServer {
+    static SERVER: OnceLock<PgServer> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let server =
+            PgServer::start().expect("a private PostgreSQL server (apt-get install postgresql)");
+        stop_when_this_process_exits(&server);
+        server
+    })
+}
+
+fn stop_when_this_process_exits(server: &PgServer) {
+    let data = server.data_dir();
+    let dir = data.parent().unwrap().to_path_buf();
+    // SIGQUIT is PostgreSQL's immediate shutdown.
+    let script = r#"while kill -0 "$1" 2>/dev/null; do sleep 0.2; done
+kill -QUIT "$(head -n1 "$2/postmaster.pid")" 2>/dev/null
+sleep 1
+rm -rf "$3""#;
+    // Never waited for: it is meant to outlive this process.
+    #[allow(clippy::zombie_processes)]
+    std::process::Command::new("sh")
+        .args(["-c", script, "pg-reaper"])
+        .arg(std::process::id().to_string())
+        .arg(&data)
+        .arg(&dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+}
+
 /// A running scheduler.
 pub struct Sched {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
-    pub dir: PathBuf,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), ServeError>>>,
 }
 
 impl Sched {
-    /// Starts a scheduler storing in `dir`, with extra flags.
-    pub async fn start(dir: &Path, extra: &[&str]) -> Sched {
+    /// Starts a scheduler on `store`, with extra flags.
+    pub async fn start(store: &TestStore, extra: &[&str]) -> Sched {
         let mut args = vec![
             "warren scheduler".to_string(),
             "--listen=127.0.0.1:0".into(),
             "--admin-listen=127.0.0.1:0".into(),
-            format!("--data-dir={}", dir.display()),
+            store.flag(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let config = Config::try_parse_from(args).unwrap();
@@ -51,21 +147,20 @@ impl Sched {
         Sched {
             addr,
             admin: admin_addr,
-            dir: dir.to_path_buf(),
             stop: Some(stop),
             task: Some(task),
         }
     }
 
     /// Starts with the short timings the liveness tests use.
-    pub async fn start_fast(dir: &Path, extra: &[&str]) -> Sched {
+    pub async fn start_fast(store: &TestStore, extra: &[&str]) -> Sched {
         let mut args = vec![
             "--lease=300ms",
             "--heartbeat-interval=100ms",
             "--sweep-interval=30ms",
         ];
         args.extend_from_slice(extra);
-        Sched::start(dir, &args).await
+        Sched::start(store, &args).await
     }
 
     pub async fn client(&self) -> Client {

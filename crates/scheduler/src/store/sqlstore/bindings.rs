@@ -1,6 +1,6 @@
 //! Bindings: place, reassign, record, node events, reads and timeouts.
 
-use super::{binding_from_row, map_json, nodes, to_i64, SqliteStore, WriteTx};
+use super::{binding_from_row, map_json, nodes, to_i64, SqlStore, WriteTx};
 use crate::error::{Error, Result};
 use crate::store::{sql, types::*};
 
@@ -10,7 +10,7 @@ const ID_ATTEMPTS: usize = 5;
 /// Rows scanned per query when a metadata filter is applied in Rust.
 const FILTERED_BATCH: u32 = 500;
 
-pub(super) async fn place(store: &SqliteStore, spec: PlaceSpec) -> Result<Placed> {
+pub(super) async fn place(store: &SqlStore, spec: PlaceSpec) -> Result<Placed> {
     let mut tx = store.write().await?;
     if let Some(key) = &spec.idempotency_key {
         let row = sqlx::query(sql::BINDING_BY_KEY)
@@ -92,7 +92,7 @@ async fn fresh_sandbox_id(tx: &mut WriteTx) -> Result<String> {
 }
 
 pub(super) async fn reassign(
-    store: &SqliteStore,
+    store: &SqlStore,
     sandbox_id: &str,
     node_id: Option<&str>,
 ) -> Result<BindingRow> {
@@ -141,7 +141,7 @@ pub(super) async fn reassign(
 }
 
 pub(super) async fn record_assignment(
-    store: &SqliteStore,
+    store: &SqlStore,
     sandbox_id: &str,
     node_id: &str,
     generation: u64,
@@ -175,7 +175,7 @@ async fn record_in(
 }
 
 pub(super) async fn apply_event(
-    store: &SqliteStore,
+    store: &SqlStore,
     node_id: &str,
     ev: &NodeEvent,
 ) -> Result<EventOutcome> {
@@ -255,7 +255,7 @@ async fn transition(
 }
 
 pub(super) async fn list(
-    store: &SqliteStore,
+    store: &SqlStore,
     filter: &ListFilter,
 ) -> Result<(Vec<BindingRow>, Option<String>)> {
     let limit = filter.limit.max(1);
@@ -315,7 +315,7 @@ pub(super) async fn list(
 }
 
 pub(super) async fn set_end_at(
-    store: &SqliteStore,
+    store: &SqlStore,
     sandbox_id: &str,
     end_at_ms: i64,
 ) -> Result<BindingRow> {

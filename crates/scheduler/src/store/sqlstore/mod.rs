@@ -1,124 +1,63 @@
-//! The embedded SQLite backend.
+//! The store over SQL, one implementation for both backends (sqlx's `Any`
+//! driver: the schema uses only BIGINT and TEXT, which it maps on both).
 //!
 //! # Layout
-//! - this file: opening (WAL, busy timeout, migrations), the write
-//!   transaction helper [`WriteTx`], row decoding, and the [`Store`] impl,
-//!   which delegates to:
+//! - this file: [`SqlStore`], the write transaction helper [`WriteTx`], row
+//!   decoding, and the [`Store`] impl, which delegates to:
+//! - `open.rs`: connecting (SQLite file or URL, PostgreSQL URL), pools, migrations.
 //! - `nodes.rs`: registration, heartbeats, roster reconciliation, node choice.
 //! - `bindings.rs`: place, reassign, record, events, reads, timeouts.
 //! - `sweep.rs`: the sweep pass, the change log reads, the census.
 //!
-//! Writes go through a pool of exactly one connection, so in-process writers
-//! queue in FIFO order instead of spinning in SQLite's busy handler; reads use
-//! a separate pool and see the last committed state (WAL). Every write
-//! transaction starts with `BEGIN IMMEDIATE`, so a read inside it can never be
-//! invalidated by another writer (e.g. a second process on the same file).
+//! Writes go through a pool of exactly one connection, so this process's
+//! writers queue in FIFO order here instead of inside the database; every
+//! write transaction then takes the store-wide write lock (SQLite
+//! `BEGIN IMMEDIATE`, PostgreSQL an advisory lock: see `store::backend` for
+//! why, and why that keeps revisions in commit order). Reads use a separate
+//! pool (`--database-pool-size`) and see the last committed state.
 
 mod bindings;
 mod nodes;
+mod open;
 mod sweep;
 
-use super::{migrate, sql, types::*, Store};
+pub use open::{redact as redact_url, OpenError};
+
+use super::backend::{Backend, WRITE_LOCK_KEY};
+use super::{sql, types::*, Store};
 use crate::error::{Error, Result};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
-use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
+use sqlx::any::AnyRow;
+use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
-use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::Notify;
 
-/// How long a statement waits for another process's write lock.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Reader connections; lookups are the hot path.
-const READERS: u32 = 4;
-
-/// The SQLite store. Cheap to clone.
+/// The store. Cheap to clone.
 #[derive(Clone)]
-pub struct SqliteStore {
+pub struct SqlStore {
+    backend: Backend,
     /// Exactly one connection: every write transaction.
-    writer: SqlitePool,
+    writer: AnyPool,
     /// Read-only traffic (lookups, lists, the change log).
-    reader: SqlitePool,
-    /// Notified after each commit that appended to the change log.
+    reader: AnyPool,
+    /// Notified after each commit that appended to the change log (and, on
+    /// PostgreSQL, on every `NOTIFY` from any replica: `store::postgres`).
     changed: Arc<Notify>,
+    /// The PostgreSQL URL, for the connections that are not pooled (the
+    /// change listener and the sweep lease).
+    pg_url: Option<String>,
 }
 
-/// The store could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("cannot create the data directory {path}: {source}")]
-    CreateDir {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("bad sqlite URL {url:?}: {source}")]
-    Url { url: String, source: sqlx::Error },
-    #[error("cannot open the store: {0}")]
-    Open(#[from] sqlx::Error),
-    #[error("cannot migrate the store: {0}")]
-    Migrate(#[from] migrate::MigrateError),
-}
-
-impl SqliteStore {
-    /// Opens (creating if missing) the database file at `path`.
-    pub async fn open_file(path: PathBuf) -> Result<SqliteStore, OpenError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        Self::open_with(SqliteConnectOptions::new().filename(&path)).await
+impl SqlStore {
+    /// Which database this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
-    /// Opens a `sqlite://...` URL.
-    pub async fn open_url(url: String) -> Result<SqliteStore, OpenError> {
-        let opts = SqliteConnectOptions::from_str(&url).map_err(|source| OpenError::Url {
-            url: url.clone(),
-            source,
-        })?;
-        if let Some(dir) = opts
-            .get_filename()
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        Self::open_with(opts).await
-    }
-
-    async fn open_with(opts: SqliteConnectOptions) -> Result<SqliteStore, OpenError> {
-        let opts = opts
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            // NORMAL is durable across process crashes in WAL mode; only an OS
-            // crash can lose the last transactions.
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(BUSY_TIMEOUT);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .connect_with(opts.clone())
-            .await?;
-        migrate::run(&writer, clock_ms()).await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(READERS)
-            .connect_with(opts)
-            .await?;
-        Ok(SqliteStore {
-            writer,
-            reader,
-            changed: Arc::new(Notify::new()),
-        })
+    /// The PostgreSQL URL, if the store is on PostgreSQL.
+    pub fn postgres_url(&self) -> Option<&str> {
+        self.pg_url.as_deref()
     }
 
     /// Closes both pools (waits for checked-out connections).
@@ -130,40 +69,62 @@ impl SqliteStore {
         }
     }
 
-    /// Starts a write transaction.
+    /// Starts a write transaction: takes the store's write lock and fixes
+    /// the store's time.
     async fn write(&self) -> Result<WriteTx> {
-        let tx = self.writer.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.writer.begin_with(self.backend.begin_write()).await?;
+        let now = match self.backend.lock_and_clock() {
+            Some(q) => {
+                sqlx::query_scalar::<_, i64>(q)
+                    .bind(WRITE_LOCK_KEY)
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
+            None => local_clock_ms(),
+        };
         Ok(WriteTx {
             tx,
-            now: clock_ms(),
+            now,
             changes: 0,
+            notify: self.backend.notify(),
         })
+    }
+
+    /// The store's clock outside a write transaction.
+    async fn clock_ms(&self) -> Result<i64> {
+        match self.backend.clock() {
+            Some(q) => Ok(sqlx::query_scalar::<_, i64>(q)
+                .fetch_one(&self.reader)
+                .await?),
+            None => Ok(local_clock_ms()),
+        }
     }
 }
 
-/// The store's clock. For SQLite, the local clock *is* the store's clock (one
-/// process owns the file); a PostgreSQL backend reads `now()` from the server
-/// instead, so replicas with skewed clocks agree on leases.
-fn clock_ms() -> i64 {
+/// The local clock. For SQLite it *is* the store's clock (one process owns
+/// the file); PostgreSQL answers the server's time instead, so replicas with
+/// skewed clocks agree on leases and deadlines.
+fn local_clock_ms() -> i64 {
     warren_core::time::now_ms()
 }
 
 /// A write transaction with the store's time fixed at its start, counting the
 /// change-log rows it appends.
 struct WriteTx {
-    tx: Transaction<'static, Sqlite>,
-    /// The store's clock when the transaction began; every comparison and
-    /// timestamp inside it uses this one value.
+    tx: Transaction<'static, Any>,
+    /// The store's clock when the transaction began (after the write lock
+    /// was taken); every comparison and timestamp inside it uses this value.
     now: i64,
-    /// Change-log rows appended, to notify the watch hub after commit.
+    /// Change-log rows appended, to wake the watch hubs after commit.
     changes: u32,
+    /// The backend's statement that wakes other replicas' hubs at commit.
+    notify: Option<&'static str>,
 }
 
 impl WriteTx {
-    fn conn(&mut self) -> &mut SqliteConnection {
+    fn conn(&mut self) -> &mut AnyConnection {
         &mut self.tx
     }
-
     async fn next_counter(&mut self, name: &str) -> Result<u64> {
         let v: i64 = sqlx::query_scalar(sql::NEXT_COUNTER)
             .bind(name)
@@ -273,9 +234,14 @@ impl WriteTx {
         })
     }
 
-    /// Commits, then wakes the watch hub if the change log grew.
-    async fn commit(self, changed: &Notify) -> Result<()> {
+    /// Commits, then wakes the watch hub if the change log grew. On
+    /// PostgreSQL the `NOTIFY` rides in the transaction, so other replicas
+    /// hear of exactly the commits that happened.
+    async fn commit(mut self, changed: &Notify) -> Result<()> {
         let grew = self.changes > 0;
+        if let Some(notify) = self.notify.filter(|_| grew) {
+            sqlx::query(notify).execute(self.conn()).await?;
+        }
         self.tx.commit().await?;
         if grew {
             changed.notify_one();
@@ -309,7 +275,7 @@ fn map_json(m: &BTreeMap<String, String>) -> String {
     serde_json::to_string(m).unwrap_or_else(|_| "{}".into())
 }
 
-fn binding_from_row(r: &SqliteRow) -> Result<BindingRow> {
+fn binding_from_row(r: &AnyRow) -> Result<BindingRow> {
     Ok(BindingRow {
         sandbox_id: r.try_get("sandbox_id")?,
         node_id: r.try_get("node_id")?,
@@ -330,9 +296,9 @@ fn binding_from_row(r: &SqliteRow) -> Result<BindingRow> {
     })
 }
 
-impl Store for SqliteStore {
-    async fn register_node(&self, reg: NodeRegistration, lease: Duration) -> Result<Reconciled> {
-        nodes::register(self, reg, lease).await
+impl Store for SqlStore {
+    async fn register_node(&self, reg: NodeRegistration, timing: NodeTiming) -> Result<Reconciled> {
+        nodes::register(self, reg, timing).await
     }
 
     async fn heartbeat(
@@ -340,9 +306,9 @@ impl Store for SqliteStore {
         node_id: &str,
         incarnation: u64,
         roster: &[SandboxRef],
-        lease: Duration,
+        timing: NodeTiming,
     ) -> Result<Reconciled> {
-        nodes::heartbeat(self, node_id, incarnation, roster, lease).await
+        nodes::heartbeat(self, node_id, incarnation, roster, timing).await
     }
 
     async fn place(&self, spec: PlaceSpec) -> Result<Placed> {

@@ -1,6 +1,6 @@
 //! Nodes: registration, heartbeats, roster reconciliation and node choice.
 
-use super::{clock_ms, to_i64, to_u32, to_u64, SqliteStore, WriteTx};
+use super::{to_i64, to_u32, to_u64, SqlStore, WriteTx};
 use crate::error::{Error, Result};
 use crate::store::{sql, types::*};
 use sqlx::Row;
@@ -8,9 +8,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 pub(super) async fn register(
-    store: &SqliteStore,
+    store: &SqlStore,
     reg: NodeRegistration,
-    lease: Duration,
+    timing: NodeTiming,
 ) -> Result<Reconciled> {
     let mut tx = store.write().await?;
     let prev: Option<(i64, String)> = sqlx::query_as(sql::NODE_INCARNATION)
@@ -24,7 +24,7 @@ pub(super) async fn register(
         .as_ref()
         .is_some_and(|(_, ep)| *ep != reg.endpoint)
         .then_some(reg.endpoint.as_str());
-    let lease_end = tx.now.saturating_add(lease_ms(lease));
+    let lease_end = tx.now.saturating_add(ms(timing.lease));
     sqlx::query(sql::UPSERT_NODE)
         .bind(&reg.node_id)
         .bind(&reg.endpoint)
@@ -39,8 +39,11 @@ pub(super) async fn register(
         &mut tx,
         &reg.node_id,
         &reg.roster,
-        new_incarnation,
-        moved_endpoint,
+        Reconcile {
+            new_incarnation,
+            moved_endpoint,
+            roster_grace: timing.roster_grace,
+        },
     )
     .await?;
     tx.commit(&store.changed).await?;
@@ -52,11 +55,11 @@ pub(super) async fn register(
 }
 
 pub(super) async fn heartbeat(
-    store: &SqliteStore,
+    store: &SqlStore,
     node_id: &str,
     incarnation: u64,
     roster: &[SandboxRef],
-    lease: Duration,
+    timing: NodeTiming,
 ) -> Result<Reconciled> {
     let mut tx = store.write().await?;
     let current: Option<(i64, String)> = sqlx::query_as(sql::NODE_INCARNATION)
@@ -74,7 +77,7 @@ pub(super) async fn heartbeat(
             incarnation_from_db(current)
         )));
     }
-    let lease_end = tx.now.saturating_add(lease_ms(lease));
+    let lease_end = tx.now.saturating_add(ms(timing.lease));
     let now = tx.now;
     sqlx::query(sql::RENEW_NODE)
         .bind(node_id)
@@ -84,9 +87,24 @@ pub(super) async fn heartbeat(
         .bind(now)
         .execute(tx.conn())
         .await?;
-    let out = reconcile(&mut tx, node_id, roster, false, None).await?;
+    let how = Reconcile {
+        new_incarnation: false,
+        moved_endpoint: None,
+        roster_grace: timing.roster_grace,
+    };
+    let out = reconcile(&mut tx, node_id, roster, how).await?;
     tx.commit(&store.changed).await?;
     Ok(out)
+}
+
+/// What a reconcile knows besides the roster.
+struct Reconcile<'a> {
+    /// The node process was replaced: what it does not list is gone.
+    new_incarnation: bool,
+    /// The node now listens here.
+    moved_endpoint: Option<&'a str>,
+    /// How long a RUNNING/PAUSED binding may be missing from the roster.
+    roster_grace: Duration,
 }
 
 /// Brings this node's bindings in line with what it reports hosting:
@@ -94,6 +112,10 @@ pub(super) async fn heartbeat(
 /// - LOST and in the roster: the node is alive and has it, RUNNING again;
 /// - LOST or EXPIRING and not in the roster: the node is alive and lacks it
 ///   (it died, or was killed and the DELETE report got lost), removed;
+/// - RUNNING or PAUSED and not in the roster: noted (`missing_since_ms`) and
+///   removed once missing for `roster_grace` (the sandbox died on the node
+///   without a DELETE; until then the roster may just predate its create);
+///   listed again, the note is cleared;
 /// - a moved endpoint is copied to every binding (gateways re-resolve on STATE).
 ///
 /// Returns the roster entries not assigned to this node at that generation
@@ -102,8 +124,7 @@ async fn reconcile(
     tx: &mut WriteTx,
     node_id: &str,
     roster: &[SandboxRef],
-    new_incarnation: bool,
-    moved_endpoint: Option<&str>,
+    how: Reconcile<'_>,
 ) -> Result<Reconciled> {
     let rows = sqlx::query(sql::NODE_BINDINGS)
         .bind(node_id)
@@ -120,14 +141,20 @@ async fn reconcile(
         let gen = to_u64(row.try_get(1)?, "generation")?;
         let mut state = super::parse_state(row.try_get(2)?)?;
         let endpoint: String = row.try_get(3)?;
+        let missing_since: Option<i64> = row.try_get(4)?;
         let fence = (sandbox_id.as_str(), node_id, gen);
         let has_it = hosted.contains(&(sandbox_id.as_str(), gen));
-        // RUNNING/PAUSED/CREATING bindings missing from a same-incarnation
-        // roster are left alone: the roster may predate their create.
-        let gone = new_incarnation || matches!(state, State::Lost | State::Expiring);
+        let gone = how.new_incarnation || matches!(state, State::Lost | State::Expiring);
         if !has_it && gone {
             tx.delete_fenced(&sandbox_id, node_id, gen).await?;
             continue;
+        }
+        if !has_it && matches!(state, State::Running | State::Paused) {
+            if missing(tx, fence, missing_since, how.roster_grace).await? {
+                continue;
+            }
+        } else if has_it && missing_since.is_some() {
+            set_missing_since(tx, fence, None).await?;
         }
         if state == State::Lost
             && tx
@@ -136,7 +163,7 @@ async fn reconcile(
         {
             state = State::Running;
         }
-        if let Some(ep) = moved_endpoint.filter(|ep| *ep != endpoint) {
+        if let Some(ep) = how.moved_endpoint.filter(|ep| *ep != endpoint) {
             let moved = sqlx::query(sql::SET_ENDPOINT)
                 .bind(&sandbox_id)
                 .bind(node_id)
@@ -170,7 +197,50 @@ async fn reconcile(
     Ok(out)
 }
 
-pub(super) async fn require(store: &SqliteStore, node_id: &str) -> Result<()> {
+/// A RUNNING/PAUSED binding its node's roster lacks: notes since when, or
+/// removes it (fenced) once that is `grace` ago. True when removed.
+async fn missing(
+    tx: &mut WriteTx,
+    fence: (&str, &str, u64),
+    since: Option<i64>,
+    grace: Duration,
+) -> Result<bool> {
+    let Some(since) = since else {
+        set_missing_since(tx, fence, Some(tx.now)).await?;
+        return Ok(false);
+    };
+    if tx.now.saturating_sub(since) < ms(grace) {
+        return Ok(false);
+    }
+    let (sandbox_id, node_id, gen) = fence;
+    let removed = tx.delete_fenced(sandbox_id, node_id, gen).await?;
+    if removed {
+        tracing::warn!(sandbox = %sandbox_id, node = %node_id, generation = gen,
+            missing_ms = tx.now.saturating_sub(since),
+            "binding removed: its node has not listed the sandbox for longer than --creating-timeout");
+    }
+    Ok(removed)
+}
+
+/// **fenced** Notes (or clears) when the roster started lacking a binding.
+/// Not a binding change: routing is unaffected, so nothing is logged.
+async fn set_missing_since(
+    tx: &mut WriteTx,
+    fence: (&str, &str, u64),
+    since: Option<i64>,
+) -> Result<()> {
+    let (sandbox_id, node_id, gen) = fence;
+    sqlx::query(sql::SET_MISSING_SINCE)
+        .bind(sandbox_id)
+        .bind(node_id)
+        .bind(to_i64(gen))
+        .bind(since)
+        .execute(tx.conn())
+        .await?;
+    Ok(())
+}
+
+pub(super) async fn require(store: &SqlStore, node_id: &str) -> Result<()> {
     let found: Option<(i64, String)> = sqlx::query_as(sql::NODE_INCARNATION)
         .bind(node_id)
         .fetch_optional(&store.reader)
@@ -183,8 +253,8 @@ pub(super) async fn require(store: &SqliteStore, node_id: &str) -> Result<()> {
     }
 }
 
-pub(super) async fn list(store: &SqliteStore) -> Result<Vec<NodeRow>> {
-    let now = clock_ms();
+pub(super) async fn list(store: &SqlStore) -> Result<Vec<NodeRow>> {
+    let now = store.clock_ms().await?;
     let rows = sqlx::query(sql::LIST_NODES)
         .fetch_all(&store.reader)
         .await?;
@@ -285,6 +355,6 @@ fn incarnation_from_db(v: i64) -> u64 {
     u64::from_ne_bytes(v.to_ne_bytes())
 }
 
-fn lease_ms(lease: Duration) -> i64 {
-    i64::try_from(lease.as_millis()).unwrap_or(i64::MAX)
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -1,6 +1,6 @@
 //! The sweep pass, the change log reads and the census.
 
-use super::{clock_ms, nodes, parse_state, to_i64, to_u64, SqliteStore, WriteTx};
+use super::{nodes, parse_state, to_i64, to_u64, SqlStore, WriteTx};
 use crate::error::{Error, Result};
 use crate::store::{sql, types::*};
 use sqlx::Row;
@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 /// for long; the next pass continues.
 const SWEEP_BATCH: i64 = 1000;
 
-pub(super) async fn run(store: &SqliteStore, settings: &SweepSettings) -> Result<SweepReport> {
+pub(super) async fn run(store: &SqlStore, settings: &SweepSettings) -> Result<SweepReport> {
     let mut report = SweepReport::default();
     if settings.expire_nodes {
         let mut tx = store.write().await?;
@@ -162,7 +162,7 @@ async fn resolve_stuck_creates(
     Ok(())
 }
 
-pub(super) async fn change_bounds(store: &SqliteStore) -> Result<ChangeBounds> {
+pub(super) async fn change_bounds(store: &SqlStore) -> Result<ChangeBounds> {
     let (oldest, head): (Option<i64>, i64) = sqlx::query_as(sql::CHANGE_BOUNDS)
         .fetch_one(&store.reader)
         .await?;
@@ -172,11 +172,7 @@ pub(super) async fn change_bounds(store: &SqliteStore) -> Result<ChangeBounds> {
     })
 }
 
-pub(super) async fn changes_after(
-    store: &SqliteStore,
-    after: u64,
-    limit: u32,
-) -> Result<Vec<Change>> {
+pub(super) async fn changes_after(store: &SqlStore, after: u64, limit: u32) -> Result<Vec<Change>> {
     let rows = sqlx::query(sql::CHANGES_AFTER)
         .bind(to_i64(after))
         .bind(i64::from(limit))
@@ -204,9 +200,9 @@ pub(super) async fn changes_after(
         .collect()
 }
 
-pub(super) async fn census(store: &SqliteStore) -> Result<Census> {
+pub(super) async fn census(store: &SqlStore) -> Result<Census> {
     let (up, total): (i64, i64) = sqlx::query_as(sql::NODE_CENSUS)
-        .bind(clock_ms())
+        .bind(store.clock_ms().await?)
         .fetch_one(&store.reader)
         .await?;
     let rows: Vec<(String, i64)> = sqlx::query_as(sql::BINDING_CENSUS)
@@ -226,7 +222,7 @@ pub(super) async fn census(store: &SqliteStore) -> Result<Census> {
     })
 }
 
-pub(super) async fn issued_generation(store: &SqliteStore) -> Result<u64> {
+pub(super) async fn issued_generation(store: &SqlStore) -> Result<u64> {
     let v: i64 = sqlx::query_scalar(sql::COUNTER)
         .bind("generation")
         .fetch_one(&store.reader)

@@ -1,0 +1,164 @@
+//! Opening the store: pools, per-connection settings, migrations.
+
+use super::{local_clock_ms, SqlStore};
+use crate::store::backend::Backend;
+use crate::store::migrate;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions as _, Executor as _};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// How long a request waits for a pooled connection before it fails with
+/// UNAVAILABLE (the database is down or every connection is busy): short
+/// enough that gateways fail over to another replica instead of hanging.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Run on every SQLite connection. WAL lets readers run beside the writer;
+/// NORMAL is durable across process crashes in WAL mode (only an OS crash
+/// can lose the last transactions). The busy timeout (how long a statement
+/// waits for another process's write lock) is sqlx's default, 5s.
+const SQLITE_SETUP: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;";
+
+/// The store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("cannot create the data directory {path}: {source}")]
+    CreateDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("bad database URL {url:?}: {source}")]
+    Url { url: String, source: sqlx::Error },
+    #[error("cannot open the store: {0}")]
+    Open(#[from] sqlx::Error),
+    #[error("cannot migrate the store: {0}")]
+    Migrate(#[from] migrate::MigrateError),
+}
+
+impl SqlStore {
+    /// Opens (creating if missing) the SQLite database file at `path`.
+    pub async fn open_sqlite_file(path: PathBuf, readers: u32) -> Result<SqlStore, OpenError> {
+        Self::open_sqlite(SqliteConnectOptions::new().filename(&path), readers).await
+    }
+
+    /// Opens a `sqlite://...` URL.
+    pub async fn open_sqlite_url(url: &str, readers: u32) -> Result<SqlStore, OpenError> {
+        let opts = SqliteConnectOptions::from_str(url).map_err(|source| OpenError::Url {
+            url: url.to_string(),
+            source,
+        })?;
+        Self::open_sqlite(opts, readers).await
+    }
+
+    async fn open_sqlite(opts: SqliteConnectOptions, readers: u32) -> Result<SqlStore, OpenError> {
+        let path = opts.get_filename().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        // The `Any` driver connects from a URL; an absolute path keeps the
+        // file name intact through it (a relative one would be read as a host).
+        let path = absolute(&path);
+        let url = opts.filename(&path).create_if_missing(true).to_url_lossy();
+        let any = AnyConnectOptions::from_url(&url).map_err(|source| OpenError::Url {
+            url: url.to_string(),
+            source,
+        })?;
+        let setup = |pool: AnyPoolOptions| {
+            pool.acquire_timeout(ACQUIRE_TIMEOUT)
+                .after_connect(|conn, _| {
+                    Box::pin(async move { conn.execute(SQLITE_SETUP).await.map(|_| ()) })
+                })
+        };
+        sqlx::any::install_default_drivers();
+        let writer = setup(AnyPoolOptions::new().max_connections(1).min_connections(1))
+            .connect_with(any.clone())
+            .await?;
+        migrate::run(&writer, Backend::Sqlite, local_clock_ms()).await?;
+        let reader = setup(AnyPoolOptions::new().max_connections(readers.max(1)))
+            .connect_with(any)
+            .await?;
+        Ok(SqlStore {
+            backend: Backend::Sqlite,
+            writer,
+            reader,
+            changed: Arc::new(Notify::new()),
+            pg_url: None,
+        })
+    }
+
+    /// Connects to a `postgres://` URL: one writer connection and up to
+    /// `readers` reader connections; applies migrations (under the write
+    /// lock, so replicas starting together migrate once).
+    pub async fn open_postgres(url: &str, readers: u32) -> Result<SqlStore, OpenError> {
+        // Parse with the native driver first, for a clear error.
+        PgConnectOptions::from_str(url).map_err(|source| OpenError::Url {
+            url: redact(url),
+            source,
+        })?;
+        let any = AnyConnectOptions::from_str(url).map_err(|source| OpenError::Url {
+            url: redact(url),
+            source,
+        })?;
+        sqlx::any::install_default_drivers();
+        let writer = AnyPoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(any.clone())
+            .await?;
+        // The applied-at time is a note for humans; the local clock will do.
+        migrate::run(&writer, Backend::Postgres, local_clock_ms()).await?;
+        let reader = AnyPoolOptions::new()
+            .max_connections(readers.max(1))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(any)
+            .await?;
+        Ok(SqlStore {
+            backend: Backend::Postgres,
+            writer,
+            reader,
+            changed: Arc::new(Notify::new()),
+            pg_url: Some(url.to_string()),
+        })
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// A URL fit for logs and errors: the password, if any, replaced.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        let r = super::redact("postgres://warren:s3cret@db:5432/warren?sslmode=require");
+        assert_eq!(r, "postgres://warren:***@db:5432/warren?sslmode=require");
+        let plain = "postgres://postgres@127.0.0.1:5432/x";
+        assert_eq!(super::redact(plain), plain);
+        assert_eq!(super::redact("not a url"), "not a url");
+    }
+}
