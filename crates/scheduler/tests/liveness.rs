@@ -244,6 +244,66 @@ async fn stuck_creates_are_resolved_from_the_roster(store: TestStore) {
     s.stop().await;
 }
 
+/// A sandbox that died on its node without a DELETE report (the node lives on,
+/// same incarnation, and simply stops listing it) must not stay routable:
+/// after `--creating-timeout` of absence its binding is removed.
+async fn a_sandbox_its_node_stopped_listing_is_removed_after_the_grace(store: TestStore) {
+    let grace = std::time::Duration::from_millis(200);
+    let s = Sched::start(&store, &["--creating-timeout=200ms"]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let kept = running(&mut c, "t").await;
+    let died = running(&mut c, "t").await;
+    let node = c.clone();
+    let beat = |roster: Vec<pb::SandboxRef>| {
+        let mut c = node.clone();
+        async move {
+            c.heartbeat(pb::HeartbeatRequest {
+                node_id: "node-a".into(),
+                incarnation: inc,
+                roster,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    let without = vec![sref(&kept.sandbox_id, kept.generation)];
+    let with = vec![
+        sref(&kept.sandbox_id, kept.generation),
+        sref(&died.sandbox_id, died.generation),
+    ];
+
+    // One roster without it is only noted: it may predate the create.
+    beat(without.clone()).await;
+    let route = lookup(&mut c, &died.sandbox_id).await.unwrap();
+    assert_eq!(route.state, BindingState::Running as i32);
+    // Listed again after the grace passed: the note is cleared, so the next
+    // absence starts a new grace instead of removing it.
+    tokio::time::sleep(grace + grace / 2).await;
+    beat(with).await;
+    beat(without.clone()).await;
+    assert!(lookup(&mut c, &died.sandbox_id).await.is_ok());
+
+    // Missing for the whole grace: removed (fenced), and only it.
+    eventually("the unlisted sandbox to be removed", || {
+        let mut c = c.clone();
+        let (beat, without) = (&beat, without.clone());
+        let id = died.sandbox_id.clone();
+        async move {
+            beat(without).await;
+            get(&mut c, &id)
+                .await
+                .err()
+                .filter(|s| s.code() == Code::NotFound)
+        }
+    })
+    .await;
+    let route = lookup(&mut c, &kept.sandbox_id).await.unwrap();
+    assert_eq!(route.state, BindingState::Running as i32);
+    s.stop().await;
+}
+
 /// A tiny HTTP/1.1 GET against the admin listener.
 async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -298,4 +358,5 @@ on_both_stores!(
     a_new_incarnation_drops_what_the_node_lost,
     stuck_creates_are_resolved_from_the_roster,
     sandboxes_past_their_end_expire_and_are_handed_to_their_node,
+    a_sandbox_its_node_stopped_listing_is_removed_after_the_grace,
 );
