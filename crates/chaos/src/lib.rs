@@ -1,0 +1,1 @@
+//! `warren-chaos`: the failover experiment (work in progress).
