@@ -25,6 +25,22 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (
 /// scheduler (it carries a version this build does not know).
 pub(super) async fn run(pool: &AnyPool, backend: Backend, now_ms: i64) -> Result<(), MigrateError> {
     let known = MIGRATIONS.last().map(|m| m.0).unwrap_or(0);
+    // The common case (a replica starting on a migrated database) takes no
+    // lock. An error here means the table is not there yet.
+    let newest: Option<Option<i64>> =
+        sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations")
+            .fetch_one(pool)
+            .await
+            .ok();
+    let mut table_exists = newest.is_some();
+    if let Some(Some(newest)) = newest {
+        if newest > known {
+            return Err(MigrateError::TooNew { newest, known });
+        }
+        if newest == known {
+            return Ok(());
+        }
+    }
     for (version, sql) in MIGRATIONS {
         let mut tx = pool.begin_with(backend.begin_write()).await?;
         if let Some(lock) = backend.lock_and_clock() {
@@ -33,9 +49,12 @@ pub(super) async fn run(pool: &AnyPool, backend: Backend, now_ms: i64) -> Result
                 .execute(&mut *tx)
                 .await?;
         }
-        // Inside the lock: two replicas creating the table at once collide
-        // on PostgreSQL's catalog otherwise.
-        (&mut *tx).execute(CREATE_TABLE).await?;
+        if !table_exists {
+            // Inside the lock: two replicas creating it at once would collide
+            // in PostgreSQL's catalog.
+            (&mut *tx).execute(CREATE_TABLE).await?;
+            table_exists = true;
+        }
         let applied: Vec<i64> = sqlx::query("SELECT version FROM schema_migrations")
             .fetch_all(&mut *tx)
             .await?
