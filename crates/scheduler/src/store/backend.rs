@@ -34,10 +34,13 @@ pub enum Backend {
 
 /// PostgreSQL advisory lock every write transaction holds (see the module
 /// docs). Advisory locks are scoped to one database, so two warren
-/// deployments on two databases of one server do not contend.
+/// deployments on two databases of one server do not contend. In
+/// `pg_locks`: `locktype = 'advisory'`, `classid = 2002874994`, `objid =
+/// 1701707777` (this key's halves), `objsubid = 1`.
 pub const WRITE_LOCK_KEY: i64 = 0x7761_7272_656e_0001; // "warren" + 1
 /// PostgreSQL advisory lock held, for its whole session, by the replica that
-/// runs the sweeps (see `store::postgres::AdvisoryLease`).
+/// runs the sweeps (see `store::postgres::AdvisoryLease`); in `pg_locks`,
+/// `objid = 1701707778`.
 pub const SWEEP_LOCK_KEY: i64 = 0x7761_7272_656e_0002; // "warren" + 2
 /// The channel writers `NOTIFY` and every replica `LISTEN`s on.
 pub const CHANGES_CHANNEL: &str = "warren_changes";
