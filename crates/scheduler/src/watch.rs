@@ -1,7 +1,8 @@
 //! `WatchBindings`: the change log as a stream.
 //!
 //! One **hub** task tails the `changes` table — woken by writers through the
-//! store's change signal, with a slow poll as a backstop — and broadcasts each
+//! store's change signal (this process's commits, and on PostgreSQL every
+//! replica's, via NOTIFY), with a slow poll as a backstop — and broadcasts each
 //! new row to every subscriber, so N subscribers cost one query per change
 //! batch, not N.
 //!
@@ -33,8 +34,10 @@ const BROADCAST_CAPACITY: usize = 4096;
 const READ_BATCH: u32 = 512;
 /// Messages queued per stream towards tonic.
 const STREAM_BUFFER: usize = 256;
-/// The hub re-reads the table at least this often, in case a writer outside
-/// this process appended (another scheduler on the same store).
+/// The hub re-reads the table at least this often. Other replicas' commits
+/// wake it through the store's change signal too (PostgreSQL LISTEN/NOTIFY,
+/// `store::postgres`); this poll only bounds how late a lost notification
+/// (or a second process on one SQLite file) can make it.
 const POLL_BACKSTOP: Duration = Duration::from_secs(1);
 /// Pause after a store error before the hub tries again.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);

@@ -6,7 +6,8 @@
 //! - fences, capacity and idempotency keys hold across replicas;
 //! - commits wake `LISTEN`ers, and a listener that lost its connection
 //!   re-reads the log once reconnected;
-//! - exactly one replica sweeps, and another takes over when it stops.
+//! - exactly one replica sweeps, and another takes over when it stops; a
+//!   replica that loses its lease session stops sweeping.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -285,4 +286,70 @@ async fn exactly_one_replica_sweeps_and_another_takes_over_when_it_stops() {
     })
     .await;
     other.stop().await;
+}
+
+/// A leader whose lease session is lost stops sweeping at once, and leads
+/// again only once it wins the lock back.
+#[tokio::test]
+async fn a_replica_that_loses_its_lease_session_stops_sweeping() {
+    use warren_scheduler::store::backend::SWEEP_LOCK_KEY;
+    let store = TestStore::postgres();
+    let s = Sched::start(&store, &["--sweep-interval=30ms"]).await;
+    eventually("the only replica to lead", || async {
+        (leader_gauge(&s).await? == 1).then_some(())
+    })
+    .await;
+
+    // Queue a rival for the lock, then end the leader's lease session: the
+    // server hands the lock to the waiting rival as the session ends.
+    let mut rival = sqlx::PgConnection::connect(url(&store)).await.unwrap();
+    let rival_task = tokio::spawn(async move {
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(SWEEP_LOCK_KEY)
+            .execute(&mut rival)
+            .await
+            .unwrap();
+        rival
+    });
+    let admin = sqlx::PgPool::connect(url(&store)).await.unwrap();
+    eventually("the rival to wait for the lock", || {
+        let admin = admin.clone();
+        async move {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+                 WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()",
+            )
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+            (waiting == 1).then_some(())
+        }
+    })
+    .await;
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'warren-scheduler-sweep-lease' \
+           AND datname = current_database()",
+    )
+    .fetch_all(&admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true]);
+    let rival = tokio::time::timeout(PATIENCE, rival_task)
+        .await
+        .expect("the rival never got the lock")
+        .unwrap();
+    eventually("the replica to stop leading", || async {
+        (leader_gauge(&s).await? == 0).then_some(())
+    })
+    .await;
+
+    // The rival goes away: the replica takes the lease back.
+    rival.close().await.unwrap();
+    admin.close().await;
+    eventually("the replica to lead again", || async {
+        (leader_gauge(&s).await? == 1).then_some(())
+    })
+    .await;
+    s.stop().await;
 }
