@@ -125,6 +125,7 @@ impl WriteTx {
     fn conn(&mut self) -> &mut AnyConnection {
         &mut self.tx
     }
+
     async fn next_counter(&mut self, name: &str) -> Result<u64> {
         let v: i64 = sqlx::query_scalar(sql::NEXT_COUNTER)
             .bind(name)
