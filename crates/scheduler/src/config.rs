@@ -78,6 +78,11 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
+    /// On SIGTERM, how long to keep serving with /readyz false before closing
+    /// the listener (give health checks time to notice; 0 = close at once).
+    #[arg(long, env = "WARREN_SCHEDULER_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+
     /// TOML file with any of the settings above (read by the `warren` binary).
     #[arg(long, env = "WARREN_CONFIG")]
     pub config: Option<PathBuf>,

@@ -181,6 +181,9 @@ async fn serve_store(
             flipped(stopped),
         );
     tokio::pin!(server);
+    // Readiness goes false at the signal; RPCs keep being served for
+    // --shutdown-delay so balancers and clients move away first.
+    let shutdown = warren_core::shutdown::readiness_first(shutdown, &admin, config.shutdown_delay);
     tokio::pin!(shutdown);
     admin.set_ready(true);
     tracing::info!(store = store_name, "scheduler serving");
