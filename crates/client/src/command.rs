@@ -126,6 +126,8 @@ pub struct CommandStream {
     ended: bool,
     resumes: u32,
     pending: VecDeque<StreamEvent>,
+    /// Why the last stream was cut (returned as is when resuming is off).
+    cut: Option<ClientError>,
 }
 
 impl CommandStream {
@@ -148,10 +150,11 @@ impl CommandStream {
             ended: false,
             resumes: 0,
             pending: VecDeque::new(),
+            cut: None,
         };
         match stream.open_start(entry).await {
             Ok(live) => stream.live = Some(live),
-            Err(e) if retryable(&e) => {
+            Err(e) if retryable(&e) && stream.client.inner.resume_attempts > 0 => {
                 tracing::debug!(error = %e, "start failed without an answer; reattaching by tag");
                 stream.reattach().await?;
             }
@@ -185,6 +188,12 @@ impl CommandStream {
                 return Ok(None);
             }
             let Some(live) = self.live.as_mut() else {
+                if self.client.inner.resume_attempts == 0 {
+                    return Err(self.cut.take().unwrap_or_else(|| ClientError::Stream {
+                        code: "unavailable".into(),
+                        message: "the stream was cut".into(),
+                    }));
+                }
                 self.reattach().await?;
                 continue;
             };
@@ -195,15 +204,24 @@ impl CommandStream {
                 Ok(Ok(None)) => {
                     tracing::debug!(offset = self.offset, "stream ended without an end event");
                     self.live = None;
+                    self.cut = Some(ClientError::Stream {
+                        code: "internal".into(),
+                        message: "the stream ended without the process's end event".into(),
+                    });
                 }
                 Ok(Err(e)) if retryable(&e) => {
                     tracing::debug!(offset = self.offset, error = %e, "command stream cut");
                     self.live = None;
+                    self.cut = Some(self.stream_error(e));
                 }
                 Ok(Err(e)) => return Err(self.stream_error(e)),
                 Err(_) => {
                     tracing::debug!(offset = self.offset, "command stream silent for {idle:?}");
                     self.live = None;
+                    self.cut = Some(ClientError::Stream {
+                        code: "deadline_exceeded".into(),
+                        message: format!("no event for {idle:?}"),
+                    });
                 }
             }
         }

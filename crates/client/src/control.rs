@@ -166,9 +166,11 @@ impl ClientBuilder {
         self
     }
 
-    /// Reconnects a command stream may make in a row without progress (default 10).
+    /// Reconnects a command stream may try in a row before it gives up
+    /// (default 10). `0` turns resuming off: a cut stream is an error, as
+    /// with a plain Connect client (for measuring single attempts).
     pub fn resume_attempts(mut self, n: u32) -> Self {
-        self.resume_attempts = n.max(1);
+        self.resume_attempts = n;
         self
     }
 

@@ -31,6 +31,7 @@ Run a cluster:
 Operate:
   sandbox     ls | create | exec | rm   (through a gateway)
   node ls     list nodes (through a gateway)
+  chaos       failover: kill a replica under load behind HAProxy, record every probe
 
 Every command takes --help. Settings come from flags, WARREN_* environment
 variables, or a TOML file named by --config (or WARREN_CONFIG).
@@ -67,6 +68,7 @@ fn main() -> ExitCode {
         "node" => component::<warren_node::Config, _, _>(args, log_format, warren_node::main),
         "dev" => component::<dev::Config, _, _>(args, log_format, dev::main),
         "sandbox" | "route" => cli::run(&sub, args, log_format),
+        "chaos" => cli::chaos::run(args, log_format),
         other => {
             eprintln!("warren: unknown command {other:?}\n\n{USAGE}");
             ExitCode::from(EX_CONFIG as u8)

@@ -6,10 +6,12 @@
 //! - `sandbox.rs`: `warren sandbox ls | create | exec | rm`.
 //! - `node.rs`: `warren node ls`.
 //! - `route.rs`: `warren route <id>`, a gateway's cached route against the scheduler's.
+//! - `chaos.rs`: `warren chaos failover`, the failover experiment (`warren-chaos`).
 //!
 //! Exit codes: 0 success, 1 the operation failed (the message says why), 64
 //! bad usage; `sandbox exec` exits with the command's own exit code.
 
+pub mod chaos;
 mod node;
 mod route;
 mod sandbox;
