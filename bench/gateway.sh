@@ -9,23 +9,25 @@
 # Prints req/s and p50/p99 latency for each, the ratios gateway/nginx and
 # gateway/direct, and scheduler lookups per request for (b) and (c).
 #
-# Usage: bench/gateway.sh [DURATION_SECONDS] [CONNECTIONS]
-# Needs: wrk, nginx, python3; builds warren in release mode.
+# Usage: bench/gateway.sh [DURATION_SECONDS] [CONNECTIONS]   (env: ROUNDS=3,
+#        WRK_THREADS=2, GATEWAY_WORKERS=2, RUNTIME=process, CARGO_TARGET_DIR)
+# Needs: wrk, nginx, python3, curl; builds warren in release mode.
 # Traffic stays on 127.0.0.1; every load run is bounded by DURATION.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION="${1:-10}"
 CONNS="${2:-32}"
+ROUNDS="${ROUNDS:-3}"
 THREADS="${WRK_THREADS:-2}"
 WORKERS="${GATEWAY_WORKERS:-2}"   # gateway tokio worker threads = nginx worker_processes
 
-for tool in wrk nginx python3; do
+for tool in wrk nginx python3 curl; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is required (Debian: apt-get install $tool)" >&2; exit 1; }
 done
 
 cargo build --release -q -p warren
-BIN="$PWD/target/release/warren"
+BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/warren"
 WORK="$(mktemp -d /tmp/warren-bench.XXXXXX)"
 PIDS=()
 cleanup() {
@@ -125,29 +127,47 @@ PY
 
 AUTH=()
 [ -n "$TOKEN" ] && AUTH=("X-Access-Token: $TOKEN")
-echo "bench: sandbox $SBX on node $NODE; wrk -t$THREADS -c$CONNS -d${DURATION}s; gateway and nginx with $WORKERS workers" >&2
-R_DIRECT=$(run direct "http://$NODE/health" "X-Warren-Sandbox-Id: $SBX" "X-Warren-Sandbox-Port: 49983" "X-Warren-Generation: $GEN" "${AUTH[@]}")
-L0=$(lookups gw-cache)
-R_CACHE=$(run gateway-cache "http://$GW_CACHE/health" "E2b-Sandbox-Id: $SBX" "E2b-Sandbox-Port: 49983" "${AUTH[@]}")
-L1=$(lookups gw-cache)
-M0=$(lookups gw-nocache)
-R_NOCACHE=$(run gateway-nocache "http://$GW_NOCACHE/health" "E2b-Sandbox-Id: $SBX" "E2b-Sandbox-Port: 49983" "${AUTH[@]}")
-M1=$(lookups gw-nocache)
-R_NGINX=$(run nginx "http://$NGINX_ADDR/health")
+echo "bench: sandbox $SBX on node $NODE; wrk -t$THREADS -c$CONNS -d${DURATION}s x $ROUNDS rounds;" \
+  "gateway and nginx with $WORKERS workers" >&2
 
-python3 - "$R_DIRECT" "$R_CACHE" "$R_NOCACHE" "$R_NGINX" "$L0" "$L1" "$M0" "$M1" <<'PY'
-import sys
-rows = [r.split() for r in sys.argv[1:5]]
-l0, l1, m0, m1 = (float(x or 0) for x in sys.argv[5:9])
-by = {r[0]: r for r in rows}
-lk = {"gateway-cache": (l1 - l0), "gateway-nocache": (m1 - m0)}
-print(f"| path | req/s | p50 ms | p99 ms | requests | non-2xx | lookups/request |")
-print(f"|---|---:|---:|---:|---:|---:|---:|")
-for label, rps, p50, p99, reqs, bad in rows:
-    lpr = f"{lk[label] / int(reqs):.4f}" if label in lk and int(reqs) else "-"
-    print(f"| {label} | {float(rps):,.0f} | {float(p50):.3f} | {float(p99):.3f} | {int(reqs):,} | {bad} | {lpr} |")
-g, n, d = float(by["gateway-cache"][1]), float(by["nginx"][1]), float(by["direct"][1])
+# Paths are interleaved round by round, so load from anything else on the
+# machine falls on all of them alike; each path's median round is reported.
+: >"$WORK/rows"
+L_CACHE=0; L_NOCACHE=0
+for round in $(seq 1 "$ROUNDS"); do
+  run direct "http://$NODE/health" "X-Warren-Sandbox-Id: $SBX" "X-Warren-Sandbox-Port: 49983" \
+    "X-Warren-Generation: $GEN" "${AUTH[@]}" >>"$WORK/rows"
+  before=$(lookups gw-cache)
+  run gateway-cache "http://$GW_CACHE/health" "E2b-Sandbox-Id: $SBX" "E2b-Sandbox-Port: 49983" "${AUTH[@]}" >>"$WORK/rows"
+  L_CACHE=$(python3 -c "print($L_CACHE + $(lookups gw-cache) - $before)")
+  before=$(lookups gw-nocache)
+  run gateway-nocache "http://$GW_NOCACHE/health" "E2b-Sandbox-Id: $SBX" "E2b-Sandbox-Port: 49983" "${AUTH[@]}" >>"$WORK/rows"
+  L_NOCACHE=$(python3 -c "print($L_NOCACHE + $(lookups gw-nocache) - $before)")
+  run nginx "http://$NGINX_ADDR/health" >>"$WORK/rows"
+  echo "bench: round $round of $ROUNDS done" >&2
+done
+
+python3 - "$WORK/rows" "$L_CACHE" "$L_NOCACHE" <<'PY'
+import statistics, sys
+rows = [line.split() for line in open(sys.argv[1]) if line.strip()]
+lookups = {"gateway-cache": float(sys.argv[2]), "gateway-nocache": float(sys.argv[3])}
+order = ["direct", "gateway-cache", "gateway-nocache", "nginx"]
+by = {}
+for label in order:
+    runs = sorted((r for r in rows if r[0] == label), key=lambda r: float(r[1]))
+    by[label] = (runs[(len(runs) - 1) // 2], runs)
+print("| path | req/s (median) | req/s (all rounds) | p50 ms | p99 ms | non-2xx | lookups/request |")
+print("|---|---:|---|---:|---:|---:|---:|")
+for label in order:
+    (_, rps, p50, p99, _, _), runs = by[label]
+    total = sum(int(r[4]) for r in runs)
+    bad = sum(int(r[5]) for r in runs)
+    every = " / ".join(f"{float(r[1]):,.0f}" for r in runs)
+    lpr = f"{lookups[label] / total:.4f}" if label in lookups and total else "-"
+    print(f"| {label} | {float(rps):,.0f} | {every} | {float(p50):.3f} | {float(p99):.3f} | {bad} | {lpr} |")
+med = {k: float(v[0][1]) for k, v in by.items()}
+g = med["gateway-cache"]
 print()
-print(f"gateway(cache)/nginx req/s: {g / n:.2f}   gateway(cache)/direct req/s: {g / d:.2f}   "
-      f"gateway(no cache)/gateway(cache): {float(by['gateway-nocache'][1]) / g:.2f}")
+print(f"gateway(cache)/nginx req/s: {g / med['nginx']:.2f}   gateway(cache)/direct req/s: {g / med['direct']:.2f}   "
+      f"gateway(no cache)/gateway(cache): {med['gateway-nocache'] / g:.2f}")
 PY

@@ -27,7 +27,7 @@ fn bin() -> &'static std::path::Path {
 
 /// A scheduler, two nodes and two gateways.
 struct Cluster {
-    _scheduler: Proc,
+    scheduler: Proc,
     sched_url: String,
     nodes: Vec<Proc>,
     gateways: Vec<Proc>,
@@ -45,22 +45,7 @@ impl Cluster {
     async fn start_each(gateway_args: [&[&str]; 2]) -> Cluster {
         let dir = temp_dir();
         let path = |p: &str| dir.path().join(p).display().to_string();
-        let scheduler = Proc::spawn(
-            bin(),
-            &[
-                "scheduler",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                &path("scheduler"),
-            ],
-            &[],
-            &["scheduler grpc", "scheduler admin"],
-        )
-        .await
-        .expect("scheduler starts");
+        let scheduler = start_scheduler(&path("scheduler"), "127.0.0.1:0").await;
         let sched_url = format!("http://{}", scheduler.addr("scheduler grpc"));
         let mut nodes = Vec::new();
         for i in 1..=2 {
@@ -114,7 +99,7 @@ impl Cluster {
             );
         }
         let c = Cluster {
-            _scheduler: scheduler,
+            scheduler,
             sched_url,
             nodes,
             gateways,
@@ -336,6 +321,34 @@ impl Cluster {
         );
         placement
     }
+}
+
+/// `Some` when gateway `g`'s watch-connected gauge reads `want`.
+async fn watch_is(c: &Cluster, g: usize, want: f64) -> Option<()> {
+    let now = c
+        .metric(g, "warren_gateway_route_cache_watch_connected", "")
+        .await;
+    (now == want).then_some(())
+}
+
+/// A scheduler on `listen` keeping its store in `data_dir`.
+async fn start_scheduler(data_dir: &str, listen: &str) -> Proc {
+    Proc::spawn(
+        bin(),
+        &[
+            "scheduler",
+            "--listen",
+            listen,
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data_dir,
+        ],
+        &[],
+        &["scheduler grpc", "scheduler admin"],
+    )
+    .await
+    .expect("scheduler starts")
 }
 
 impl Drop for Cluster {
@@ -769,4 +782,58 @@ async fn a_dead_node_is_a_distinct_502_and_its_route_is_evicted() {
     assert_eq!(c.refetches(0, "same_node").await, 1.0);
     assert_eq!(c.evictions(0, "stale").await, 1.0);
     assert_eq!(c.route(0, &id).await["cached"], Value::Null, "evicted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_watch_serves_cached_routes_and_resumes_where_it_stopped() {
+    let mut c = Cluster::start(&["--route-cache-ttl", "1h"]).await;
+    let (id, _) = c.create(0).await;
+    assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
+    let revision = c
+        .metric(1, "warren_gateway_route_cache_watch_revision", "")
+        .await;
+    let addr = c.scheduler.addr("scheduler grpc");
+    c.scheduler.kill9().await;
+    wait_until("the watch to notice", Duration::from_secs(10), || {
+        watch_is(&c, 1, 0.0)
+    })
+    .await;
+    // Without the scheduler, known sandboxes still route (within the TTL)...
+    assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
+    // ...and unknown ones cannot be looked up.
+    let r = c.health(1, "neverseen0").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(r.error_code(), "routing_unavailable");
+
+    // The scheduler comes back on the same address and store: the watch
+    // reconnects and resumes from its revision (no resync, so the cached
+    // route survives).
+    let dir = c._dir.path().join("scheduler").display().to_string();
+    c.scheduler = start_scheduler(&dir, &addr).await;
+    wait_until("the watch to reconnect", Duration::from_secs(20), || {
+        watch_is(&c, 1, 1.0)
+    })
+    .await;
+    assert!(c.route(1, &id).await["cached"].is_object());
+    assert!(
+        c.metric(1, "warren_gateway_route_cache_watch_revision", "")
+            .await
+            >= revision
+    );
+    // And it evicts again: a delete through gateway 0 reaches gateway 1.
+    let r = send(
+        &c.gw(0),
+        Method::DELETE,
+        &format!("/sandboxes/{id}"),
+        &[("x-api-key", KEY)],
+        Bytes::new(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    wait_until(
+        "gateway 1 to drop the route",
+        Duration::from_secs(5),
+        || async { c.route(1, &id).await["cached"].is_null().then_some(()) },
+    )
+    .await;
 }

@@ -19,16 +19,25 @@ use warren_core::headers::{
 };
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [&str; 8] = [
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
+/// Names are constants, not strings: this runs twice per proxied request,
+/// and parsing a name from a `&str` showed up in profiles.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
 ];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const H_E2B_SANDBOX_ID: HeaderName = HeaderName::from_static(E2B_SANDBOX_ID);
+const H_E2B_SANDBOX_PORT: HeaderName = HeaderName::from_static(E2B_SANDBOX_PORT);
+const H_SANDBOX_ID: HeaderName = HeaderName::from_static(SANDBOX_ID);
+const H_SANDBOX_PORT: HeaderName = HeaderName::from_static(SANDBOX_PORT);
+const H_GENERATION: HeaderName = HeaderName::from_static(GENERATION);
 
 /// The client's request, rewritten for a node but not yet for a route.
 #[derive(Debug, Clone)]
@@ -68,8 +77,8 @@ impl Outgoing {
         let h = &mut headers;
         strip_hop_by_hop(h);
         strip_internal(h);
-        h.remove(E2B_SANDBOX_ID);
-        h.remove(E2B_SANDBOX_PORT);
+        h.remove(H_E2B_SANDBOX_ID);
+        h.remove(H_E2B_SANDBOX_PORT);
         if let Some(protocol) = upgrade {
             h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             h.insert(header::UPGRADE, protocol);
@@ -78,14 +87,11 @@ impl Outgoing {
             h.insert(header::HOST, host);
         }
         h.insert(
-            HeaderName::from_static(SANDBOX_ID),
+            H_SANDBOX_ID,
             HeaderValue::from_str(&target.sandbox_id)
                 .map_err(|_| ApiError::internal("unencodable sandbox id"))?,
         );
-        h.insert(
-            HeaderName::from_static(SANDBOX_PORT),
-            HeaderValue::from(target.port),
-        );
+        h.insert(H_SANDBOX_PORT, HeaderValue::from(target.port));
         append_forwarded_for(h, peer);
         Ok(Outgoing {
             method,
@@ -112,10 +118,8 @@ impl Outgoing {
         *req.uri_mut() = uri;
         *req.version_mut() = Version::HTTP_11;
         *req.headers_mut() = self.headers;
-        req.headers_mut().insert(
-            HeaderName::from_static(GENERATION),
-            HeaderValue::from(route.generation),
-        );
+        req.headers_mut()
+            .insert(H_GENERATION, HeaderValue::from(route.generation));
         Ok(req)
     }
 }
@@ -146,12 +150,12 @@ pub(super) fn is_stale_marker(headers: &HeaderMap) -> bool {
 
 fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
     let ip = peer.ip().to_string();
-    let value = match h.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+    let value = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
         Some(prev) => format!("{prev}, {ip}"),
         None => ip,
     };
     if let Ok(v) = HeaderValue::from_str(&value) {
-        h.insert("x-forwarded-for", v);
+        h.insert(X_FORWARDED_FOR, v);
     }
 }
 
