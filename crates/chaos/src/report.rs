@@ -202,14 +202,22 @@ pub fn markdown(s: &Summary) -> String {
             r.total.failed
         );
     }
+    let workflows: u64 = s
+        .rows
+        .iter()
+        .filter(|r| r.kind == "workflow")
+        .map(|r| r.total.attempts)
+        .sum();
     let _ = writeln!(
         m,
-        "\n{} probes recorded. Streams complete and in order: {}/{}. Workflows with an \
-         unknown outcome: {} ({} settled by the final listing). Duplicate sandboxes \
-         (idempotency keys with more than one): {} of {} keys.",
+        "\n{} probes recorded. Streams complete and in order: {}/{}. Workflows: {} (each \
+         with its own Idempotency-Key), {} with an unknown outcome ({} settled by the final \
+         listing). Idempotency keys with more than one sandbox: {} (of {} keys still listed \
+         at the end).",
         s.records,
         s.complete_streams,
         s.streams,
+        workflows,
         s.unknown_workflows,
         s.reconciled.settled,
         s.reconciled.duplicate_keys.len(),

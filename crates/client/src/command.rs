@@ -158,7 +158,7 @@ impl CommandStream {
                 tracing::debug!(error = %e, "start failed without an answer; reattaching by tag");
                 stream.reattach().await?;
             }
-            Err(e) => return Err(stream.stream_error(e)),
+            Err(e) => return Err(stream.explain(e).await),
         }
         Ok(stream)
     }
@@ -349,14 +349,14 @@ impl CommandStream {
                             return Ok(());
                         }
                         Err(e) if retryable(&e) => last = Some(self.stream_error(e)),
-                        Err(e) => return Err(self.stream_error(e)),
+                        Err(e) => return Err(self.explain(e).await),
                     }
                 }
                 Err(e) if retryable(&e) => {
                     tracing::debug!(entry = %label, error = %e, "resume failed; trying the next entry point");
                     last = Some(self.stream_error(e));
                 }
-                Err(e) => return Err(self.stream_error(e)),
+                Err(e) => return Err(self.explain(e).await),
             }
         }
         self.check_sandbox().await?;
@@ -431,6 +431,41 @@ impl CommandStream {
             );
         }
         Ok(ProcessClient::new(inner.rpc.clone(), config))
+    }
+
+    /// Turns a failed Start/Connect into the most precise error: a
+    /// gateway's JSON error is not a Connect error body, so the Connect
+    /// client keeps only its status ("HTTP error 502"); the data plane's
+    /// `GET /health` then says which it was (node down, node unreachable,
+    /// sandbox gone).
+    async fn explain(&self, e: ConnectError) -> ClientError {
+        let from_status = e
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("HTTP error "));
+        if !from_status {
+            return self.stream_error(e);
+        }
+        let entry = self.client.inner.entries.get(self.entry).label.clone();
+        match self.client.health(&self.sandbox).await {
+            Ok(Health::NodeDown) => ClientError::NodeDown {
+                sandbox_id: self.sandbox.sandbox_id.clone(),
+            },
+            Ok(Health::Unreachable) => ClientError::Api {
+                entry,
+                error: crate::error::ApiError {
+                    status: http::StatusCode::BAD_GATEWAY,
+                    error_code: "upstream_unreachable".into(),
+                    message: "Failed to reach sandbox (upstream connection error)".into(),
+                },
+            },
+            Ok(Health::NotFound) => ClientError::Stream {
+                code: "sandbox_not_found".into(),
+                message: format!("sandbox {} not found", self.sandbox.sandbox_id),
+            },
+            Ok(Health::Other(error)) => ClientError::Api { entry, error },
+            Ok(Health::Ok) | Err(_) => self.stream_error(e),
+        }
     }
 
     fn stream_error(&self, e: ConnectError) -> ClientError {
