@@ -1099,6 +1099,20 @@ async fn bad_configuration_exits_64_before_binding() {
             vec!["gateway", "--api-key", "k:t", "--connect-timeout", "soon"],
             "soon",
         ),
+        (
+            vec!["gateway", "--api-key", "k:t", "--route-cache-ttl", "0s"],
+            "--route-cache-ttl must be greater than zero",
+        ),
+        (
+            vec![
+                "gateway",
+                "--api-key",
+                "k:t",
+                "--route-cache-watch",
+                "maybe",
+            ],
+            "--route-cache-watch",
+        ),
     ] {
         let out = tokio::process::Command::new(bin())
             .args(&args)
