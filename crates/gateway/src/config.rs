@@ -72,6 +72,21 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_DRAIN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub drain_timeout: Duration,
 
+    /// On SIGTERM, how long to keep serving with /readyz false before closing
+    /// the listener, so load balancers health-checking /readyz move traffic
+    /// first (0 = close at once; set it above the balancer's check interval × fall).
+    #[arg(long, env = "WARREN_GATEWAY_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
+
+    /// Keys of this team are operators: they may list nodes (`GET /nodes`,
+    /// `warren node ls`). Repeatable. None by default.
+    #[arg(
+        long = "admin-team",
+        env = "WARREN_GATEWAY_ADMIN_TEAM",
+        value_delimiter = ','
+    )]
+    pub admin_teams: Vec<String>,
+
     /// Largest control-plane JSON body accepted, in bytes.
     #[arg(long, env = "WARREN_GATEWAY_MAX_BODY", default_value_t = 1024 * 1024)]
     pub max_body: usize,
@@ -125,6 +140,10 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// Bound on draining in-flight requests at shutdown.
     pub drain_timeout: Duration,
+    /// Serving with readiness false before the listener closes.
+    pub shutdown_delay: Duration,
+    /// Teams whose keys may use operator endpoints.
+    pub admin_teams: Vec<String>,
     /// Largest control-plane JSON body accepted.
     pub max_body: usize,
     /// The route cache; `None` with `--route-cache-capacity 0`.
@@ -266,6 +285,8 @@ impl Config {
             connect_timeout: self.connect_timeout,
             request_timeout: self.request_timeout,
             drain_timeout: self.drain_timeout,
+            shutdown_delay: self.shutdown_delay,
+            admin_teams: self.admin_teams.clone(),
             max_body: self.max_body,
             route_cache,
             retry_max_body: self.retry_max_body,

@@ -112,6 +112,7 @@ pub async fn run(
     };
     let http = node_client::http_client(settings.connect_timeout);
     let drain = settings.drain_timeout;
+    let shutdown_delay = settings.shutdown_delay;
     let app = Arc::new(state::App::new(
         settings, scheduler, resolver, http, metrics,
     ));
@@ -128,11 +129,9 @@ pub async fn run(
     server::serve(
         app,
         listener,
-        async move {
-            shutdown.await;
-            // Load balancers see the replica leave before connections close.
-            ready.set_ready(false);
-        },
+        // Load balancers see the replica leave (/readyz false) and get
+        // --shutdown-delay to move traffic before the listener closes.
+        async move { warren_core::shutdown::readiness_first(shutdown, &ready, shutdown_delay).await },
         drain,
     )
     .await;

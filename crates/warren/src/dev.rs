@@ -254,6 +254,9 @@ async fn start_all(
             sched_url.clone(),
             "--api-key".into(),
             format!("{api_key}:{DEV_TEAM}"),
+            // The dev key is the operator's key too (`warren node ls`).
+            "--admin-team".into(),
+            DEV_TEAM.into(),
         ];
         args.extend(config.gateway_args.split_whitespace().map(String::from));
         parts.push(spawn_part(exe, &name, &args, &["gateway http", "gateway admin"]).await?);

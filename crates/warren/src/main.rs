@@ -30,7 +30,8 @@ Run a cluster:
 
 Operate:
   sandbox     ls | create | exec | rm   (through a gateway)
-  node ls     list nodes (through a gateway)
+  node ls     list nodes (through a gateway; needs an operator key)
+  route <id>  how a gateway routes a sandbox: its cache vs the scheduler
   chaos       failover: kill a replica under load behind HAProxy, record every probe
 
 Every command takes --help. Settings come from flags, WARREN_* environment

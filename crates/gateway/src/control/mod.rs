@@ -12,6 +12,7 @@
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 
 mod create;
+mod nodes;
 mod route;
 mod sandboxes;
 
@@ -45,6 +46,8 @@ enum Endpoint {
     Resume(String),
     /// `/_warren/v1/routes/{id}`: the route cache's view against the scheduler's.
     Route(String),
+    /// `/nodes`: E2B's admin node list, for operators (`--admin-team`).
+    Nodes,
 }
 
 impl Endpoint {
@@ -69,6 +72,7 @@ impl Endpoint {
             ["sandboxes", s, "pause"] => Endpoint::Pause(id(s)),
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
+            ["nodes"] => Endpoint::Nodes,
             _ => return None,
         })
     }
@@ -78,14 +82,14 @@ impl Endpoint {
             Endpoint::Health => &[Method::GET, Method::HEAD],
             Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
-            Endpoint::Route(_) => &[Method::GET],
+            Endpoint::Route(_) | Endpoint::Nodes => &[Method::GET],
             _ => &[Method::POST],
         }
     }
 
     fn sandbox_id(&self) -> Option<&str> {
         match self {
-            Endpoint::Health | Endpoint::Sandboxes { .. } => None,
+            Endpoint::Health | Endpoint::Sandboxes { .. } | Endpoint::Nodes => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -156,6 +160,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Timeout(id), _) => sandboxes::set_timeout(app, &team, &id, &body).await,
         (Endpoint::Connect { id, v2 }, _) => sandboxes::connect(app, &team, &id, &body, v2).await,
         (Endpoint::Route(id), _) => route::show(app, &team, &id).await,
+        (Endpoint::Nodes, _) => nodes::list(app, &team).await,
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id) | Endpoint::Resume(id), _) => {
             // Still check existence and ownership so a 501 never confirms

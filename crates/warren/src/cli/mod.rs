@@ -31,16 +31,16 @@ use warren_core::logging::{self, LogFormat};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {
     /// The gateway's URL (what the e2b SDK calls E2B_API_URL).
-    #[arg(long, env = "E2B_API_URL", default_value = "http://127.0.0.1:3000")]
+    #[arg(long, global = true, env = "E2B_API_URL", default_value = "http://127.0.0.1:3000")]
     pub api_url: String,
     /// API key (X-API-Key); `warren dev` prints one.
-    #[arg(long, env = "E2B_API_KEY", hide_env_values = true)]
+    #[arg(long, global = true, env = "E2B_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
     /// Where sandbox traffic goes (E2B_SANDBOX_URL); defaults to --api-url.
-    #[arg(long, env = "E2B_SANDBOX_URL")]
+    #[arg(long, global = true, env = "E2B_SANDBOX_URL")]
     pub sandbox_url: Option<String>,
     /// Per-request timeout for control-plane calls.
-    #[arg(long, default_value = "30s", value_parser = config::parse_duration)]
+    #[arg(long, global = true, default_value = "30s", value_parser = config::parse_duration)]
     pub timeout: Duration,
 }
 
