@@ -13,7 +13,7 @@ use serde_json::json;
 use warren_proto::scheduler::v1::{ListNodesRequest, NodeState};
 
 pub(super) async fn list(app: &App, team: &Team) -> Result<Response<Body>, ApiError> {
-    if !app.settings.admin_teams.iter().any(|t| *t == team.0) {
+    if !app.settings.admin_teams.contains(&team.0) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "forbidden",
