@@ -223,7 +223,7 @@ async fn observe(
     eprintln!("chaos: creating probe sandboxes");
     let mut targets = HashMap::new();
     for node in ["node-1", "node-2"] {
-        let t = target_on(&setup, node, run).await?;
+        let t = target_on(&setup, node, run, "setup").await?;
         targets.insert(node.to_string(), t);
     }
     let anchor = targets["node-2"].sandbox.clone();
@@ -343,7 +343,7 @@ async fn observe(
     if config.component == Component::Node {
         // The restarted node hosts none of its old sandboxes (they died with
         // it); probe a new one there.
-        match target_on(&setup, "node-1", run).await {
+        match target_on(&setup, "node-1", run, "restored").await {
             Ok(t) => {
                 if let Ok(mut ts) = targets.write() {
                     ts.insert("node-1".into(), t);
@@ -401,13 +401,15 @@ async fn observe(
 
 /// Creates sandboxes until one lands on `node` (others are removed), starts
 /// its counter, and waits until a probe reads it.
-async fn target_on(client: &Client, node: &str, run: &str) -> anyhow::Result<Target> {
+async fn target_on(client: &Client, node: &str, run: &str, label: &str) -> anyhow::Result<Target> {
     let mut extra = Vec::new();
     let mut found = None;
     for i in 0..12 {
         let mut new = NewSandbox::base(3600);
         new.metadata.insert("chaos_run".into(), run.into());
-        let key = format!("{run}-setup-{node}-{i}");
+        // Keys are unique per call: a key names one sandbox for good (a
+        // retry with it returns that sandbox, even a lost one).
+        let key = format!("{run}-{label}-{node}-{i}");
         new.metadata.insert("chaos_key".into(), key.clone());
         let created = client.create(&new, &key).await?;
         if created.sandbox.client_id == node {

@@ -175,7 +175,10 @@ impl Recorder {
         }
     }
 
-    /// Records a probe that started at `t_ms` and took `latency`; returns its index.
+    /// Records a probe that started at `t_ms` and took `latency`; returns its
+    /// index. A probe belongs to the phase it *ended* in (one in flight when
+    /// the signal went out saw the fault), except streams, which span every
+    /// phase and are filed under the one they started in.
     pub fn push(
         &self,
         kind: &str,
@@ -185,10 +188,15 @@ impl Recorder {
         latency: Duration,
         f: Finished,
     ) -> usize {
+        let at = if kind == "stream" {
+            t_ms
+        } else {
+            t_ms + latency.as_millis() as u64
+        };
         let record = Record {
             t_ms,
             unix_ms: self.unix0 + t_ms,
-            phase: self.phase_at(t_ms),
+            phase: self.phase_at(at),
             kind: kind.to_string(),
             entry: entry.to_string(),
             target: target.to_string(),

@@ -214,6 +214,23 @@ impl CommandStream {
                     self.live = None;
                     self.cut = Some(self.stream_error(e));
                 }
+                // A Connect by tag answers "not found" in the stream's end
+                // frame: the lost Start never reached envd, so start it now.
+                Ok(Err(e))
+                    if e.code == ErrorCode::NotFound
+                        && self.pid.is_none()
+                        && matches!(self.live, Some(Live::Connect(_))) =>
+                {
+                    tracing::debug!("the command never started; starting it");
+                    match self.open_start(self.entry).await {
+                        Ok(live) => self.live = Some(live),
+                        Err(e) if retryable(&e) => {
+                            self.live = None;
+                            self.cut = Some(self.stream_error(e));
+                        }
+                        Err(e) => return Err(self.explain(e).await),
+                    }
+                }
                 Ok(Err(e)) => return Err(self.stream_error(e)),
                 Err(_) => {
                     tracing::debug!(offset = self.offset, "command stream silent for {idle:?}");

@@ -154,3 +154,47 @@ async fn a_create_retried_through_the_second_gateway_yields_one_sandbox() {
         .iter()
         .any(|s| s.sandbox_id == created.sandbox.sandbox_id));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_exec_runs_once_through_the_next_entry_point_when_the_first_is_dead() {
+    let mut c = cluster().await;
+    let gws = [c.gateway(0), c.gateway(1)];
+    let client = ClientBuilder::new(&gws)
+        .api_key(KEY)
+        .build()
+        .expect("client");
+    let sandbox = client
+        .create(&NewSandbox::base(300), "exec-sandbox")
+        .await
+        .expect("create")
+        .sandbox;
+    c.gateways[0].kill9().await;
+    let out = tokio::process::Command::new(bin())
+        .args([
+            "sandbox",
+            "--api-url",
+            &format!("http://{}", gws[1]),
+            "--sandbox-url",
+            &format!("http://{},http://{}", gws[0], gws[1]),
+            "--api-key",
+            KEY,
+            "exec",
+            &sandbox.sandbox_id,
+            "echo run >> $HOME/runs; cat $HOME/runs; echo oops >&2; exit 3",
+        ])
+        .output()
+        .await
+        .expect("warren sandbox exec runs");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the command's exit code; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "run\n",
+        "ran exactly once"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("oops"));
+}

@@ -7,10 +7,8 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
+use warren_client::StreamEvent;
 use warren_core::config::ConfigError;
-use warren_envd_proto::process::{
-    process_event, ProcessClient, ProcessConfig, StartRequest, StartResponse,
-};
 
 #[derive(Debug, clap::Parser)]
 #[command(
@@ -173,7 +171,10 @@ impl Api {
 }
 
 /// Runs `command` through envd's `process.Process/Start`, over the sandbox
-/// traffic path (E2b-Sandbox-Id / E2b-Sandbox-Port headers), streaming output.
+/// traffic path (E2b-Sandbox-Id / E2b-Sandbox-Port headers), streaming
+/// output. `--sandbox-url` may name several entry points (comma-separated):
+/// when the stream is cut, `warren-client` resumes it through the next one
+/// from the last byte received, so nothing is lost or printed twice.
 async fn exec(
     api: &Api,
     args: &ApiArgs,
@@ -185,73 +186,54 @@ async fn exec(
     let info = api
         .ok(Method::GET, &format!("/sandboxes/{sandbox_id}"), None)
         .await?;
-    let token = info
-        .get("envdAccessToken")
-        .and_then(|v| v.as_str())
-        .map(str::to_string);
+    let sandbox = warren_client::Sandbox {
+        sandbox_id: sandbox_id.to_string(),
+        envd_access_token: info
+            .get("envdAccessToken")
+            .and_then(|v| v.as_str())
+            .map(str::to_string),
+        ..Default::default()
+    };
     let base = args
         .sandbox_url
         .clone()
         .unwrap_or_else(|| args.api_url.clone());
-    let uri: http::Uri = base
-        .parse()
-        .with_context(|| format!("bad sandbox URL {base:?}"))?;
-    let mut config = connectrpc::client::ClientConfig::new(uri)
-        .with_default_header(warren_core::headers::E2B_SANDBOX_ID, sandbox_id)
-        .with_default_header(
-            warren_core::headers::E2B_SANDBOX_PORT,
-            warren_core::headers::ENVD_PORT.to_string(),
-        );
-    if let Some(token) = token {
-        config = config.with_default_header(warren_core::headers::ACCESS_TOKEN, token);
-    }
-    let client = ProcessClient::new(connectrpc::client::HttpClient::plaintext(), config);
-    let request = StartRequest {
-        process: ProcessConfig {
-            cmd: "/bin/sh".into(),
-            args: vec!["-c".into(), command.into()],
-            ..Default::default()
-        }
-        .into(),
-        stdin: Some(false),
-        ..Default::default()
-    };
+    let entries: Vec<&str> = base.split(',').map(str::trim).collect();
+    let client = warren_client::ClientBuilder::new(&entries)
+        .timeout(args.timeout)
+        .build()
+        .map_err(|e| ConfigError::Invalid(format!("--sandbox-url: {e}")))?;
     let mut stream = client
-        .start(request)
+        .run(&sandbox, warren_client::Command::shell(command))
         .await
         .map_err(|e| anyhow::anyhow!("starting the command: {e}"))?;
     let mut exit = 1u8;
-    while let Some(msg) = stream
-        .message::<StartResponse>()
+    while let Some(event) = stream
+        .next()
         .await
         .map_err(|e| anyhow::anyhow!("command stream: {e}"))?
     {
-        let msg = msg.to_owned_message();
-        let Some(event) = msg.event.into_option().and_then(|e| e.event) else {
-            continue;
-        };
         match event {
-            process_event::Event::Data(data) => match data.output {
-                Some(process_event::data_event::Output::Stdout(b)) => {
-                    let mut out = std::io::stdout().lock();
-                    out.write_all(&b)?;
-                    out.flush()?;
-                }
-                Some(process_event::data_event::Output::Stderr(b))
-                | Some(process_event::data_event::Output::Pty(b)) => {
-                    let mut err = std::io::stderr().lock();
-                    err.write_all(&b)?;
-                    err.flush()?;
-                }
-                None => {}
-            },
-            process_event::Event::End(end) => {
-                if let Some(e) = end.error.as_deref().filter(|e| !e.is_empty()) {
+            StreamEvent::Stdout(b) => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&b)?;
+                out.flush()?;
+            }
+            StreamEvent::Stderr(b) => {
+                let mut err = std::io::stderr().lock();
+                err.write_all(&b)?;
+                err.flush()?;
+            }
+            StreamEvent::Resumed { entry, offset } => {
+                tracing::info!(%entry, offset, "command stream cut; resumed");
+            }
+            StreamEvent::End(end) => {
+                if let Some(e) = end.error.as_deref() {
                     eprintln!("warren: {e}");
                 }
                 exit = u8::try_from(end.exit_code.clamp(0, 255)).unwrap_or(1);
             }
-            process_event::Event::Start(_) | process_event::Event::Keepalive(_) => {}
+            StreamEvent::Started { .. } => {}
         }
     }
     Ok(ExitCode::from(exit))
