@@ -119,6 +119,9 @@ pub struct Metrics {
     pub watch_revision: Gauge,
     evictions: Family<ReasonLabels, Counter>,
     refetches: Family<OutcomeLabels, Counter>,
+    /// Seconds from a node's lease expiry (the LOST change's `at_ms`) to this
+    /// gateway applying the LOST change from its watch.
+    pub node_loss_eviction: Histogram,
 }
 
 impl Metrics {
@@ -136,6 +139,8 @@ impl Metrics {
             watch_revision: Gauge::default(),
             evictions: Family::default(),
             refetches: Family::default(),
+            // 10 ms .. ~80 s: lease expiry → sweep → watch → gateway.
+            node_loss_eviction: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
         };
         // Every label value exists from the start, so a dashboard's rate()
         // sees 0 rather than no series.
@@ -187,6 +192,11 @@ impl Metrics {
                 "Uncached lookups after a stale-route signal, by outcome \
                  (not_found, same_node, moved, error)",
                 m.refetches.clone(),
+            );
+            reg.register(
+                "node_loss_eviction_seconds",
+                "Seconds from a node's lease expiry to this gateway learning its sandboxes are lost",
+                m.node_loss_eviction.clone(),
             );
             reg.register(
                 "route_cache_coalesced",

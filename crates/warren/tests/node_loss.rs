@@ -169,6 +169,31 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
         assert_eq!(a.str("error_code"), "node_down", "{id}: {:?}", a.json);
     }
 
+    // The gateway learned of the loss from its watch, and measured how long
+    // after the lease expired (one observation per lost sandbox).
+    let metrics = http
+        .send(
+            Method::GET,
+            &c.gateways[0].addr("gateway admin"),
+            "/metrics",
+            &[],
+            None,
+        )
+        .await
+        .expect("gateway metrics")
+        .json;
+    let metrics = metrics.as_str().unwrap_or_default().to_string();
+    let count: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("warren_gateway_node_loss_eviction_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no node-loss histogram in:\n{metrics}"));
+    assert!(
+        count >= on1.len() as f64,
+        "{count} observations for {} lost sandboxes",
+        on1.len()
+    );
+
     // New sandboxes avoid the dead node.
     for _ in 0..3 {
         let (_, node) = create(&http, &gw).await;

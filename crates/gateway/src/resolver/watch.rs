@@ -105,6 +105,15 @@ pub(crate) async fn apply(cache: &CachedResolver, change: &BindingChange, revisi
     }
     let generation = change.generation;
     let node = change.node_id.as_str();
+    if kind == ChangeKind::Lost && change.at_ms > 0 {
+        let waited_ms = warren_core::time::now_ms()
+            .saturating_sub(change.at_ms)
+            .max(0);
+        cache
+            .metrics
+            .node_loss_eviction
+            .observe(waited_ms as f64 / 1000.0);
+    }
     let removed = cache
         .remove_if(
             &change.sandbox_id,

@@ -121,7 +121,7 @@ pub const SET_END_AT: &str = "UPDATE bindings SET end_at_ms = $4, state = $5, up
 // ---- sweeps ----
 
 pub const NODES_PAST_LEASE: &str =
-    "SELECT node_id FROM nodes WHERE state = 'up' AND lease_expires_at_ms <= $1";
+    "SELECT node_id, lease_expires_at_ms FROM nodes WHERE state = 'up' AND lease_expires_at_ms <= $1";
 /// Conditional on the lease still being expired: a heartbeat that renewed it
 /// in the meantime wins.
 pub const MARK_NODE_DOWN: &str = "UPDATE nodes SET state = 'down' \

@@ -87,6 +87,7 @@ impl SqlStore {
             now,
             changes: 0,
             notify: self.backend.notify(),
+            change_at: None,
         })
     }
 
@@ -119,6 +120,10 @@ struct WriteTx {
     changes: u32,
     /// The backend's statement that wakes other replicas' hubs at commit.
     notify: Option<&'static str>,
+    /// When set, the `at_ms` logged with changes instead of `now`: a LOST
+    /// change carries the moment the node's lease expired, so subscribers can
+    /// measure lease expiry → their reaction.
+    change_at: Option<i64>,
 }
 
 impl WriteTx {
@@ -156,7 +161,7 @@ impl WriteTx {
             .bind(node_id)
             .bind(to_i64(generation))
             .bind(state.map(State::as_str).unwrap_or(""))
-            .bind(self.now)
+            .bind(self.change_at.unwrap_or(self.now))
             .execute(self.conn())
             .await?;
         self.changes += 1;

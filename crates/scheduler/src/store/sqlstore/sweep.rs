@@ -42,11 +42,11 @@ pub(super) async fn run(store: &SqlStore, settings: &SweepSettings) -> Result<Sw
 /// Nodes whose lease ran out go DOWN; everything they held goes LOST.
 async fn expire_nodes(tx: &mut WriteTx, report: &mut SweepReport) -> Result<()> {
     let now = tx.now;
-    let expired: Vec<String> = sqlx::query_scalar(sql::NODES_PAST_LEASE)
+    let expired: Vec<(String, i64)> = sqlx::query_as(sql::NODES_PAST_LEASE)
         .bind(now)
         .fetch_all(tx.conn())
         .await?;
-    for node_id in expired {
+    for (node_id, lease_expired_at) in expired {
         let down = sqlx::query(sql::MARK_NODE_DOWN)
             .bind(&node_id)
             .bind(now)
@@ -71,10 +71,12 @@ async fn expire_nodes(tx: &mut WriteTx, report: &mut SweepReport) -> Result<()> 
                 continue;
             }
             let fence = (sandbox_id.as_str(), node_id.as_str(), gen);
-            if tx
+            tx.change_at = Some(lease_expired_at);
+            let marked = tx
                 .set_state_fenced(fence, state, State::Lost, ChangeKind::Lost)
-                .await?
-            {
+                .await;
+            tx.change_at = None;
+            if marked? {
                 lost += 1;
             }
         }
