@@ -31,7 +31,12 @@ use warren_core::logging::{self, LogFormat};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {
     /// The gateway's URL (what the e2b SDK calls E2B_API_URL).
-    #[arg(long, global = true, env = "E2B_API_URL", default_value = "http://127.0.0.1:3000")]
+    #[arg(
+        long,
+        global = true,
+        env = "E2B_API_URL",
+        default_value = "http://127.0.0.1:3000"
+    )]
     pub api_url: String,
     /// API key (X-API-Key); `warren dev` prints one.
     #[arg(long, global = true, env = "E2B_API_KEY", hide_env_values = true)]
