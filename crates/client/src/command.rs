@@ -379,6 +379,7 @@ impl CommandStream {
         self.check_sandbox().await?;
         Err(ClientError::Exhausted {
             attempts: inner.resume_attempts,
+            unknown: false,
             last: Box::new(last.unwrap_or_else(|| ClientError::Stream {
                 code: "unavailable".into(),
                 message: "no entry point took the stream".into(),

@@ -408,6 +408,7 @@ impl Client {
         }
         Err(ClientError::Exhausted {
             attempts: inner.attempts,
+            unknown: earlier_unknown,
             last: Box::new(last),
         })
     }

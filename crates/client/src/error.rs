@@ -98,6 +98,9 @@ pub enum ClientError {
     #[error("gave up after {attempts} attempt(s): {last}")]
     Exhausted {
         attempts: u32,
+        /// Some attempt got no answer: it may have taken effect even though
+        /// the last one failed cleanly.
+        unknown: bool,
         #[source]
         last: Box<ClientError>,
     },
@@ -120,7 +123,7 @@ impl ClientError {
     pub fn outcome_unknown(&self) -> bool {
         match self {
             ClientError::Transport { .. } | ClientError::Timeout { .. } => true,
-            ClientError::Exhausted { last, .. } => last.outcome_unknown(),
+            ClientError::Exhausted { last, unknown, .. } => *unknown || last.outcome_unknown(),
             _ => false,
         }
     }
@@ -180,6 +183,7 @@ mod tests {
     fn transport_failures_leave_the_outcome_unknown() {
         let err = ClientError::Exhausted {
             attempts: 3,
+            unknown: false,
             last: Box::new(ClientError::Transport {
                 entry: "a".into(),
                 message: "reset".into(),
@@ -187,5 +191,15 @@ mod tests {
         };
         assert!(err.outcome_unknown());
         assert_eq!(err.kind(), "transport");
+        // A clean last answer does not settle an earlier attempt that got none.
+        let err = ClientError::Exhausted {
+            attempts: 2,
+            unknown: true,
+            last: Box::new(ClientError::Api {
+                entry: "b".into(),
+                error: ApiError::from_body(StatusCode::SERVICE_UNAVAILABLE, b"{}"),
+            }),
+        };
+        assert!(err.outcome_unknown());
     }
 }
