@@ -1291,3 +1291,43 @@ async fn bad_configuration_exits_64() {
         );
     }
 }
+
+/// Deleting a sandbox kills its processes and nothing else. The kernel reuses
+/// a freed pid-namespace inode number at once, often for the very next
+/// sandbox's namespace, so a kill that went on matching by the old inode
+/// would take the next sandbox's envd down with it (seen in the failover
+/// experiment). Delete one while creating the next; the next one must live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_sandbox_never_kills_the_next_one_bwrap() {
+    if skip(Runtime::Bwrap) {
+        return;
+    }
+    let c = cluster(Runtime::Bwrap).await;
+    let mut previous = c.sandbox().await;
+    for round in 0..6 {
+        // Delete the previous sandbox while the next one is being created:
+        // the new namespace may get the old one's inode number.
+        let path = format!(
+            "/_warren/v1/sandboxes/{}?generation={}",
+            previous.id, previous.generation
+        );
+        let (deleted, next) = tokio::join!(c.control(Method::DELETE, &path, None), async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            c.sandbox().await
+        });
+        assert_eq!(
+            deleted.status,
+            StatusCode::NO_CONTENT,
+            "round {round}: delete"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let h = c.data(&next, ENVD, Method::GET, "/health", None, &[]).await;
+        assert_eq!(
+            h.status,
+            StatusCode::NO_CONTENT,
+            "round {round}: the sandbox created during the delete died: {:?}",
+            String::from_utf8_lossy(&h.body)
+        );
+        previous = next;
+    }
+}

@@ -89,6 +89,17 @@ pub fn members(handle: &Handle, mark_value: &str) -> Vec<i32> {
     let session = handle.session && Some(handle.pid) != my_session;
     let mark = format!("{MARK_ENV}={mark_value}").into_bytes();
     let root_alive = is_same_process(handle.pid, handle.start_time);
+    // A namespace inode identifies the sandbox only while that namespace
+    // lives: the kernel reuses a freed inode number at once, often for the
+    // very next sandbox's namespace. So match by namespace only while the
+    // root still has a child inside it (then it cannot have been freed);
+    // once it is gone, the kernel has already killed everything in it.
+    let ns = ns.filter(|ns| {
+        root_alive
+            && children(handle.pid)
+                .into_iter()
+                .any(|c| pid_ns(c) == Some(*ns))
+    });
     let mut stats: HashMap<i32, Stat> = HashMap::new();
     for pid in all_pids() {
         if pid != me {
