@@ -6,6 +6,7 @@
 //! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
 //!   validated before any socket is bound; bad config exits with code 64.
 //! - [`admin`]: the admin listener (`/metrics`, `/healthz`, `/readyz`).
+//! - [`server`]: the shared HTTP accept loop with graceful drain.
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.
@@ -15,6 +16,7 @@ pub mod config;
 pub mod headers;
 pub mod id;
 pub mod logging;
+pub mod server;
 pub mod shutdown;
 pub mod time;
 

@@ -8,10 +8,6 @@ use crate::state::App;
 use crate::{control, proxy, target};
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,50 +35,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // A timer lets hyper bound how long a client may take to send headers.
-    builder.http1().timer(TokioTimer::new());
-    builder.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(s) => s,
-                Err(e) => {
-                    // Usually EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let svc = hyper::service::service_fn(move |req| {
-            let app = app.clone();
-            async move { Ok::<_, Infallible>(handle(app, peer, req).await) }
-        });
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn.into_owned());
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    let open = graceful.count();
-    tracing::info!(
-        connections = open,
-        ?drain,
-        "stopped accepting; draining in-flight requests"
-    );
-    tokio::select! {
-        _ = graceful.shutdown() => tracing::info!("drained"),
-        _ = tokio::time::sleep(drain) => {
-            tracing::warn!(?drain, "drain timeout reached; closing the remaining connections");
-        }
-    }
+    let handler = move |peer, req| handle(app.clone(), peer, req);
+    warren_core::server::serve(listener, handler, shutdown, drain).await;
 }

@@ -8,8 +8,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::graceful::GracefulShutdown;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -83,44 +81,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     drain: Duration,
 ) {
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = &mut shutdown => break,
-            r = listener.accept() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    // Out of fds and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
-        let svc = hyper::service::service_fn(move |req| {
-            let shared = shared.clone();
-            async move { Ok::<_, std::convert::Infallible>(route(shared, req).await) }
-        });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    tracing::info!(connections = graceful.count(), ?drain, "draining");
-    if tokio::time::timeout(drain, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain timeout passed; closing the remaining connections");
-    }
+    let handler = move |_peer, req| route(shared.clone(), req);
+    warren_core::server::serve(listener, handler, shutdown, drain).await;
 }
