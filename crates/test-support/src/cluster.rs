@@ -1,7 +1,8 @@
 //! A whole warren cluster of real processes for integration tests: one
 //! scheduler, N nodes, M gateways, all on `127.0.0.1:0`, in one temp dir.
+//! Dropping it kills them and every sandbox process they left behind.
 
-use crate::{temp_dir, Proc};
+use crate::{free_port, temp_dir, Proc};
 use std::path::{Path, PathBuf};
 
 /// What to start.
@@ -19,6 +20,11 @@ pub struct Spec {
     pub scheduler_args: Vec<String>,
     pub node_args: Vec<String>,
     pub gateway_args: Vec<String>,
+    /// More flags for gateway `i` only (after `gateway_args`); missing entries add none.
+    pub per_gateway_args: Vec<Vec<String>>,
+    /// List a dead scheduler replica first in every gateway's `--scheduler`,
+    /// so each gateway must fail over to the live one.
+    pub dead_scheduler_first: bool,
 }
 
 impl Default for Spec {
@@ -31,6 +37,8 @@ impl Default for Spec {
             scheduler_args: vec![],
             node_args: vec![],
             gateway_args: vec![],
+            per_gateway_args: vec![],
+            dead_scheduler_first: false,
         }
     }
 }
@@ -50,21 +58,7 @@ impl Cluster {
     /// Starts the scheduler, then the nodes, then the gateways.
     pub async fn start(bin: &Path, spec: Spec) -> anyhow::Result<Cluster> {
         let dir = temp_dir();
-        let sched_dir = dir.path().join("scheduler").display().to_string();
-        let mut args: Vec<String> = [
-            "scheduler",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            &sched_dir,
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        args.extend(spec.scheduler_args.iter().cloned());
-        let scheduler = spawn(bin, &args, &["scheduler grpc", "scheduler admin"]).await?;
+        let scheduler = spawn_scheduler(bin, dir.path(), &spec, "127.0.0.1:0").await?;
         let mut cluster = Cluster {
             scheduler,
             nodes: Vec::new(),
@@ -77,7 +71,16 @@ impl Cluster {
             let node = cluster.spawn_node(i).await?;
             cluster.nodes.push(Some(node));
         }
-        for _ in 0..spec.gateways {
+        let schedulers = if spec.dead_scheduler_first {
+            format!(
+                "http://127.0.0.1:{},{}",
+                free_port(),
+                cluster.scheduler_url()
+            )
+        } else {
+            cluster.scheduler_url()
+        };
+        for g in 0..spec.gateways {
             let mut args: Vec<String> = [
                 "gateway",
                 "--listen",
@@ -85,7 +88,7 @@ impl Cluster {
                 "--admin-listen",
                 "127.0.0.1:0",
                 "--scheduler",
-                &cluster.scheduler_url(),
+                &schedulers,
             ]
             .iter()
             .map(|s| s.to_string())
@@ -95,6 +98,7 @@ impl Cluster {
                 args.push(format!("{key}:{team}"));
             }
             args.extend(spec.gateway_args.iter().cloned());
+            args.extend(spec.per_gateway_args.get(g).into_iter().flatten().cloned());
             let gw = spawn(bin, &args, &["gateway http", "gateway admin"]).await?;
             cluster.gateways.push(gw);
         }
@@ -125,6 +129,13 @@ impl Cluster {
         .collect();
         args.extend(self.spec.node_args.iter().cloned());
         spawn(&self.bin, &args, &["node http", "node admin"]).await
+    }
+
+    /// Starts the scheduler again on `listen` (e.g. the address it had before
+    /// it was killed) with the same data dir and flags, replacing [`Cluster::scheduler`].
+    pub async fn restart_scheduler(&mut self, listen: &str) -> anyhow::Result<()> {
+        self.scheduler = spawn_scheduler(&self.bin, self.dir.path(), &self.spec, listen).await?;
+        Ok(())
     }
 
     /// SIGKILLs `node-{i}` and reaps it.
@@ -163,6 +174,74 @@ impl Cluster {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+}
+
+impl Drop for Cluster {
+    /// `process`-runtime sandboxes outlive their node by design (a restarted
+    /// node adopts them), so the cluster reaps what it started: every process
+    /// whose command line names its temp dir, and everything in its session.
+    fn drop(&mut self) {
+        let dir = self.dir.path().display().to_string();
+        let procs: Vec<(i32, String, i32)> = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+                // The session id is the 4th field after the `(comm)` one.
+                let sid = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(3)?
+                    .parse()
+                    .ok()?;
+                Some((pid, String::from_utf8_lossy(&cmdline).into_owned(), sid))
+            })
+            .collect();
+        let ours: Vec<i32> = procs
+            .iter()
+            .filter(|(_, cmd, _)| cmd.contains(&dir))
+            .map(|(pid, _, _)| *pid)
+            .collect();
+        let doomed: Vec<String> = procs
+            .iter()
+            .filter(|(pid, _, sid)| ours.contains(pid) || ours.contains(sid))
+            .map(|(pid, _, _)| pid.to_string())
+            .collect();
+        if !doomed.is_empty() {
+            let _ = std::process::Command::new("kill")
+                .arg("-9")
+                .args(&doomed)
+                .status();
+        }
+    }
+}
+
+/// The scheduler on `listen`, its store in `<dir>/scheduler`.
+async fn spawn_scheduler(
+    bin: &Path,
+    dir: &Path,
+    spec: &Spec,
+    listen: &str,
+) -> anyhow::Result<Proc> {
+    let sched_dir = dir.join("scheduler").display().to_string();
+    let mut args: Vec<String> = [
+        "scheduler",
+        "--listen",
+        listen,
+        "--admin-listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        &sched_dir,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(spec.scheduler_args.iter().cloned());
+    spawn(bin, &args, &["scheduler grpc", "scheduler admin"]).await
 }
 
 async fn spawn(bin: &Path, args: &[String], wait_for: &[&str]) -> anyhow::Result<Proc> {

@@ -1,4 +1,5 @@
-//! A small HTTP client for tests: JSON in, `(status, headers, JSON)` out.
+//! A small HTTP client for tests: JSON (or raw bytes) in, `(status, headers,
+//! body, JSON)` out.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
@@ -14,6 +15,8 @@ pub struct Answer {
     pub status: StatusCode,
     pub headers: HeaderMap,
     pub json: serde_json::Value,
+    /// The body as received.
+    pub body: Bytes,
 }
 
 impl Answer {
@@ -22,6 +25,33 @@ impl Answer {
         self.json
             .get(key)
             .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The body parsed as JSON; panics (naming status and body) when it is not JSON.
+    pub fn expect_json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{} body is not JSON ({e}): {:?}", self.status, self.text()))
+    }
+
+    /// The body as (lossy) UTF-8 text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The `message` of a JSON error body, or ""; panics when the body is not JSON.
+    pub fn message(&self) -> String {
+        self.expect_json()["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The `error_code` of a JSON error body, or ""; panics when the body is not JSON.
+    pub fn error_code(&self) -> String {
+        self.expect_json()["error_code"]
+            .as_str()
             .unwrap_or_default()
             .to_string()
     }
@@ -58,21 +88,38 @@ impl Http {
         headers: &[(&str, &str)],
         body: Option<serde_json::Value>,
     ) -> anyhow::Result<Answer> {
+        match body {
+            Some(v) => {
+                let mut with_type = headers.to_vec();
+                with_type.push(("content-type", "application/json"));
+                let bytes = Bytes::from(serde_json::to_vec(&v)?);
+                self.send_raw(method, addr, path, &with_type, bytes).await
+            }
+            None => {
+                self.send_raw(method, addr, path, headers, Bytes::new())
+                    .await
+            }
+        }
+    }
+
+    /// `method http://{addr}{path}` with `headers` and `body` exactly as given
+    /// (no content-type is added).
+    pub async fn send_raw(
+        &self,
+        method: Method,
+        addr: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> anyhow::Result<Answer> {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("http://{addr}{path}"));
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let body = match body {
-            Some(v) => {
-                req = req.header("content-type", "application/json");
-                Full::new(Bytes::from(serde_json::to_vec(&v)?))
-            }
-            None => Full::new(Bytes::new()),
-        };
         let fut = async {
-            let resp = self.client.request(req.body(body)?).await?;
+            let resp = self.client.request(req.body(Full::new(body))?).await?;
             let (parts, body) = resp.into_parts();
             let bytes = body.collect().await?.to_bytes();
             let json = if bytes.is_empty() {
@@ -86,6 +133,7 @@ impl Http {
                 status: parts.status,
                 headers: parts.headers,
                 json,
+                body: bytes,
             })
         };
         tokio::time::timeout(self.timeout, fut)

@@ -5,6 +5,7 @@
 //!   (`"<component> <name> listening on <addr>"` lines on stdout) are parsed,
 //!   so every test can bind `127.0.0.1:0`. Killed when dropped.
 //! - [`wait_until`]: polls a condition with a deadline instead of sleeping.
+//! - [`free_port`]: a loopback port nothing listens on (dead replicas, closed ports).
 //! - [`e2b_python`]: the Python interpreter that has the pinned `e2b` SDK.
 //! - [`cluster::Cluster`]: scheduler + nodes + gateways as real processes.
 //! - [`http::Http`]: a tiny JSON HTTP client with timeouts.
@@ -149,6 +150,14 @@ pub fn temp_dir() -> tempfile::TempDir {
         .prefix("warren-test-")
         .tempdir()
         .unwrap_or_else(|e| panic!("cannot create a temp dir: {e}"))
+}
+
+/// A loopback port that was free a moment ago (nothing listens on it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, or fails after `within`.

@@ -4,8 +4,8 @@
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use http::{HeaderMap, Method, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http::{Method, StatusCode};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -15,7 +15,9 @@ use tokio_tungstenite::tungstenite::Message;
 use warren_envd_proto::process::{
     process_event, ProcessClient, ProcessConfig, StartRequest, StartResponse,
 };
-use warren_test_support::{temp_dir, wait_until, Proc};
+use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::http::{Answer, Http};
+use warren_test_support::{free_port, wait_until};
 
 const KEY_A: &str = "key-team-a";
 const KEY_B: &str = "key-team-b";
@@ -26,208 +28,47 @@ fn bin() -> &'static std::path::Path {
 }
 
 /// A scheduler, `nodes` nodes and one gateway.
-struct Cluster {
-    scheduler: Proc,
-    nodes: Vec<Proc>,
-    gateway: Proc,
-    /// `host:port` of the gateway's public listener.
-    gw: String,
-    _dir: tempfile::TempDir,
-}
-
 async fn cluster(nodes: usize) -> Cluster {
     cluster_with(nodes, &[]).await
 }
 
-/// A cluster whose scheduler gets `scheduler_args` too.
+/// A cluster whose scheduler gets `scheduler_args` too. The gateway is given
+/// a dead scheduler replica first: every test also checks that it fails over
+/// to the live one.
 async fn cluster_with(nodes: usize, scheduler_args: &[&str]) -> Cluster {
-    let dir = temp_dir();
-    let path = |p: &str| dir.path().join(p).display().to_string();
-    let sched_dir = path("scheduler");
-    let mut args = vec![
-        "scheduler",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-listen",
-        "127.0.0.1:0",
-        "--data-dir",
-        &sched_dir,
-    ];
-    args.extend_from_slice(scheduler_args);
-    let scheduler = Proc::spawn(bin(), &args, &[], &["scheduler grpc", "scheduler admin"])
-        .await
-        .expect("scheduler starts");
-    let sched_url = format!("http://{}", scheduler.addr("scheduler grpc"));
-    // The gateway is given a dead scheduler replica first: every test also
-    // checks that it fails over to the live one.
-    let dead = format!("http://127.0.0.1:{}", free_port());
-    let gw_schedulers = format!("{dead},{sched_url}");
-    let mut node_procs = Vec::new();
-    for i in 1..=nodes {
-        let id = format!("node-{i}");
-        node_procs.push(
-            Proc::spawn(
-                bin(),
-                &[
-                    "node",
-                    "--node-id",
-                    &id,
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--admin-listen",
-                    "127.0.0.1:0",
-                    "--scheduler",
-                    &sched_url,
-                    "--data-dir",
-                    &path(&id),
-                    "--runtime",
-                    "process",
-                ],
-                &[],
-                &["node http", "node admin"],
-            )
-            .await
-            .expect("node starts"),
-        );
-    }
-    let gateway = Proc::spawn(
-        bin(),
-        &[
-            "gateway",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--scheduler",
-            &gw_schedulers,
-            "--api-key",
-            &format!("{KEY_A}:team-a"),
-            "--api-key",
-            &format!("{KEY_B}:team-b"),
-            "--connect-timeout",
-            "1s",
-            "--drain-timeout",
-            "10s",
+    let strings = |args: &[&str]| args.iter().map(|a| a.to_string()).collect();
+    let spec = Spec {
+        nodes,
+        gateways: 1,
+        keys: vec![
+            (KEY_A.into(), "team-a".into()),
+            (KEY_B.into(), "team-b".into()),
         ],
-        &[],
-        &["gateway http", "gateway admin"],
-    )
-    .await
-    .expect("gateway starts");
-    let gw = gateway.addr("gateway http");
-    Cluster {
-        scheduler,
-        nodes: node_procs,
-        gateway,
-        gw,
-        _dir: dir,
-    }
+        scheduler_args: strings(scheduler_args),
+        gateway_args: strings(&["--connect-timeout", "1s", "--drain-timeout", "10s"]),
+        dead_scheduler_first: true,
+        ..Spec::default()
+    };
+    Cluster::start(bin(), spec).await.expect("cluster starts")
 }
 
-impl Drop for Cluster {
-    /// `process`-runtime sandboxes outlive their node by design (a restarted
-    /// node adopts them), so the test reaps what it started: every envd whose
-    /// command line names this test's temp dir, and everything in its session.
-    fn drop(&mut self) {
-        let dir = self._dir.path().display().to_string();
-        let procs: Vec<(i32, String, i32)> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-                let sid = stat
-                    .rsplit_once(')')?
-                    .1
-                    .split_whitespace()
-                    .nth(3)?
-                    .parse()
-                    .ok()?;
-                Some((pid, String::from_utf8_lossy(&cmdline).into_owned(), sid))
-            })
-            .collect();
-        let envds: Vec<i32> = procs
-            .iter()
-            .filter(|(_, cmd, _)| cmd.contains(&dir))
-            .map(|(pid, _, _)| *pid)
-            .collect();
-        for (pid, _, sid) in &procs {
-            if envds.contains(pid) || envds.contains(sid) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-    }
-}
-
-/// A response, its JSON body parsed when it has one.
-struct Resp {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "{} body is not JSON ({e}): {:?}",
-                self.status,
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    fn message(&self) -> String {
-        self.json()["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
+/// One request on a fresh client, answered within 30 s.
 async fn http(
     addr: &str,
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<Value>,
-) -> Resp {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let bytes = match &body {
-        Some(v) => {
-            req = req.header("content-type", "application/json");
-            Bytes::from(v.to_string())
-        }
-        None => Bytes::new(),
-    };
-    let req = req.body(Full::new(bytes)).expect("request");
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+) -> Answer {
+    Http::new(Duration::from_secs(30))
+        .send(method, addr, path, headers, body)
         .await
-        .expect("answer within 30s")
-        .expect("http request");
-    let (parts, body) = resp.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+        .expect("http request")
 }
 
 /// Control-plane call with team A's key.
-async fn api(c: &Cluster, method: Method, path: &str, body: Option<Value>) -> Resp {
-    http(&c.gw, method, path, &[("x-api-key", KEY_A)], body).await
+async fn api(c: &Cluster, method: Method, path: &str, body: Option<Value>) -> Answer {
+    http(&c.gateway(0), method, path, &[("x-api-key", KEY_A)], body).await
 }
 
 /// Creates a sandbox for team A, waiting for the nodes to have registered.
@@ -237,9 +78,16 @@ async fn create(c: &Cluster, body: Value, extra: &[(&str, &str)]) -> Value {
     wait_until("a sandbox to be created", Duration::from_secs(30), || {
         let (headers, body) = (headers.clone(), body.clone());
         async move {
-            let r = http(&c.gw, Method::POST, "/v2/sandboxes", &headers, Some(body)).await;
+            let r = http(
+                &c.gateway(0),
+                Method::POST,
+                "/v2/sandboxes",
+                &headers,
+                Some(body),
+            )
+            .await;
             match r.status {
-                StatusCode::CREATED => Some(r.json()),
+                StatusCode::CREATED => Some(r.expect_json()),
                 // No node registered yet.
                 StatusCode::SERVICE_UNAVAILABLE => None,
                 other => panic!(
@@ -253,11 +101,11 @@ async fn create(c: &Cluster, body: Value, extra: &[(&str, &str)]) -> Value {
 }
 
 /// `GET /health` of envd through the data plane, by E2B headers.
-async fn envd_health(c: &Cluster, id: &str, extra: &[(&str, &str)]) -> Resp {
+async fn envd_health(c: &Cluster, id: &str, extra: &[(&str, &str)]) -> Answer {
     let port = ENVD.to_string();
     let mut headers = vec![("e2b-sandbox-id", id), ("e2b-sandbox-port", port.as_str())];
     headers.extend_from_slice(extra);
-    http(&c.gw, Method::GET, "/health", &headers, None).await
+    http(&c.gateway(0), Method::GET, "/health", &headers, None).await
 }
 
 /// An envd process client through the gateway, routed by `headers`.
@@ -265,7 +113,7 @@ fn process_client(
     c: &Cluster,
     headers: &[(&str, &str)],
 ) -> ProcessClient<connectrpc::client::HttpClient> {
-    let uri: http::Uri = format!("http://{}", c.gw).parse().expect("uri");
+    let uri: http::Uri = format!("http://{}", c.gateway(0)).parse().expect("uri");
     let mut config = connectrpc::client::ClientConfig::new(uri);
     for (k, v) in headers {
         config = config.with_default_header(k.to_string(), v.to_string());
@@ -373,7 +221,7 @@ async fn sandbox_lifecycle_through_both_planes() {
     // Control plane: get, list v1 and v2 (with a metadata filter the way the SDK encodes it).
     let got = api(&c, Method::GET, &format!("/sandboxes/{id}"), None).await;
     assert_eq!(got.status, StatusCode::OK);
-    let got = got.json();
+    let got = got.expect_json();
     assert_eq!(got["state"], "running");
     assert_eq!(got["metadata"]["purpose"], "lifecycle");
     for field in [
@@ -389,7 +237,7 @@ async fn sandbox_lifecycle_through_both_planes() {
             "GET /sandboxes/{{id}} lacks {field}: {got}"
         );
     }
-    let v1 = api(&c, Method::GET, "/sandboxes", None).await.json();
+    let v1 = api(&c, Method::GET, "/sandboxes", None).await.expect_json();
     assert!(
         v1.as_array()
             .expect("array")
@@ -406,7 +254,7 @@ async fn sandbox_lifecycle_through_both_planes() {
     .await;
     assert_eq!(v2.status, StatusCode::OK);
     assert!(v2
-        .json()
+        .expect_json()
         .as_array()
         .expect("array")
         .iter()
@@ -418,7 +266,7 @@ async fn sandbox_lifecycle_through_both_planes() {
         None,
     )
     .await
-    .json();
+    .expect_json();
     assert_eq!(none, json!([]), "metadata filter excludes");
 
     // Data plane by E2B headers and by host name reaches envd.
@@ -427,7 +275,14 @@ async fn sandbox_lifecycle_through_both_planes() {
         StatusCode::NO_CONTENT
     );
     let host = format!("{ENVD}-{id}.localhost");
-    let by_host = http(&c.gw, Method::GET, "/health", &[("host", &host)], None).await;
+    let by_host = http(
+        &c.gateway(0),
+        Method::GET,
+        "/health",
+        &[("host", &host)],
+        None,
+    )
+    .await;
     assert_eq!(by_host.status, StatusCode::NO_CONTENT);
     // A client-sent X-Warren-Generation (or id) is stripped: routing is unchanged.
     let spoofed = envd_health(
@@ -499,7 +354,7 @@ async fn sandbox_lifecycle_through_both_planes() {
     }
     assert_eq!(seen, "first\nsecond\n");
     // h2c (HTTP/2 prior knowledge) on the same listener.
-    let uri: http::Uri = format!("http://{}", c.gw).parse().expect("uri");
+    let uri: http::Uri = format!("http://{}", c.gateway(0)).parse().expect("uri");
     let h2 = ProcessClient::new(
         connectrpc::client::HttpClient::plaintext_http2_only(),
         connectrpc::client::ClientConfig::new(uri)
@@ -530,7 +385,7 @@ async fn sandbox_lifecycle_through_both_planes() {
     );
     let after = api(&c, Method::GET, &format!("/sandboxes/{id}"), None)
         .await
-        .json();
+        .expect_json();
     assert!(
         after["endAt"].as_str().expect("endAt") > before.as_str(),
         "{before} -> {after}"
@@ -543,11 +398,11 @@ async fn sandbox_lifecycle_through_both_planes() {
     )
     .await;
     assert_eq!(conn.status, StatusCode::OK);
-    assert_eq!(conn.json()["sandboxID"], id.as_str());
-    assert_eq!(conn.json()["envdAccessToken"], sb["envdAccessToken"]);
+    assert_eq!(conn.expect_json()["sandboxID"], id.as_str());
+    assert_eq!(conn.expect_json()["envdAccessToken"], sb["envdAccessToken"]);
     let still = api(&c, Method::GET, &format!("/sandboxes/{id}"), None)
         .await
-        .json();
+        .expect_json();
     assert_eq!(
         still["endAt"], after["endAt"],
         "connect did not shorten the timeout"
@@ -580,14 +435,16 @@ async fn sandbox_lifecycle_through_both_planes() {
     let gone = envd_health(&c, &id, &[]).await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
     assert_eq!(gone.message(), format!("sandbox {id} not found"));
-    assert_eq!(gone.json()["code"], 404);
+    assert_eq!(gone.expect_json()["code"], 404);
     let again = api(&c, Method::DELETE, &format!("/sandboxes/{id}"), None).await;
     assert_eq!(
         again.status,
         StatusCode::NOT_FOUND,
         "a second kill is 404 (the SDK's kill() -> False)"
     );
-    let listed = api(&c, Method::GET, "/v2/sandboxes", None).await.json();
+    let listed = api(&c, Method::GET, "/v2/sandboxes", None)
+        .await
+        .expect_json();
     assert!(!listed
         .as_array()
         .expect("array")
@@ -607,7 +464,9 @@ async fn idempotent_create_and_fork() {
     );
     let other = create(&c, body, &[("idempotency-key", "another")]).await;
     assert_ne!(first["sandboxID"], other["sandboxID"]);
-    let listed = api(&c, Method::GET, "/v2/sandboxes", None).await.json();
+    let listed = api(&c, Method::GET, "/v2/sandboxes", None)
+        .await
+        .expect_json();
     assert_eq!(listed.as_array().expect("array").len(), 2, "{listed}");
 
     // Fork: a child on the same node, reachable through the data plane.
@@ -625,7 +484,7 @@ async fn idempotent_create_and_fork() {
         "{}",
         String::from_utf8_lossy(&forked.body)
     );
-    let results = forked.json();
+    let results = forked.expect_json();
     let child = &results[0]["sandbox"];
     let child_id = child["sandboxID"]
         .as_str()
@@ -647,14 +506,18 @@ async fn teams_keys_and_malformed_input() {
     let sb = create(&c, json!({"templateID": "base"}), &[]).await;
     let id = sb["sandboxID"].as_str().expect("id").to_string();
     let as_b = |method: Method, path: String, body: Option<Value>| {
-        let gw = c.gw.clone();
+        let gw = c.gateway(0);
         async move { http(&gw, method, &path, &[("x-api-key", KEY_B)], body).await }
     };
 
     // Team B cannot see, read, change or kill team A's sandbox: 404, not 403.
-    let listed = as_b(Method::GET, "/v2/sandboxes".into(), None).await.json();
+    let listed = as_b(Method::GET, "/v2/sandboxes".into(), None)
+        .await
+        .expect_json();
     assert_eq!(listed, json!([]));
-    let listed = as_b(Method::GET, "/sandboxes".into(), None).await.json();
+    let listed = as_b(Method::GET, "/sandboxes".into(), None)
+        .await
+        .expect_json();
     assert_eq!(listed, json!([]));
     for (method, path, body) in [
         (Method::GET, format!("/sandboxes/{id}"), None),
@@ -692,9 +555,9 @@ async fn teams_keys_and_malformed_input() {
 
     // Missing or unknown API key: 401 JSON.
     for headers in [vec![], vec![("x-api-key", "nope")]] {
-        let r = http(&c.gw, Method::GET, "/v2/sandboxes", &headers, None).await;
+        let r = http(&c.gateway(0), Method::GET, "/v2/sandboxes", &headers, None).await;
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
-        assert_eq!(r.json()["code"], 401);
+        assert_eq!(r.expect_json()["code"], 401);
     }
 
     // Malformed ids: 400 on both planes, and the scheduler is never asked.
@@ -703,7 +566,7 @@ async fn teams_keys_and_malformed_input() {
     let r = envd_health(&c, "nosuchsandbox0", &[]).await;
     assert_eq!(r.status, StatusCode::NOT_FOUND);
     assert_eq!(r.message(), "sandbox nosuchsandbox0 not found");
-    let admin = c.gateway.addr("gateway admin");
+    let admin = c.gateways[0].addr("gateway admin");
     let lookups = metric(&admin, "warren_gateway_scheduler_lookups_total").await;
     let sched_before = scheduler_rpcs(&c, &["LookupNode", "GetSandbox"]).await;
     assert!(
@@ -729,7 +592,7 @@ async fn teams_keys_and_malformed_input() {
         r.message()
     );
     let r = http(
-        &c.gw,
+        &c.gateway(0),
         Method::GET,
         "/health",
         &[("e2b-sandbox-id", &id), ("e2b-sandbox-port", "70000")],
@@ -739,7 +602,7 @@ async fn teams_keys_and_malformed_input() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.message().starts_with("invalid port"), "{}", r.message());
     let r = http(
-        &c.gw,
+        &c.gateway(0),
         Method::GET,
         "/health",
         &[("host", "49983-UPPER_case.localhost")],
@@ -777,7 +640,7 @@ async fn teams_keys_and_malformed_input() {
     assert!(r.message().contains("timeout"), "{}", r.message());
     let r = api(&c, Method::GET, "/no/such/thing", None).await;
     assert_eq!(
-        (r.status, r.json()["code"].as_u64()),
+        (r.status, r.expect_json()["code"].as_u64()),
         (StatusCode::NOT_FOUND, Some(404))
     );
     let r = api(&c, Method::PUT, "/v2/sandboxes", None).await;
@@ -785,7 +648,7 @@ async fn teams_keys_and_malformed_input() {
     assert!(r.headers.get("allow").is_some());
     let r = api(&c, Method::POST, &format!("/sandboxes/{id}/pause"), None).await;
     assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
-    assert_eq!(r.json()["code"], 501);
+    assert_eq!(r.expect_json()["code"], 501);
 }
 
 /// A tiny WebSocket echo server (RFC 6455 handshake and framing) for inside
@@ -829,13 +692,6 @@ def serve(c):
 while True:
     c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
 "#;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn websocket_echo_inside_a_sandbox_through_the_gateway() {
@@ -898,7 +754,7 @@ async fn websocket_echo_inside_a_sandbox_through_the_gateway() {
         }
     }
 
-    let mut req = format!("ws://{}/echo", c.gw)
+    let mut req = format!("ws://{}/echo", c.gateway(0))
         .into_client_request()
         .expect("ws request");
     req.headers_mut()
@@ -935,7 +791,7 @@ async fn websocket_echo_inside_a_sandbox_through_the_gateway() {
     // A port nothing listens on is a clear 502, not a hang.
     let closed = free_port().to_string();
     let r = http(
-        &c.gw,
+        &c.gateway(0),
         Method::GET,
         "/",
         &[("e2b-sandbox-id", &id), ("e2b-sandbox-port", &closed)],
@@ -955,7 +811,7 @@ async fn node_down_is_a_fast_502_then_node_down() {
         envd_health(&c, &id, &[]).await.status,
         StatusCode::NO_CONTENT
     );
-    c.nodes[0].kill9().await;
+    c.kill_node(1).await;
     // The scheduler still believes in the node (its lease has not run out),
     // so this is the gateway failing to connect. Bounded by the connect
     // timeout: the 30 s inside `http` only guards against a hang.
@@ -965,7 +821,7 @@ async fn node_down_is_a_fast_502_then_node_down() {
         r.message(),
         "Failed to reach sandbox (upstream connection error)"
     );
-    assert_eq!(r.json()["error_code"], "upstream_unreachable");
+    assert_eq!(r.expect_json()["error_code"], "upstream_unreachable");
 
     // Once the lease runs out the scheduler marks the binding lost, and the
     // answer says so, with its own stable code.
@@ -977,7 +833,7 @@ async fn node_down_is_a_fast_502_then_node_down() {
             let id = id.clone();
             async move {
                 let r = envd_health(c, &id, &[]).await;
-                (r.json()["error_code"] == "node_down").then_some(r)
+                (r.expect_json()["error_code"] == "node_down").then_some(r)
             }
         },
     )
@@ -1007,7 +863,7 @@ async fn sigterm_drains_in_flight_requests() {
             ("x-access-token", &token),
         ],
     );
-    let admin = c.gateway.addr("gateway admin");
+    let admin = c.gateways[0].addr("gateway admin");
     assert_eq!(
         http(&admin, Method::GET, "/readyz", &[], None).await.status,
         StatusCode::OK
@@ -1024,7 +880,7 @@ async fn sigterm_drains_in_flight_requests() {
         .expect("stream")
         .expect("first event");
     drop(first);
-    c.gateway.signal(15);
+    c.gateways[0].signal(15);
 
     // Readiness turns false and new connections are refused while the
     // in-flight stream is still running.
@@ -1041,7 +897,7 @@ async fn sigterm_drains_in_flight_requests() {
     })
     .await;
     wait_until("the listener to close", Duration::from_secs(5), || {
-        let gw = c.gw.clone();
+        let gw = c.gateway(0);
         async move {
             tokio::net::TcpStream::connect(&gw)
                 .await
@@ -1080,7 +936,7 @@ async fn sigterm_drains_in_flight_requests() {
     );
     assert_eq!(code, Some(0));
     assert_eq!(
-        c.gateway.terminate(Duration::from_secs(15)).await,
+        c.gateways[0].terminate(Duration::from_secs(15)).await,
         Some(0),
         "gateway exits 0 after draining"
     );

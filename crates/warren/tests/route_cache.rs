@@ -6,17 +6,16 @@
 //! tells what each one has cached.
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::{Method, StatusCode};
 use serde_json::{json, Value};
 use std::time::Duration;
 use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
 use warren_proto::scheduler::v1::{
     GetSandboxRequest, Placement, ReassignRequest, RecordAssignmentRequest,
 };
-use warren_test_support::{temp_dir, wait_until, Proc};
+use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::http::{Answer, Http};
+use warren_test_support::wait_until;
 
 const KEY: &str = "key-route-cache";
 const ENVD: &str = "49983";
@@ -26,85 +25,40 @@ fn bin() -> &'static std::path::Path {
 }
 
 /// A scheduler, two nodes and two gateways.
-struct Cluster {
-    scheduler: Proc,
-    sched_url: String,
-    nodes: Vec<Proc>,
-    gateways: Vec<Proc>,
-    _dir: tempfile::TempDir,
+struct Rig(Cluster);
+
+impl std::ops::Deref for Rig {
+    type Target = Cluster;
+    fn deref(&self) -> &Cluster {
+        &self.0
+    }
 }
 
-impl Cluster {
+impl std::ops::DerefMut for Rig {
+    fn deref_mut(&mut self) -> &mut Cluster {
+        &mut self.0
+    }
+}
+
+impl Rig {
     /// Starts everything; both gateways get `gateway_args` too.
-    async fn start(gateway_args: &[&str]) -> Cluster {
+    async fn start(gateway_args: &[&str]) -> Rig {
         Self::start_each([gateway_args, gateway_args]).await
     }
 
     /// Starts everything, gateway `g` with `gateway_args[g]` too, and waits
     /// until the watch of every gateway that has one is live.
-    async fn start_each(gateway_args: [&[&str]; 2]) -> Cluster {
-        let dir = temp_dir();
-        let path = |p: &str| dir.path().join(p).display().to_string();
-        let scheduler = start_scheduler(&path("scheduler"), "127.0.0.1:0").await;
-        let sched_url = format!("http://{}", scheduler.addr("scheduler grpc"));
-        let mut nodes = Vec::new();
-        for i in 1..=2 {
-            let id = format!("node-{i}");
-            nodes.push(
-                Proc::spawn(
-                    bin(),
-                    &[
-                        "node",
-                        "--node-id",
-                        &id,
-                        "--listen",
-                        "127.0.0.1:0",
-                        "--admin-listen",
-                        "127.0.0.1:0",
-                        "--scheduler",
-                        &sched_url,
-                        "--data-dir",
-                        &path(&id),
-                        "--runtime",
-                        "process",
-                    ],
-                    &[],
-                    &["node http", "node admin"],
-                )
-                .await
-                .expect("node starts"),
-            );
-        }
-        let mut gateways = Vec::new();
-        for extra in gateway_args {
-            let key = format!("{KEY}:team-a");
-            let mut args = vec![
-                "gateway",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-                "--scheduler",
-                &sched_url,
-                "--api-key",
-                &key,
-                "--connect-timeout",
-                "1s",
-            ];
-            args.extend_from_slice(extra);
-            gateways.push(
-                Proc::spawn(bin(), &args, &[], &["gateway http", "gateway admin"])
-                    .await
-                    .expect("gateway starts"),
-            );
-        }
-        let c = Cluster {
-            scheduler,
-            sched_url,
-            nodes,
-            gateways,
-            _dir: dir,
+    async fn start_each(gateway_args: [&[&str]; 2]) -> Rig {
+        let strings = |args: &[&str]| args.iter().map(|a| a.to_string()).collect();
+        let spec = Spec {
+            nodes: 2,
+            gateways: 2,
+            keys: vec![(KEY.into(), "team-a".into())],
+            gateway_args: strings(&["--connect-timeout", "1s"]),
+            per_gateway_args: gateway_args.iter().map(|a| strings(a)).collect(),
+            ..Spec::default()
         };
+        let c = Rig(Cluster::start(bin(), spec).await.expect("cluster starts"));
         let cluster = &c;
         for (g, extra) in gateway_args.iter().enumerate() {
             if !extra
@@ -184,7 +138,7 @@ impl Cluster {
                 )
                 .await;
                 match r.status {
-                    StatusCode::CREATED => Some(r.json()),
+                    StatusCode::CREATED => Some(r.expect_json()),
                     // No node registered yet.
                     StatusCode::SERVICE_UNAVAILABLE => None,
                     other => panic!("create answered {other}: {}", r.text()),
@@ -209,7 +163,7 @@ impl Cluster {
         path: &str,
         extra: &[(&str, &str)],
         body: &'static [u8],
-    ) -> Resp {
+    ) -> Answer {
         let mut headers = vec![("e2b-sandbox-id", id), ("e2b-sandbox-port", ENVD)];
         headers.extend_from_slice(extra);
         send(
@@ -222,7 +176,7 @@ impl Cluster {
         .await
     }
 
-    async fn health(&self, g: usize, id: &str) -> Resp {
+    async fn health(&self, g: usize, id: &str) -> Answer {
         self.data(g, id, Method::GET, "/health", &[], b"").await
     }
 
@@ -237,11 +191,11 @@ impl Cluster {
         )
         .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text());
-        r.json()
+        r.expect_json()
     }
 
     async fn scheduler(&self) -> SchedulerClient<tonic::transport::Channel> {
-        SchedulerClient::connect(self.sched_url.clone())
+        SchedulerClient::connect(self.scheduler_url())
             .await
             .expect("scheduler gRPC")
     }
@@ -324,127 +278,29 @@ impl Cluster {
 }
 
 /// `Some` when gateway `g`'s watch-connected gauge reads `want`.
-async fn watch_is(c: &Cluster, g: usize, want: f64) -> Option<()> {
+async fn watch_is(c: &Rig, g: usize, want: f64) -> Option<()> {
     let now = c
         .metric(g, "warren_gateway_route_cache_watch_connected", "")
         .await;
     (now == want).then_some(())
 }
 
-/// A scheduler on `listen` keeping its store in `data_dir`.
-async fn start_scheduler(data_dir: &str, listen: &str) -> Proc {
-    Proc::spawn(
-        bin(),
-        &[
-            "scheduler",
-            "--listen",
-            listen,
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            data_dir,
-        ],
-        &[],
-        &["scheduler grpc", "scheduler admin"],
-    )
-    .await
-    .expect("scheduler starts")
-}
-
-impl Drop for Cluster {
-    /// `process`-runtime sandboxes outlive their node by design, so the test
-    /// reaps what it started: every process whose command line names this
-    /// test's temp dir, and everything in its session.
-    fn drop(&mut self) {
-        let dir = self._dir.path().display().to_string();
-        let procs: Vec<(i32, String, i32)> = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| {
-                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-                let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-                let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
-                let sid = stat
-                    .rsplit_once(')')?
-                    .1
-                    .split_whitespace()
-                    .nth(3)?
-                    .parse()
-                    .ok()?;
-                Some((pid, String::from_utf8_lossy(&cmdline).into_owned(), sid))
-            })
-            .collect();
-        let envds: Vec<i32> = procs
-            .iter()
-            .filter(|(_, cmd, _)| cmd.contains(&dir))
-            .map(|(pid, _, _)| *pid)
-            .collect();
-        for (pid, _, sid) in &procs {
-            if envds.contains(pid) || envds.contains(sid) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(*pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-    }
-}
-
-/// A response with its body read.
-struct Resp {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("{} body is not JSON ({e}): {:?}", self.status, self.text()))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    fn error_code(&self) -> String {
-        self.json()["error_code"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
-    }
-}
-
+/// One request on a fresh client with `body` as is, answered within 30 s.
 async fn send(
     addr: &str,
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
     body: Bytes,
-) -> Resp {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(Full::new(body)).expect("request");
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+) -> Answer {
+    Http::new(Duration::from_secs(30))
+        .send_raw(method, addr, path, headers, body)
         .await
-        .expect("answer within 30s")
-        .expect("http request");
-    let (parts, body) = resp.into_parts();
-    Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body: body.collect().await.expect("body").to_bytes(),
-    }
+        .expect("http request")
 }
 
 /// `warren route` itself, against gateway `g`.
-fn warren_route(c: &Cluster, g: usize, id: &str, json: bool) -> String {
+fn warren_route(c: &Rig, g: usize, id: &str, json: bool) -> String {
     let api = format!("http://{}", c.gw(g));
     let mut args = vec!["route", id, "--api-url", &api, "--api-key", KEY];
     if json {
@@ -464,7 +320,7 @@ fn warren_route(c: &Cluster, g: usize, id: &str, json: bool) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached() {
-    let c = Cluster::start(&[]).await;
+    let c = Rig::start(&[]).await;
     let (id, _) = c.create(0).await;
 
     // Invariant 3: create taught gateway 0 the route, so its first
@@ -556,7 +412,7 @@ async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached()
 async fn a_delete_through_one_gateway_evicts_the_other_by_watch() {
     // An hour of TTL: anything faster than that is the watch. Gateway 0
     // has no watch, so only its own delete can evict its entry.
-    let c = Cluster::start_each([
+    let c = Rig::start_each([
         &["--route-cache-ttl", "1h", "--route-cache-watch", "false"],
         &["--route-cache-ttl", "1h"],
     ])
@@ -610,7 +466,7 @@ fn connect_envelope(msg: &Value) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_sandbox_is_refetched_once_and_only_replay_safe_requests_retry() {
     // No watch: the cached route stays stale until a node proves it so.
-    let c = Cluster::start(&["--route-cache-watch", "false", "--route-cache-ttl", "1h"]).await;
+    let c = Rig::start(&["--route-cache-watch", "false", "--route-cache-ttl", "1h"]).await;
     let (id, token) = c.create(0).await;
     let auth = [("x-access-token", token.as_str())];
     assert_eq!(c.health(0, &id).await.status, StatusCode::NO_CONTENT);
@@ -756,7 +612,7 @@ async fn a_moved_sandbox_is_refetched_once_and_only_replay_safe_requests_retry()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_node_is_a_distinct_502_and_its_route_is_evicted() {
-    let mut c = Cluster::start(&[]).await;
+    let mut c = Rig::start(&[]).await;
     let (id, _) = c.create(0).await;
     assert_eq!(c.health(0, &id).await.status, StatusCode::NO_CONTENT);
     let node = c.route(0, &id).await["cached"]["node_id"]
@@ -766,9 +622,12 @@ async fn a_dead_node_is_a_distinct_502_and_its_route_is_evicted() {
     let idx = c
         .nodes
         .iter()
-        .position(|n| n.label.contains(&format!("--node-id {node} ")))
+        .position(|n| {
+            n.as_ref()
+                .is_some_and(|n| n.label.contains(&format!("--node-id {node} ")))
+        })
         .expect("the hosting node");
-    c.nodes[idx].kill9().await;
+    c.kill_node(idx + 1).await;
 
     // The scheduler still believes in the node (its lease runs), so the one
     // refetch finds the same route: the connection failure is the answer.
@@ -776,7 +635,7 @@ async fn a_dead_node_is_a_distinct_502_and_its_route_is_evicted() {
     assert_eq!(r.status, StatusCode::BAD_GATEWAY);
     assert_eq!(r.error_code(), "upstream_unreachable");
     assert_eq!(
-        r.json()["message"],
+        r.expect_json()["message"],
         "Failed to reach sandbox (upstream connection error)"
     );
     assert_eq!(c.refetches(0, "same_node").await, 1.0);
@@ -786,7 +645,7 @@ async fn a_dead_node_is_a_distinct_502_and_its_route_is_evicted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_watch_serves_cached_routes_and_resumes_where_it_stopped() {
-    let mut c = Cluster::start(&["--route-cache-ttl", "1h"]).await;
+    let mut c = Rig::start(&["--route-cache-ttl", "1h"]).await;
     let (id, _) = c.create(0).await;
     assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
     let revision = c
@@ -808,8 +667,9 @@ async fn a_broken_watch_serves_cached_routes_and_resumes_where_it_stopped() {
     // The scheduler comes back on the same address and store: the watch
     // reconnects and resumes from its revision (no resync, so the cached
     // route survives).
-    let dir = c._dir.path().join("scheduler").display().to_string();
-    c.scheduler = start_scheduler(&dir, &addr).await;
+    c.restart_scheduler(&addr)
+        .await
+        .expect("scheduler restarts");
     wait_until("the watch to reconnect", Duration::from_secs(20), || {
         watch_is(&c, 1, 1.0)
     })
