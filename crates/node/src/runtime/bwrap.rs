@@ -216,34 +216,14 @@ impl Runtime for Bwrap {
             .env("PATH", super::SANDBOX_PATH)
             .env("HOME", "/home/user")
             .env("USER", "user")
-            .env("LANG", "C.UTF-8")
-            .env(procs::MARK_ENV, spec.mark)
-            .envs(spec.env_vars)
-            .envs(super::log_settings())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        if let Some(token) = spec.access_token {
-            command.env("WARREN_ENVD_ACCESS_TOKEN", token);
-        }
-        let child = command.spawn().map_err(|source| RuntimeError::Spawn {
-            what: format!("bwrap ({})", self.bwrap.display()),
-            source,
-        })?;
-        let pid = child.id().map(|p| p as i32).unwrap_or(0);
-        let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
-        Ok(Launched {
-            handle: Handle {
-                runtime: RuntimeKind::Bwrap,
-                pid,
-                start_time,
-                pid_ns: None,
-                session: false,
-                cgroup,
-                mark: spec.mark.to_string(),
-            },
-            child: Some(child),
-        })
+            .env("LANG", "C.UTF-8");
+        super::spawn_envd(
+            command,
+            spec,
+            RuntimeKind::Bwrap,
+            format!("bwrap ({})", self.bwrap.display()),
+            cgroup,
+        )
     }
 
     fn file_owner(&self) -> Option<(u32, u32)> {

@@ -151,6 +151,46 @@ pub struct Launched {
     pub child: Option<tokio::process::Child>,
 }
 
+/// The part of starting envd both runtimes share: the sandbox's mark, its
+/// environment, the access token (environment, never argv), stdio, the spawn,
+/// and the handle for the started process. The caller has set the program,
+/// argv, working dir and base environment.
+fn spawn_envd(
+    mut command: tokio::process::Command,
+    spec: &LaunchSpec<'_>,
+    kind: RuntimeKind,
+    what: String,
+    cgroup: Option<PathBuf>,
+) -> Result<Launched, RuntimeError> {
+    command
+        .env(procs::MARK_ENV, spec.mark)
+        .envs(spec.env_vars)
+        .envs(log_settings())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    if let Some(token) = spec.access_token {
+        command.env("WARREN_ENVD_ACCESS_TOKEN", token);
+    }
+    let child = command
+        .spawn()
+        .map_err(|source| RuntimeError::Spawn { what, source })?;
+    let pid = child.id().map(|p| p as i32).unwrap_or(0);
+    let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
+    Ok(Launched {
+        handle: Handle {
+            runtime: kind,
+            pid,
+            start_time,
+            pid_ns: None,
+            session: false,
+            cgroup,
+            mark: spec.mark.to_string(),
+        },
+        child: Some(child),
+    })
+}
+
 /// What both runtimes do.
 pub trait Runtime: Send + Sync + 'static {
     fn kind(&self) -> RuntimeKind;

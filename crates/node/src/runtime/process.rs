@@ -13,7 +13,6 @@ use super::limits::{find_program, LimitPlan};
 use super::{procs, Handle, LaunchSpec, Launched, Runtime, RuntimeError, RuntimeKind};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::Stdio;
 
 /// See the module doc.
 pub struct Process {
@@ -81,37 +80,17 @@ impl Runtime for Process {
                 std::env::var_os("PATH").unwrap_or_else(|| super::SANDBOX_PATH.into()),
             )
             .env("HOME", &p.home)
-            .env("LANG", "C.UTF-8")
-            .env(procs::MARK_ENV, spec.mark)
-            .envs(spec.env_vars)
-            .envs(super::log_settings())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
-        if let Some(token) = spec.access_token {
-            command.env("WARREN_ENVD_ACCESS_TOKEN", token);
-        }
+            .env("LANG", "C.UTF-8");
         if self.setsid.is_none() {
             command.process_group(0);
         }
-        let child = command.spawn().map_err(|source| RuntimeError::Spawn {
-            what: format!("envd ({})", spec.envd_bin.display()),
-            source,
-        })?;
-        let pid = child.id().map(|p| p as i32).unwrap_or(0);
-        let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
-        Ok(Launched {
-            handle: Handle {
-                runtime: RuntimeKind::Process,
-                pid,
-                start_time,
-                pid_ns: None,
-                session: false,
-                cgroup,
-                mark: spec.mark.to_string(),
-            },
-            child: Some(child),
-        })
+        super::spawn_envd(
+            command,
+            spec,
+            RuntimeKind::Process,
+            format!("envd ({})", spec.envd_bin.display()),
+            cgroup,
+        )
     }
 
     fn settle(&self, handle: &mut Handle) {
