@@ -30,3 +30,80 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The port envd serves its API on, as in E2B.
 pub const ENVD_PORT: u16 = 49983;
+
+use http::header::{self, HeaderMap, HeaderName};
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1 and the usual legacy ones): they
+/// describe one connection and are never forwarded.
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// Removes hop-by-hop headers, including those the `Connection` header names.
+/// A proxy that passes an upgrade on re-adds `Upgrade`/`Connection` itself.
+pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if h.contains_key(header::CONNECTION) {
+        // Only then is the list parsed (HTTP/1.1 clients rarely send it).
+        let named: Vec<HeaderName> = h
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            h.remove(name);
+        }
+    }
+    for name in HOP_BY_HOP {
+        h.remove(name);
+    }
+}
+
+/// Removes every `x-warren-*` header, so a client cannot spoof warren's own.
+pub fn strip_internal(h: &mut HeaderMap) {
+    // The common case (no such header) costs one scan and no allocation.
+    if !h.keys().any(|k| k.as_str().starts_with(INTERNAL_PREFIX)) {
+        return;
+    }
+    let internal: Vec<HeaderName> = h
+        .keys()
+        .filter(|k| k.as_str().starts_with(INTERNAL_PREFIX))
+        .cloned()
+        .collect();
+    for name in internal {
+        h.remove(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn strips_hop_by_hop_named_and_internal_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, x-custom"),
+        );
+        h.insert("x-custom", HeaderValue::from_static("1"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("x-warren-generation", HeaderValue::from_static("9"));
+        h.insert("x-access-token", HeaderValue::from_static("t"));
+        strip_hop_by_hop(&mut h);
+        strip_internal(&mut h);
+        let left: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(left, ["x-access-token"]);
+    }
+}

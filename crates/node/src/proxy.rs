@@ -17,7 +17,7 @@
 use crate::envd::{self, RelayError};
 use crate::http::{error, not_found_marker, Body, Shared};
 use crate::metrics::Outcome;
-use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -25,18 +25,6 @@ use hyper_util::rt::TokioIo;
 use warren_core::headers as wh;
 
 /// Headers that describe one hop's connection, never forwarded (RFC 9110 §7.6.1).
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-];
-
 pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Body> {
     let (id, port, generation) = match identity(req.headers()) {
         Ok(v) => v,
@@ -236,34 +224,16 @@ fn prepare_request_head(parts: &mut http::request::Parts, upgrade: bool) {
 /// Removes hop-by-hop headers (and those `Connection` names), plus every
 /// `x-warren-*` header when `internal` is set.
 fn strip_hop_by_hop(headers: &mut HeaderMap, internal: bool) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in HOP_BY_HOP {
-        headers.remove(*name);
-    }
+    wh::strip_hop_by_hop(headers);
     if internal {
-        let internal: Vec<HeaderName> = headers
-            .keys()
-            .filter(|k| k.as_str().starts_with(wh::INTERNAL_PREFIX))
-            .cloned()
-            .collect();
-        for name in internal {
-            headers.remove(name);
-        }
+        wh::strip_internal(headers);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::header::HeaderName;
 
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -14,24 +14,12 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{request, Method, Request, Version};
 use std::net::SocketAddr;
 use warren_core::headers::{
-    E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, INTERNAL_PREFIX, ROUTE, ROUTE_NOT_FOUND,
-    SANDBOX_ID, SANDBOX_PORT,
+    E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, ROUTE, ROUTE_NOT_FOUND, SANDBOX_ID, SANDBOX_PORT,
 };
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
 /// Names are constants, not strings: this runs twice per proxied request,
 /// and parsing a name from a `&str` showed up in profiles.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    HeaderName::from_static("proxy-connection"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-];
-
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const H_E2B_SANDBOX_ID: HeaderName = HeaderName::from_static(E2B_SANDBOX_ID);
 const H_E2B_SANDBOX_PORT: HeaderName = HeaderName::from_static(E2B_SANDBOX_PORT);
@@ -159,41 +147,7 @@ fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
     }
 }
 
-/// Removes hop-by-hop headers, including those the `Connection` header names.
-pub(super) fn strip_hop_by_hop(h: &mut HeaderMap) {
-    if h.contains_key(header::CONNECTION) {
-        // Only then is the list parsed (HTTP/1.1 clients rarely send it).
-        let named: Vec<HeaderName> = h
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-            .collect();
-        for name in named {
-            h.remove(name);
-        }
-    }
-    for name in HOP_BY_HOP {
-        h.remove(name);
-    }
-    h.remove(header::UPGRADE);
-}
-
-/// Removes every `x-warren-*` header, so a client cannot spoof warren's own.
-pub(super) fn strip_internal(h: &mut HeaderMap) {
-    if !h.keys().any(|k| k.as_str().starts_with(INTERNAL_PREFIX)) {
-        return;
-    }
-    let internal: Vec<HeaderName> = h
-        .keys()
-        .filter(|k| k.as_str().starts_with(INTERNAL_PREFIX))
-        .cloned()
-        .collect();
-    for name in internal {
-        h.remove(name);
-    }
-}
+pub(super) use warren_core::headers::{strip_hop_by_hop, strip_internal};
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
