@@ -2,6 +2,7 @@
 //!
 //! # Layout
 //! - [`id`]: sandbox and node id validation and generation.
+//! - [`env`]: which sandbox environment variables are allowed.
 //! - [`headers`]: the headers warren puts on the wire between its parts.
 //! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
 //!   validated before any socket is bound; bad config exits with code 64.
@@ -13,6 +14,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod env;
 pub mod headers;
 pub mod id;
 pub mod logging;

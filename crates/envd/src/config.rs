@@ -51,6 +51,34 @@ pub struct Config {
     /// no `Keepalive-Ping-Interval` header (the e2b SDK sends 50 s).
     #[arg(long, env = "WARREN_ENVD_KEEPALIVE", default_value = "30s", value_parser = parse_duration)]
     pub keepalive: Duration,
+
+    /// Serve on the listening Unix sockets the node passed down (API, then
+    /// relay; the `LISTEN_FDS` protocol) instead of binding paths: the node
+    /// dials sockets the sandbox cannot rename or replace.
+    #[arg(long, conflicts_with_all = ["socket", "listen", "relay_socket"])]
+    pub inherited_sockets: bool,
+
+    /// Read the access token and the sandbox's environment as JSON
+    /// (`{"access_token": ..., "env_vars": {...}}`) from stdin, so neither is
+    /// ever in an environment or on a command line.
+    #[arg(long)]
+    pub settings_on_stdin: bool,
+
+    /// Run processes and create files as the user each request names
+    /// (default `user`), from `<root>/etc/passwd`; envd itself stays root of
+    /// the sandbox's user namespace.
+    #[arg(long)]
+    pub switch_users: bool,
+}
+
+/// What the node writes to envd's stdin with `--settings-on-stdin`.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StdinSettings {
+    #[serde(default)]
+    pub access_token: Option<String>,
+    #[serde(default)]
+    pub env_vars: std::collections::BTreeMap<String, String>,
 }
 
 /// Where the envd API listens.
@@ -78,6 +106,10 @@ pub struct Settings {
     pub keepalive: Duration,
     /// The access token every request but `/health` must carry, if set.
     pub access_token: Option<String>,
+    /// The sandbox's environment, applied to every process it starts.
+    pub env_vars: std::collections::BTreeMap<String, String>,
+    /// Whether requests run as the users they name (see [`crate::users`]).
+    pub switch_users: bool,
 }
 
 impl Settings {
@@ -93,19 +125,28 @@ impl Settings {
         )
     }
 
-    /// Validates `config` and reads the access token from the environment.
-    pub fn from_config(config: &Config) -> Result<Settings, ConfigError> {
-        let token = std::env::var(ACCESS_TOKEN_ENV)
-            .ok()
-            .filter(|t| !t.is_empty());
-        Settings::build(
+    /// Validates `config`; the access token and environment come from
+    /// `stdin` (with `--settings-on-stdin`) or the token from
+    /// `WARREN_ENVD_ACCESS_TOKEN` (development).
+    pub fn from_config(
+        config: &Config,
+        stdin: Option<StdinSettings>,
+    ) -> Result<Settings, ConfigError> {
+        let (token, env_vars) = match stdin {
+            Some(s) => (s.access_token, s.env_vars),
+            None => (std::env::var(ACCESS_TOKEN_ENV).ok(), Default::default()),
+        };
+        let mut s = Settings::build(
             &config.root,
             &config.home,
             config.max_output_bytes,
             config.keep_finished,
             config.keepalive,
-            token,
-        )
+            token.filter(|t| !t.is_empty()),
+        )?;
+        s.env_vars = env_vars;
+        s.switch_users = config.switch_users;
+        Ok(s)
     }
 
     fn build(
@@ -146,6 +187,8 @@ impl Settings {
             keep_finished,
             keepalive,
             access_token,
+            env_vars: Default::default(),
+            switch_users: false,
         })
     }
 

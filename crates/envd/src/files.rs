@@ -109,6 +109,14 @@ pub async fn handle(jail: &Jail, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
+/// The user an upload writes as (`username`, default `user`), when envd
+/// switches identities.
+fn owner_of(jail: &Jail, query: &Query) -> Result<Option<crate::users::Identity>, Response<Body>> {
+    jail.users()
+        .lookup(query.username.as_deref())
+        .map_err(|e| reply::error(StatusCode::BAD_REQUEST, e.to_string()))
+}
+
 fn resolve_error(e: crate::paths::PathError) -> Response<Body> {
     let err = path_error(e);
     reply::error(http_status(err.code), err.message.unwrap_or_default())
@@ -214,7 +222,8 @@ async fn upload(
             "the path query parameter is required for application/octet-stream uploads",
         ));
     };
-    let mut sink = Sink::open(jail, path, gzip).await?;
+    let owner = owner_of(jail, query)?;
+    let mut sink = Sink::open(jail, path, gzip, owner.as_ref()).await?;
     let mut body = req.into_body();
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
@@ -266,7 +275,8 @@ async fn upload_multipart(
                 ))
             }
         };
-        let mut sink = Sink::open(jail, &dest, false).await?;
+        let owner = owner_of(jail, query)?;
+        let mut sink = Sink::open(jail, &dest, false, owner.as_ref()).await?;
         while let Some(chunk) = field.chunk().await.map_err(bad)? {
             sink.write(&chunk).await?;
         }
@@ -289,7 +299,12 @@ struct Sink {
 }
 
 impl Sink {
-    async fn open(jail: &Jail, path: &str, gzip: bool) -> Result<Sink, Response<Body>> {
+    async fn open(
+        jail: &Jail,
+        path: &str,
+        gzip: bool,
+        owner: Option<&crate::users::Identity>,
+    ) -> Result<Sink, Response<Body>> {
         let r = jail.resolve(path, Follow::All).map_err(resolve_error)?;
         if let Ok(meta) = tokio::fs::metadata(&r.host).await {
             if meta.is_dir() {
@@ -300,13 +315,12 @@ impl Sink {
             }
         }
         if let Some(parent) = r.host.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_response(&r.client, e))?;
+            crate::users::make_dirs(parent, owner).map_err(|e| io_response(&r.client, e))?;
         }
         let file = tokio::fs::File::create(&r.host)
             .await
             .map_err(|e| io_response(&r.client, e))?;
+        crate::users::give(&r.host, owner).map_err(|e| io_response(&r.client, e))?;
         Ok(Sink {
             file,
             client: r.client,

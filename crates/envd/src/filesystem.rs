@@ -52,6 +52,16 @@ fn resolve(jail: &Jail, path: &str, follow: Follow) -> Result<Resolved, ConnectE
     jail.resolve(path, follow).map_err(path_error)
 }
 
+/// The user a request creates files as (see [`crate::users`]).
+fn owner_of(
+    jail: &Jail,
+    user: Option<&str>,
+) -> Result<Option<crate::users::Identity>, ConnectError> {
+    jail.users()
+        .lookup(user)
+        .map_err(|e| ConnectError::invalid_argument(e.to_string()))
+}
+
 fn stat(jail: &Jail, r: &Resolved) -> Result<EntryInfo, ConnectError> {
     entry_info(jail, &r.host, &r.client, &mut Names::default()).map_err(|e| io_error(&r.client, e))
 }
@@ -76,10 +86,11 @@ impl Filesystem for FilesystemService {
 
     async fn make_dir(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         request: ServiceRequest<'_, MakeDirRequest>,
     ) -> ServiceResult<MakeDirResponse> {
         let path = request.path.to_string();
+        let user = crate::process::basic_user(&ctx);
         let entry = self
             .blocking(move |jail| {
                 let r = resolve(jail, &path, Follow::All)?;
@@ -98,7 +109,9 @@ impl Filesystem for FilesystemService {
                     }
                     Err(_) => {}
                 }
-                std::fs::create_dir_all(&r.host).map_err(|e| io_error(&r.client, e))?;
+                let owner = owner_of(jail, user.as_deref())?;
+                crate::users::make_dirs(&r.host, owner.as_ref())
+                    .map_err(|e| io_error(&r.client, e))?;
                 stat(jail, &r)
             })
             .await?;
@@ -110,10 +123,11 @@ impl Filesystem for FilesystemService {
 
     async fn r#move(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         request: ServiceRequest<'_, MoveRequest>,
     ) -> ServiceResult<MoveResponse> {
         let (source, destination) = (request.source.to_string(), request.destination.to_string());
+        let user = crate::process::basic_user(&ctx);
         let entry = self
             .blocking(move |jail| {
                 let from = resolve(jail, &source, Follow::NotLast)?;
@@ -125,7 +139,9 @@ impl Filesystem for FilesystemService {
                 }
                 std::fs::symlink_metadata(&from.host).map_err(|e| io_error(&from.client, e))?;
                 if let Some(parent) = to.host.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| io_error(&to.client, e))?;
+                    let owner = owner_of(jail, user.as_deref())?;
+                    crate::users::make_dirs(parent, owner.as_ref())
+                        .map_err(|e| io_error(&to.client, e))?;
                 }
                 std::fs::rename(&from.host, &to.host).map_err(|e| {
                     io_error(&format!("moving {} to {}", from.client, to.client), e)

@@ -32,6 +32,7 @@ pub mod relay;
 pub mod reply;
 pub mod rpc_error;
 pub mod server;
+pub mod users;
 
 pub use config::{ApiAddr, Config, Settings};
 pub use server::ApiListener;
@@ -51,16 +52,108 @@ use warren_core::config::ConfigError;
 /// the SDK refuses those up front instead of failing half-way.
 pub const ENVD_VERSION: &str = "0.5.7";
 
+/// The listening sockets the node passed down (API, relay), taken once at
+/// start, before any thread exists (the `LISTEN_FDS` variables are removed).
+pub struct Inherited {
+    api: std::os::unix::net::UnixListener,
+    relay: std::os::unix::net::UnixListener,
+}
+
+/// Takes the inherited listeners when `LISTEN_FDS` names two; call it
+/// before the async runtime starts. Each is marked close-on-exec, so no
+/// process envd starts can accept on them.
+pub fn take_inherited() -> Result<Option<Inherited>, String> {
+    if std::env::var_os("LISTEN_FDS").is_none() {
+        return Ok(None);
+    }
+    let mut fds = listenfd::ListenFd::from_env();
+    let mut take = |i: usize| -> Result<std::os::unix::net::UnixListener, String> {
+        let l = fds
+            .take_unix_listener(i)
+            .map_err(|e| format!("inherited socket {i}: {e}"))?
+            .ok_or_else(|| format!("no inherited socket {i}"))?;
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        fcntl(&l, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+            .map_err(|e| format!("inherited socket {i}: {e}"))?;
+        l.set_nonblocking(true)
+            .map_err(|e| format!("inherited socket {i}: {e}"))?;
+        Ok(l)
+    };
+    let inherited = Inherited {
+        api: take(0)?,
+        relay: take(1)?,
+    };
+    close_other_descriptors(&[
+        std::os::fd::AsRawFd::as_raw_fd(&inherited.api),
+        std::os::fd::AsRawFd::as_raw_fd(&inherited.relay),
+    ]);
+    Ok(Some(inherited))
+}
+
+/// Closes every descriptor above stderr except `keep`: whatever else the
+/// launch chain left open must not reach the processes envd starts.
+fn close_other_descriptors(keep: &[i32]) {
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            // The read_dir handle itself is already closed here; a failure
+            // means the descriptor was gone.
+            let _ = nix::unistd::close(fd);
+        }
+    }
+}
+
+/// Reads the `--settings-on-stdin` document, then points stdin at
+/// `/dev/null` (so no process envd starts inherits the pipe).
+fn read_stdin_settings() -> anyhow::Result<config::StdinSettings> {
+    use std::io::Read;
+    let mut raw = Vec::new();
+    std::io::stdin()
+        .take(64 << 20)
+        .read_to_end(&mut raw)
+        .map_err(|e| anyhow::anyhow!("cannot read settings from stdin: {e}"))?;
+    let doc: config::StdinSettings = serde_json::from_slice(&raw)
+        .map_err(|e| ConfigError::Invalid(format!("settings on stdin: {e}")))?;
+    let null = std::fs::File::open("/dev/null")?;
+    nix::unistd::dup2_stdin(&null)?;
+    Ok(doc)
+}
+
 /// Runs `warren envd` until SIGTERM/Ctrl-C.
-pub async fn main(config: Config) -> anyhow::Result<()> {
-    let settings = Settings::from_config(&config)?;
-    let api = bind_api(&config.api_addr()?).await?;
-    let relay = match &config.relay_socket {
-        Some(path) => Some((bind_unix(path)?, path.clone())),
-        None => None,
+pub async fn main(config: Config, inherited: Option<Inherited>) -> anyhow::Result<()> {
+    let stdin = if config.settings_on_stdin {
+        Some(tokio::task::block_in_place(read_stdin_settings)?)
+    } else {
+        None
+    };
+    let settings = Settings::from_config(&config, stdin)?;
+    let (api, relay) = if config.inherited_sockets {
+        let Some(i) = inherited else {
+            return Err(ConfigError::Invalid(
+                "--inherited-sockets: no sockets were passed (LISTEN_FDS is not set)".into(),
+            )
+            .into());
+        };
+        let relay = UnixListener::from_std(i.relay)?;
+        (
+            ApiListener::Inherited(UnixListener::from_std(i.api)?),
+            Some((relay, None)),
+        )
+    } else {
+        let api = bind_api(&config.api_addr()?).await?;
+        let relay = match &config.relay_socket {
+            Some(path) => Some((bind_unix(path)?, Some(path.clone()))),
+            None => None,
+        };
+        (api, relay)
     };
     warren_core::announce("envd", "http", api.display_addr());
-    if let Some((_, path)) = &relay {
+    if let Some((_, Some(path))) = &relay {
         warren_core::announce("envd", "relay", format!("unix:{}", path.display()));
     }
     tracing::info!(
@@ -70,7 +163,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         token = settings.access_token.is_some(),
         "envd ready"
     );
-    let relay_path = relay.as_ref().map(|(_, p)| p.clone());
+    let relay_path = relay.as_ref().and_then(|(_, p)| p.clone());
     run(
         settings,
         api,

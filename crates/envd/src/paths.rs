@@ -74,13 +74,30 @@ pub struct Resolved {
 pub struct Jail {
     root: PathBuf,
     home: String,
+    /// Who requests act as (see [`crate::users`]).
+    users: crate::users::Users,
 }
 
 impl Jail {
     /// `root` must be canonical; `home` absolute and normalized (see
     /// [`crate::Settings`]).
     pub fn new(root: PathBuf, home: String) -> Jail {
-        Jail { root, home }
+        Jail {
+            root,
+            home,
+            users: crate::users::Users::default(),
+        }
+    }
+
+    /// The same jail, acting as the users requests name.
+    pub fn with_users(mut self, users: crate::users::Users) -> Jail {
+        self.users = users;
+        self
+    }
+
+    /// Who requests act as.
+    pub fn users(&self) -> &crate::users::Users {
+        &self.users
     }
 
     /// The canonical root on the host.

@@ -24,6 +24,7 @@ pub fn proc_error(e: ProcError) -> ConnectError {
         ProcError::Path(p) => path_error(p),
         ProcError::NotFound(_) => ConnectError::not_found(e.to_string()),
         ProcError::Cwd(_) => ConnectError::invalid_argument(e.to_string()),
+        ProcError::User(_) => ConnectError::invalid_argument(e.to_string()),
         ProcError::Spawn { ref source, .. } => {
             let code = match source.kind() {
                 io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied => {

@@ -40,6 +40,8 @@ pub enum ApiListener {
     Tcp(TcpListener),
     /// A Unix socket (the node); the path is removed on shutdown.
     Unix(UnixListener, PathBuf),
+    /// A Unix socket the node bound and passed down (`--inherited-sockets`).
+    Inherited(UnixListener),
 }
 
 impl ApiListener {
@@ -50,6 +52,7 @@ impl ApiListener {
                 .local_addr()
                 .map_or_else(|e| format!("tcp:?({e})"), |a| a.to_string()),
             ApiListener::Unix(_, path) => format!("unix:{}", path.display()),
+            ApiListener::Inherited(_) => "unix:(inherited)".to_string(),
         }
     }
 }
@@ -68,11 +71,17 @@ pub async fn serve(
     listener: ApiListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let jail = Arc::new(Jail::new(settings.root.clone(), settings.home.clone()));
+    let users = if settings.switch_users {
+        crate::users::Users::switching(&settings.root)
+    } else {
+        crate::users::Users::default()
+    };
+    let jail = Arc::new(Jail::new(settings.root.clone(), settings.home.clone()).with_users(users));
     // A home that does not exist yet would make every relative path fail.
     let _ = std::fs::create_dir_all(jail.home_host());
     let manager = Manager::new(
         (*jail).clone(),
+        settings.env_vars.clone(),
         settings.max_output_bytes,
         settings.keep_finished,
     );
@@ -151,7 +160,7 @@ async fn accept(listener: &ApiListener) -> std::io::Result<Box<dyn Io>> {
             let _ = s.set_nodelay(true);
             Box::new(s)
         }
-        ApiListener::Unix(l, _) => Box::new(l.accept().await?.0),
+        ApiListener::Unix(l, _) | ApiListener::Inherited(l) => Box::new(l.accept().await?.0),
     })
 }
 

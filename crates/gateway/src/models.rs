@@ -108,7 +108,12 @@ impl NewSandbox {
             template_id,
             timeout_secs: timeout_field(&obj)?.unwrap_or(default_timeout),
             metadata: string_map(&obj, "metadata")?,
-            env_vars: string_map(&obj, "envVars")?,
+            env_vars: {
+                let vars = string_map(&obj, "envVars")?;
+                warren_core::env::check_vars(&vars)
+                    .map_err(|e| bad(format!("field \"envVars\": {e}")))?;
+                vars
+            },
         })
     }
 }

@@ -55,24 +55,39 @@ pub struct Config {
     /// The `warren` binary started as `<bin> envd ...`; default this executable.
     #[arg(long, env = "WARREN_NODE_ENVD_BIN")]
     pub envd_bin: Option<PathBuf>,
-    /// Host uid sandbox code runs as under `bwrap` when the node is root.
-    #[arg(long, env = "WARREN_NODE_SANDBOX_UID", default_value_t = 1000)]
-    pub sandbox_uid: u32,
-    /// Host gid sandbox code runs as under `bwrap` when the node is root.
-    #[arg(long, env = "WARREN_NODE_SANDBOX_GID", default_value_t = 1000)]
-    pub sandbox_gid: u32,
+    /// First host uid/gid of the sandbox id ranges (`bwrap`): sandbox k maps
+    /// its ids 0..65536 to base + k*65536 ..; no host account may lie there.
+    #[arg(
+        long,
+        env = "WARREN_NODE_SANDBOX_ID_BASE",
+        default_value_t = 2_000_000_000
+    )]
+    pub sandbox_id_base: u32,
+    /// Host-wide directory of id range locks, shared by every node on this
+    /// machine so no two sandboxes get the same range.
+    #[arg(
+        long,
+        env = "WARREN_NODE_ID_LOCK_DIR",
+        default_value = "/run/warren/ids"
+    )]
+    pub id_lock_dir: PathBuf,
     /// Heartbeat interval; default what the scheduler's RegisterNode answers (2s).
     #[arg(long, env = "WARREN_NODE_HEARTBEAT_INTERVAL", value_parser = parse_duration)]
     pub heartbeat_interval: Option<Duration>,
-    /// Memory per sandbox in MiB (cgroup memory.max, or RLIMIT_DATA per process).
-    #[arg(long, env = "WARREN_NODE_MEMORY_LIMIT_MB", default_value_t = 2048)]
+    /// Memory per sandbox in MiB, all its processes together, swap included
+    /// (cgroup v2 memory.max, v1 memory.limit_in_bytes). E2B's default: 512.
+    #[arg(long, env = "WARREN_NODE_MEMORY_LIMIT_MB", default_value_t = 512)]
     pub memory_limit_mb: u64,
-    /// Processes per sandbox (cgroup pids.max, or RLIMIT_NPROC).
+    /// Processes and threads per sandbox (cgroup pids.max).
     #[arg(long, env = "WARREN_NODE_PIDS_LIMIT", default_value_t = 1024)]
     pub pids_limit: u64,
-    /// CPUs per sandbox (cgroup cpu.max; no rlimit equivalent). 0 = unlimited.
+    /// CPUs per sandbox (cgroup v2 cpu.max, v1 cpu.cfs_quota_us). E2B's
+    /// default: 2. 0 = unlimited.
     #[arg(long, env = "WARREN_NODE_CPU_LIMIT", default_value_t = 2.0)]
     pub cpu_limit: f64,
+    /// Disk per sandbox in MiB: the size of its filesystem (`bwrap`).
+    #[arg(long, env = "WARREN_NODE_DISK_LIMIT_MB", default_value_t = 1024)]
+    pub disk_limit_mb: u64,
     /// Output each process keeps for reattaching clients (passed to envd).
     #[arg(long, env = "WARREN_NODE_MAX_OUTPUT_BYTES", default_value_t = 16 << 20)]
     pub max_output_bytes: u64,
@@ -101,8 +116,9 @@ pub struct Settings {
     pub capacity: u32,
     pub runtime: RuntimeChoice,
     pub envd_bin: PathBuf,
-    pub sandbox_uid: u32,
-    pub sandbox_gid: u32,
+    pub sandbox_id_base: u32,
+    pub id_lock_dir: PathBuf,
+    pub disk_bytes: u64,
     pub heartbeat_interval: Option<Duration>,
     pub limits: Limits,
     pub max_output_bytes: u64,
@@ -163,10 +179,8 @@ impl Config {
                 )));
             }
         }
-        if self.sandbox_uid == 0 || self.sandbox_gid == 0 {
-            return Err(invalid(
-                "--sandbox-uid/--sandbox-gid must not be 0: sandbox code never runs as root",
-            ));
+        if self.disk_limit_mb < 64 {
+            return Err(invalid("--disk-limit-mb must be at least 64"));
         }
         if self.capacity == 0 {
             return Err(invalid("--capacity must be at least 1"));
@@ -221,8 +235,9 @@ impl Config {
             capacity: self.capacity,
             runtime: self.runtime,
             envd_bin,
-            sandbox_uid: self.sandbox_uid,
-            sandbox_gid: self.sandbox_gid,
+            sandbox_id_base: self.sandbox_id_base,
+            id_lock_dir: self.id_lock_dir.clone(),
+            disk_bytes: self.disk_limit_mb << 20,
             heartbeat_interval: self.heartbeat_interval,
             limits: Limits {
                 memory_bytes: self.memory_limit_mb << 20,

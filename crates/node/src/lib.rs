@@ -64,48 +64,75 @@ use warren_core::admin::Admin;
 use warren_core::config::ConfigError;
 
 /// Runs `warren node` until SIGTERM/Ctrl-C.
-pub async fn main(config: Config) -> anyhow::Result<()> {
+/// `mounts` says whether the process got its own mount namespace (see
+/// [`runtime::disk::isolate_mounts`]; done before the runtime started).
+pub async fn main(config: Config, mounts: Result<(), String>) -> anyhow::Result<()> {
     let settings = config.validate()?;
+    if let Err(why) = &mounts {
+        tracing::info!(%why, "the node shares the host's mount namespace");
+    }
     run(settings, warren_core::shutdown::signal()).await
 }
 
-/// Picks the runtime: `auto` is bwrap when it is installed and a probe
-/// sandbox runs, else process.
-async fn pick_runtime(s: &Settings) -> Result<Arc<dyn Runtime>, ConfigError> {
-    let limits = LimitPlan::detect(&s.node_id, s.limits);
+/// Picks the runtime: `auto` is bwrap when everything it needs works here
+/// (root, cgroups, bubblewrap — a probe sandbox runs), else process.
+async fn pick_runtime(
+    s: &Settings,
+    data_dir: &std::path::Path,
+) -> Result<Arc<dyn Runtime>, ConfigError> {
     let bwrap = match s.runtime {
         RuntimeChoice::Process => Err("--runtime process was asked for".to_string()),
-        RuntimeChoice::Auto | RuntimeChoice::Bwrap => {
-            match runtime::bwrap::Bwrap::new(limits.clone(), s.sandbox_uid, s.sandbox_gid) {
-                Ok(b) => b.probe().await.map(|()| b),
-                Err(e) => Err(e),
-            }
-        }
+        RuntimeChoice::Auto | RuntimeChoice::Bwrap => bwrap_runtime(s, data_dir).await,
     };
     match (bwrap, s.runtime) {
         (Ok(b), _) => {
             tracing::info!(
-                limits = limits.mechanism(),
-                "runtime: bwrap (each sandbox in its own namespaces)"
+                limits = b.1,
+                "runtime: bwrap (each sandbox in its own namespaces, id range, cgroups and disk)"
             );
-            Ok(Arc::new(b))
+            Ok(Arc::new(b.0))
         }
         (Err(why), RuntimeChoice::Bwrap) => Err(ConfigError::Invalid(format!(
-            "--runtime bwrap: bubblewrap does not work here: {why}"
+            "--runtime bwrap does not work here: {why}"
         ))),
         (Err(why), _) => {
             if s.runtime == RuntimeChoice::Auto {
                 tracing::info!(%why, "bwrap is not usable; using the process runtime");
             }
             tracing::error!(
-                "RUNTIME IS `process`: SANDBOXES ARE NOT ISOLATED. Code in a sandbox runs as \
-                 this node's user and can read and change everything it can, see every process \
-                 and reach every port and every other sandbox. Install bubblewrap (bwrap) for \
-                 isolation."
+                "RUNTIME IS `process`: SANDBOXES ARE NOT ISOLATED AND NOT LIMITED. Code in a \
+                 sandbox runs as this node's user and can read and change everything it can, \
+                 see every process and reach every port and every other sandbox. Run the node \
+                 as root with bubblewrap (bwrap) installed for isolation."
             );
-            Ok(Arc::new(runtime::process::Process::new(limits)))
+            Ok(Arc::new(runtime::process::Process::new()))
         }
     }
+}
+
+async fn bwrap_runtime(
+    s: &Settings,
+    data_dir: &std::path::Path,
+) -> Result<(runtime::bwrap::Bwrap, &'static str), String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err("the node does not run as root".into());
+    }
+    let instance = runtime::mark("", 0, data_dir);
+    let instance = instance.rsplit('@').next().unwrap_or("0");
+    let limits = LimitPlan::detect(&s.node_id, &instance[..8.min(instance.len())], s.limits);
+    let ids = runtime::ids::IdRanges::new(
+        s.sandbox_id_base,
+        runtime::ids::ranges_above(s.sandbox_id_base).max(1),
+        &s.id_lock_dir,
+    )?;
+    let staged = runtime::disk::stage_binary(&s.envd_bin, &data_dir.join("bin"))
+        .map_err(|e| format!("cannot stage the envd binary: {e}"))?;
+    std::fs::create_dir_all(runtime::launch::STAGE)
+        .map_err(|e| format!("cannot create {}: {e}", runtime::launch::STAGE))?;
+    let mechanism = limits.mechanism();
+    let b = runtime::bwrap::Bwrap::new(limits, ids, s.envd_bin.clone(), staged)?;
+    b.probe(&s.node_id).await?;
+    Ok((b, mechanism))
 }
 
 /// Runs the node with validated settings until `shutdown` resolves.
@@ -113,7 +140,6 @@ pub async fn run(
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let runtime = pick_runtime(&settings).await?;
     std::fs::create_dir_all(settings.data_dir.join("sandboxes")).map_err(|e| {
         ConfigError::Invalid(format!(
             "--data-dir {}: cannot create it: {e}",
@@ -123,6 +149,7 @@ pub async fn run(
     let data_dir = settings.data_dir.canonicalize().map_err(|e| {
         ConfigError::Invalid(format!("--data-dir {}: {e}", settings.data_dir.display()))
     })?;
+    let runtime = pick_runtime(&settings, &data_dir).await?;
 
     let admin = Admin::new("warren_node");
     let metrics = {
@@ -141,6 +168,8 @@ pub async fn run(
             envd_bin: settings.envd_bin.clone(),
             max_output_bytes: settings.max_output_bytes,
             envd_start_timeout: settings.envd_start_timeout,
+            limits: settings.limits,
+            disk_bytes: settings.disk_bytes,
         },
         runtime.clone(),
         metrics.clone(),
@@ -214,6 +243,7 @@ pub async fn run(
     http::serve(listener, shared, shutdown, settings.drain_timeout).await;
     let _ = stop_tx.send(true);
     registry.shutdown_all().await;
+    runtime.shutdown();
     tracing::info!("node stopped");
     Ok(())
 }

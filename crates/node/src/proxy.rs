@@ -118,10 +118,13 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
                     Err(e) => tracing::debug!(error = %e, "upgrade failed"),
                 }
             });
+            wh::strip_internal(resp.headers_mut());
             return resp.map(|_| crate::http::full(""));
         }
     }
-    strip_hop_by_hop(resp.headers_mut(), false);
+    // Everything here came from inside the sandbox: `X-Warren-*` (the
+    // stale-route marker above all) is the node's alone to send.
+    strip_hop_by_hop(resp.headers_mut(), true);
     resp.map(|b| b.boxed())
 }
 

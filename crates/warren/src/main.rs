@@ -64,9 +64,27 @@ fn main() -> ExitCode {
         "gateway" => {
             component::<warren_gateway::Config, _, _>(args, log_format, warren_gateway::main)
         }
-        "envd" => component::<warren_envd::Config, _, _>(args, log_format, warren_envd::main),
+        "envd" => match warren_envd::take_inherited() {
+            Ok(inherited) => component::<warren_envd::Config, _, _>(args, log_format, move |c| {
+                warren_envd::main(c, inherited)
+            }),
+            Err(e) => {
+                eprintln!("warren envd: {e}");
+                ExitCode::from(EX_CONFIG as u8)
+            }
+        },
+        // Internal: the first process of a bwrap sandbox, started by the node.
+        warren_node::runtime::launch::SUBCOMMAND => {
+            warren_node::runtime::launch::main(args.get(1..).unwrap_or_default())
+        }
         "node" if args.get(1).is_some_and(|a| a == "ls") => cli::run(&sub, args, log_format),
-        "node" => component::<warren_node::Config, _, _>(args, log_format, warren_node::main),
+        "node" => {
+            // Before any thread exists: mount namespaces are per process only then.
+            let mounts = warren_node::runtime::disk::isolate_mounts();
+            component::<warren_node::Config, _, _>(args, log_format, move |c| {
+                warren_node::main(c, mounts)
+            })
+        }
         "dev" => component::<dev::Config, _, _>(args, log_format, dev::main),
         "sandbox" | "route" => cli::run(&sub, args, log_format),
         "chaos" => cli::chaos::run(args, log_format),

@@ -13,12 +13,16 @@ use super::pipe::spawn_reader;
 use crate::paths::{Follow, Jail};
 use nix::sys::signal::Signal;
 use std::collections::{HashMap, VecDeque};
+use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
 use tokio::sync::{watch, Notify};
+
+/// The node's mark on a sandbox's processes, passed on when envd has it.
+const SANDBOX_MARK: &str = "WARREN_SANDBOX";
 
 /// The default `PATH` of sandbox processes.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -56,6 +60,9 @@ pub enum ProcError {
         /// Why.
         source: std::io::Error,
     },
+    /// The user named does not exist in the sandbox.
+    #[error(transparent)]
+    User(#[from] crate::users::UnknownUser),
     /// The working directory is not valid.
     #[error(transparent)]
     Path(#[from] crate::paths::PathError),
@@ -134,6 +141,9 @@ pub struct Proc {
     pub(super) space: Notify,
     /// Set the moment the process exits (before its output is complete).
     exited: AtomicBool,
+    /// Set when envd itself sent a signal (so a SIGKILL from elsewhere, the
+    /// out-of-memory killer, can be told apart).
+    signalled: AtomicBool,
     /// The write end of its stdin while open.
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
 }
@@ -210,6 +220,7 @@ impl Proc {
     /// group. A group that is already empty is not an error: the process
     /// ended a moment ago and nothing is left to signal.
     pub fn signal(&self, signal: Signal) -> Result<(), ProcError> {
+        self.signalled.store(true, Ordering::Release);
         let pid = nix::unistd::Pid::from_raw(self.pid as i32);
         let group = nix::sys::signal::killpg(pid, signal);
         if self.running() {
@@ -278,6 +289,9 @@ impl Drop for Cursor {
 #[derive(Debug)]
 pub struct Manager {
     jail: Jail,
+    /// The sandbox's environment (its create's `envVars`), under every
+    /// process's own.
+    base_env: std::collections::BTreeMap<String, String>,
     max_output_bytes: usize,
     keep_finished: usize,
     table: Mutex<Table>,
@@ -293,9 +307,15 @@ struct Table {
 
 impl Manager {
     /// An empty table.
-    pub fn new(jail: Jail, max_output_bytes: usize, keep_finished: usize) -> Arc<Manager> {
+    pub fn new(
+        jail: Jail,
+        base_env: std::collections::BTreeMap<String, String>,
+        max_output_bytes: usize,
+        keep_finished: usize,
+    ) -> Arc<Manager> {
         Arc::new(Manager {
             jail,
+            base_env,
             max_output_bytes,
             keep_finished,
             table: Mutex::new(Table::default()),
@@ -310,14 +330,24 @@ impl Manager {
     /// Starts a process; its output is recorded from the first byte, and
     /// the returned cursor (at offset 0) holds it for the starting client.
     pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
+        let identity = self.jail.users().lookup(spec.user.as_deref())?;
+        // A user's own home is the default directory, as on a login.
+        let default_cwd = identity.as_ref().map_or("", |i| i.home.as_str());
         let cwd = self
             .jail
-            .resolve(spec.cwd.as_deref().unwrap_or(""), Follow::All)?;
+            .resolve(spec.cwd.as_deref().unwrap_or(default_cwd), Follow::All)?;
         if !cwd.host.is_dir() {
             return Err(ProcError::Cwd(cwd.client));
         }
-        let home = self.jail.home_host();
+        let home = match &identity {
+            Some(i) => std::path::PathBuf::from(&i.home),
+            None => self.jail.home_host(),
+        };
         let mut cmd = tokio::process::Command::new(&spec.cmd);
+        if let Some(id) = &identity {
+            // std drops supplementary groups too (setgroups) when envd is root.
+            cmd.uid(id.uid).gid(id.gid);
+        }
         cmd.args(&spec.args)
             .env_clear()
             .envs(self.environment(&spec, &home))
@@ -354,6 +384,7 @@ impl Manager {
             changed,
             space: Notify::new(),
             exited: AtomicBool::new(false),
+            signalled: AtomicBool::new(false),
             stdin: tokio::sync::Mutex::new(child.stdin.take()),
         });
         self.table().procs.insert(pid, proc.clone());
@@ -383,7 +414,20 @@ impl Manager {
         let p = proc.clone();
         tokio::spawn(async move {
             let exit = match child.wait().await {
-                Ok(status) => exit_of(status),
+                Ok(status) => {
+                    let mut exit = exit_of(status);
+                    if status.signal() == Some(libc::SIGKILL)
+                        && !p.signalled.load(Ordering::Acquire)
+                    {
+                        exit.error = Some(
+                            "killed by SIGKILL, which envd did not send: most likely the \
+                             sandbox reached its memory limit and the kernel's out-of-memory \
+                             killer chose this process"
+                                .to_string(),
+                        );
+                    }
+                    exit
+                }
                 Err(e) => Exit {
                     exit_code: -1,
                     exited: false,
@@ -419,7 +463,11 @@ impl Manager {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        env.extend(std::env::vars().filter(|(k, _)| !k.starts_with("WARREN_ENVD_")));
+        // The mark the `process` runtime finds a sandbox's processes by.
+        if let Ok(mark) = std::env::var(SANDBOX_MARK) {
+            env.insert(SANDBOX_MARK.to_string(), mark);
+        }
+        env.extend(self.base_env.clone());
         let user = spec.user.clone().unwrap_or_else(|| "user".to_string());
         env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
         env.insert("USER".to_string(), user.clone());

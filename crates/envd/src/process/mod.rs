@@ -76,7 +76,7 @@ impl ProcessService {
 }
 
 /// The user named by the SDK's `Authorization: Basic base64(user:)`.
-fn basic_user(ctx: &RequestContext) -> Option<String> {
+pub(crate) fn basic_user(ctx: &RequestContext) -> Option<String> {
     use base64::Engine;
     let value = ctx.header(http::header::AUTHORIZATION)?.to_str().ok()?;
     let encoded = value.strip_prefix("Basic ")?;

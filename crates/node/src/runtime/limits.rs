@@ -1,187 +1,415 @@
-//! Resource limits: cgroups v2 where the machine lets the node use them,
-//! rlimits otherwise.
+//! Resource limits through cgroups: the unified hierarchy (v2) where it is
+//! mounted with the needed controllers, the v1 controllers otherwise (a
+//! "hybrid" machine: v1 `memory`, `pids`, `cpu`, `freezer` under
+//! `/sys/fs/cgroup/<controller>`, cgroup2 only at `/sys/fs/cgroup/unified`).
 //!
-//! **cgroups v2** (when `/sys/fs/cgroup` is a writable unified hierarchy with
-//! the `memory` and `pids` controllers): one cgroup per sandbox under
-//! `/sys/fs/cgroup/warren-<node-id>/`, with `memory.max`, `pids.max` and
-//! `cpu.max`; killing writes `cgroup.kill`. The launched command enters its
-//! cgroup *before* it execs (a `sh` wrapper writes `$$` to `cgroup.procs`), so
-//! nothing the sandbox forks can start outside it.
+//! One cgroup per sandbox, `warren-<node-id>-<instance>/<sandbox>-<generation>`
+//! (the instance names the node's data dir), in each hierarchy used:
 //!
-//! **rlimits** otherwise, through the `prlimit` command from util-linux, which
-//! sets them and execs the command: `RLIMIT_DATA` (memory, per process) and
-//! no core dumps. Why a command: `setrlimit` in
-//! `pre_exec` needs `unsafe` (the workspace forbids it), and setting limits on
-//! a pid after spawning races with the first fork. There is no rlimit for
-//! CPU share, and `RLIMIT_NPROC` counts per host uid (all sandboxes share one),
-//! so the pids and cpu limits need cgroups; the node logs which it has.
+//! | limit | v2 | v1 |
+//! |---|---|---|
+//! | memory (whole sandbox, swap included) | `memory.max`, `memory.swap.max = 0` | `memory.limit_in_bytes`, `memory.memsw.limit_in_bytes` |
+//! | processes and threads | `pids.max` | `pids.max` |
+//! | CPU | `cpu.max` | `cpu.cfs_quota_us` / `cpu.cfs_period_us` |
+//! | freeze (fork, kill) | `cgroup.freeze` | `freezer.state` |
+//!
+//! The sandbox's first process (the launcher, see [`super::launch`]) writes
+//! itself into every `cgroup.procs` before it starts anything, so nothing a
+//! sandbox forks is ever outside its cgroups. Killing freezes the cgroup,
+//! SIGKILLs every member, thaws, and repeats until it is empty (v2 has
+//! `cgroup.kill` for this).
+//!
+//! rlimits are not limits here: `RLIMIT_DATA` is per process and
+//! `RLIMIT_NPROC` per host uid. Without a usable cgroup hierarchy the `bwrap`
+//! runtime refuses to start (the `process` runtime, which isolates nothing,
+//! runs without limits and says so).
 
 use crate::config::Limits;
-use std::ffi::OsString;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// How this node limits sandboxes; decided once at start.
+/// Which hierarchy a node uses; decided once at start.
+#[derive(Debug, Clone)]
+enum Hierarchy {
+    /// `<root>/warren-<node>` in the unified hierarchy.
+    V2 { base: PathBuf },
+    /// `<root>/<controller>/warren-<node>` per v1 controller.
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: Option<PathBuf>,
+        freezer: PathBuf,
+    },
+}
+
+/// How this node limits sandboxes.
 #[derive(Debug, Clone)]
 pub struct LimitPlan {
     limits: Limits,
-    /// `/sys/fs/cgroup/warren-<node-id>` when cgroups v2 is usable.
-    cgroup_base: Option<PathBuf>,
-    /// The `prlimit` program, when installed.
-    prlimit: Option<PathBuf>,
+    hierarchy: Option<Hierarchy>,
+    /// Why no hierarchy is usable, when none is.
+    why_none: Option<String>,
+}
+
+/// One sandbox's cgroups, stored in its handle (and `sandbox.json`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Cgroup {
+    /// Every directory made for the sandbox (one for v2, one per v1 controller).
+    pub dirs: Vec<PathBuf>,
+    /// The directory whose `cgroup.procs` lists every member.
+    pub members: PathBuf,
+    /// `cgroup.freeze` (v2) or `freezer.state` (v1).
+    pub freeze_file: PathBuf,
+    pub v2: bool,
+    /// `memory.current` (v2) or `memory.usage_in_bytes` (v1).
+    pub memory_usage: PathBuf,
 }
 
 impl LimitPlan {
-    /// Probes the machine and logs what will be enforced.
-    pub fn detect(node_id: &str, limits: Limits) -> LimitPlan {
-        let cgroup_base = match try_cgroup_base(node_id) {
-            Ok(base) => Some(base),
-            Err(why) => {
-                tracing::info!(%why, "cgroups v2 not usable; falling back to rlimits");
-                None
+    /// Probes the machine and logs what will be enforced. `instance` tells
+    /// this node from another with the same id on the machine (its data
+    /// dir's mark), so neither ever touches the other's cgroups.
+    pub fn detect(node_id: &str, instance: &str, limits: Limits) -> LimitPlan {
+        let base_name = format!("warren-{node_id}-{instance}");
+        let v2 = v2_base(&base_name);
+        let hierarchy = match v2 {
+            Ok(base) => Ok(Hierarchy::V2 { base }),
+            Err(why2) => v1_bases(&base_name).map_err(|why1| format!("v2: {why2}; v1: {why1}")),
+        };
+        match &hierarchy {
+            Ok(h) => {
+                tracing::info!(
+                    hierarchy = if matches!(h, Hierarchy::V2 { .. }) {
+                        "v2"
+                    } else {
+                        "v1"
+                    },
+                    memory_bytes = limits.memory_bytes,
+                    pids = limits.pids,
+                    cpus = limits.cpus,
+                    "sandbox limits: cgroups"
+                );
+                let plan = LimitPlan {
+                    limits,
+                    hierarchy: Some(h.clone()),
+                    why_none: None,
+                };
+                plan.remove_leftovers();
+                plan
+            }
+            Err(why) => LimitPlan {
+                limits,
+                hierarchy: None,
+                why_none: Some(why.clone()),
+            },
+        }
+    }
+
+    /// A short name of the mechanism, for logs and `/nodes`.
+    pub fn mechanism(&self) -> &'static str {
+        match &self.hierarchy {
+            Some(Hierarchy::V2 { .. }) => "cgroup2",
+            Some(Hierarchy::V1 { .. }) => "cgroup1",
+            None => "none",
+        }
+    }
+
+    /// Why there are no limits (None when cgroups are in use).
+    pub fn unavailable(&self) -> Option<&str> {
+        self.why_none.as_deref()
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Makes the sandbox's cgroups with its limits. `None` when this node
+    /// has no cgroups (the `process` runtime only).
+    pub fn create(&self, name: &str, limits: &Limits) -> std::io::Result<Option<Cgroup>> {
+        let Some(h) = &self.hierarchy else {
+            return Ok(None);
+        };
+        let cg = match h {
+            Hierarchy::V2 { base } => {
+                let dir = base.join(name);
+                make_dir(&dir)?;
+                let cg = Cgroup {
+                    dirs: vec![dir.clone()],
+                    members: dir.clone(),
+                    freeze_file: dir.join("cgroup.freeze"),
+                    v2: true,
+                    memory_usage: dir.join("memory.current"),
+                };
+                let undo = |e: std::io::Error| {
+                    cg.remove();
+                    e
+                };
+                std::fs::write(dir.join("memory.max"), limits.memory_bytes.to_string())
+                    .map_err(undo)?;
+                let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+                std::fs::write(dir.join("pids.max"), limits.pids.to_string()).map_err(undo)?;
+                if limits.cpus > 0.0 {
+                    let (quota, period) = cpu_quota(limits.cpus);
+                    std::fs::write(dir.join("cpu.max"), format!("{quota} {period}"))
+                        .map_err(undo)?;
+                }
+                cg
+            }
+            Hierarchy::V1 {
+                memory,
+                pids,
+                cpu,
+                freezer,
+            } => {
+                let mem = memory.join(name);
+                let pid = pids.join(name);
+                let frz = freezer.join(name);
+                let mut dirs = vec![mem.clone(), pid.clone(), frz.clone()];
+                if let Some(c) = cpu {
+                    dirs.push(c.join(name));
+                }
+                let cg = Cgroup {
+                    dirs: dirs.clone(),
+                    members: pid.clone(),
+                    freeze_file: frz.join("freezer.state"),
+                    v2: false,
+                    memory_usage: mem.join("memory.usage_in_bytes"),
+                };
+                let made = (|| -> std::io::Result<()> {
+                    for d in &dirs {
+                        make_dir(d)?;
+                    }
+                    let bytes = limits.memory_bytes.to_string();
+                    std::fs::write(mem.join("memory.limit_in_bytes"), &bytes)?;
+                    // Swap accounting may be off; then there is no memsw file.
+                    let memsw = mem.join("memory.memsw.limit_in_bytes");
+                    if memsw.exists() {
+                        std::fs::write(memsw, &bytes)?;
+                    }
+                    std::fs::write(pid.join("pids.max"), limits.pids.to_string())?;
+                    if let (Some(c), true) = (cpu, limits.cpus > 0.0) {
+                        let (quota, period) = cpu_quota(limits.cpus);
+                        let d = c.join(name);
+                        std::fs::write(d.join("cpu.cfs_period_us"), period.to_string())?;
+                        std::fs::write(d.join("cpu.cfs_quota_us"), quota.to_string())?;
+                    }
+                    Ok(())
+                })();
+                if let Err(e) = made {
+                    cg.remove();
+                    return Err(e);
+                }
+                cg
             }
         };
-        let prlimit = find_program("prlimit");
-        match (&cgroup_base, &prlimit) {
-            (Some(base), _) => tracing::info!(
-                cgroup = %base.display(),
-                memory_bytes = limits.memory_bytes,
-                pids = limits.pids,
-                cpus = limits.cpus,
-                "sandbox limits: cgroups v2"
-            ),
-            (None, Some(_)) => tracing::warn!(
-                memory_bytes = limits.memory_bytes,
-                "sandbox limits: rlimits only (memory per process via RLIMIT_DATA); \
-                 pids and cpu limits need cgroups v2 and are NOT enforced"
-            ),
-            (None, None) => tracing::error!(
-                "sandbox limits: NONE (no usable cgroups v2 and no prlimit command)"
-            ),
-        }
-        LimitPlan {
-            limits,
-            cgroup_base,
-            prlimit,
+        Ok(Some(cg))
+    }
+
+    /// Removes this node's (emptied) cgroups at shutdown.
+    pub fn remove_all(&self) {
+        self.remove_leftovers();
+        for base in self.bases() {
+            let _ = std::fs::remove_dir(base);
         }
     }
 
-    /// A short name of the mechanism, for logs.
-    pub fn mechanism(&self) -> &'static str {
-        match (&self.cgroup_base, &self.prlimit) {
-            (Some(_), _) => "cgroup2",
-            (None, Some(_)) => "rlimit",
-            (None, None) => "none",
+    fn bases(&self) -> Vec<&PathBuf> {
+        match &self.hierarchy {
+            Some(Hierarchy::V2 { base }) => vec![base],
+            Some(Hierarchy::V1 {
+                memory,
+                pids,
+                cpu,
+                freezer,
+            }) => [Some(memory), Some(pids), cpu.as_ref(), Some(freezer)]
+                .into_iter()
+                .flatten()
+                .collect(),
+            None => Vec::new(),
         }
     }
 
-    /// Wraps `cmd` so it runs under the sandbox's limits. Returns the new
-    /// command line and the cgroup created for it, if any.
-    pub fn wrap(
-        &self,
-        cgroup_name: &str,
-        cmd: Vec<OsString>,
-    ) -> std::io::Result<(Vec<OsString>, Option<PathBuf>)> {
-        let mut out: Vec<OsString> = Vec::new();
-        let mut cgroup = None;
-        if let Some(base) = &self.cgroup_base {
-            let dir = base.join(cgroup_name);
-            make_cgroup(&dir, &self.limits)?;
-            out.extend(
-                [
-                    "/bin/sh",
-                    "-c",
-                    "echo $$ > \"$1\" && shift && exec \"$@\"",
-                    "warren-cgroup-enter",
-                ]
-                .map(OsString::from),
-            );
-            out.push(dir.join("cgroup.procs").into_os_string());
-            cgroup = Some(dir);
-        }
-        if let Some(prlimit) = &self.prlimit {
-            out.push(prlimit.clone().into_os_string());
-            out.push("--core=0".into());
-            if cgroup.is_none() {
-                out.push(format!("--data={}", self.limits.memory_bytes).into());
+    /// Removes empty sandbox cgroups a previous node process left behind.
+    fn remove_leftovers(&self) {
+        for base in self.bases() {
+            if let Ok(dir) = std::fs::read_dir(base) {
+                for e in dir.flatten() {
+                    if e.file_type().is_ok_and(|t| t.is_dir()) {
+                        let _ = std::fs::remove_dir(e.path());
+                    }
+                }
             }
-            out.push("--".into());
         }
-        out.extend(cmd);
-        Ok((out, cgroup))
     }
 }
 
-fn try_cgroup_base(node_id: &str) -> Result<PathBuf, String> {
+fn cpu_quota(cpus: f64) -> (u64, u64) {
+    const PERIOD: u64 = 100_000;
+    (((cpus * PERIOD as f64) as u64).max(1000), PERIOD)
+}
+
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        r => r,
+    }
+}
+
+fn v2_base(name: &str) -> Result<PathBuf, String> {
     let root = Path::new(CGROUP_ROOT);
     let controllers = std::fs::read_to_string(root.join("cgroup.controllers"))
-        .map_err(|e| format!("{CGROUP_ROOT} is not a cgroup v2 hierarchy ({e})"))?;
+        .map_err(|_| format!("{CGROUP_ROOT} is not a cgroup v2 hierarchy"))?;
+    let has = |c: &str| controllers.split_whitespace().any(|x| x == c);
     for needed in ["memory", "pids"] {
-        if !controllers.split_whitespace().any(|c| c == needed) {
+        if !has(needed) {
             return Err(format!("the {needed} controller is not available"));
         }
     }
-    let base = root.join(format!("warren-{node_id}"));
-    std::fs::create_dir_all(&base).map_err(|e| format!("cannot create {base:?}: {e}"))?;
-    let wanted: Vec<&str> = ["memory", "pids", "cpu"]
+    let base = root.join(name);
+    make_dir(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+    let wanted: Vec<String> = ["memory", "pids", "cpu"]
         .into_iter()
-        .filter(|c| controllers.split_whitespace().any(|x| x == *c))
-        .collect();
-    let line = wanted
-        .iter()
+        .filter(|c| has(c))
         .map(|c| format!("+{c}"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    std::fs::write(base.join("cgroup.subtree_control"), line)
-        .map_err(|e| format!("cannot enable controllers under {base:?}: {e}"))?;
+        .collect();
+    std::fs::write(base.join("cgroup.subtree_control"), wanted.join(" "))
+        .map_err(|e| format!("cannot enable controllers under {}: {e}", base.display()))?;
     Ok(base)
 }
 
-fn make_cgroup(dir: &Path, limits: &Limits) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("memory.max"), limits.memory_bytes.to_string())?;
-    std::fs::write(dir.join("pids.max"), limits.pids.to_string())?;
-    if limits.cpus > 0.0 {
-        const PERIOD: u64 = 100_000;
-        let quota = ((limits.cpus * PERIOD as f64) as u64).max(1000);
-        // cpu may be missing from the hierarchy; memory and pids are what matter most.
-        if let Err(e) = std::fs::write(dir.join("cpu.max"), format!("{quota} {PERIOD}")) {
-            tracing::warn!(error = %e, cgroup = %dir.display(), "cannot set cpu.max");
+fn v1_bases(name: &str) -> Result<Hierarchy, String> {
+    let root = Path::new(CGROUP_ROOT);
+    let controller = |c: &str, probe: &str| -> Result<PathBuf, String> {
+        let dir = root.join(c);
+        if !dir.join(probe).exists() {
+            return Err(format!("no v1 {c} controller at {}", dir.display()));
         }
-    }
-    Ok(())
+        let base = dir.join(name);
+        make_dir(&base).map_err(|e| format!("cannot create {}: {e}", base.display()))?;
+        Ok(base)
+    };
+    Ok(Hierarchy::V1 {
+        memory: controller("memory", "memory.limit_in_bytes")?,
+        pids: controller("pids", "cgroup.procs")?,
+        cpu: controller("cpu", "cpu.cfs_quota_us").ok(),
+        freezer: controller("freezer", "cgroup.procs")?,
+    })
 }
 
-/// Kills everything in a cgroup (`cgroup.kill`, or SIGKILL per member on
-/// kernels before 5.14).
-pub fn cgroup_kill(dir: &Path) {
-    if std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
-        return;
+impl Cgroup {
+    /// The `cgroup.procs` files a process writes itself into to join.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
     }
-    if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-        for pid in procs
-            .split_whitespace()
-            .filter_map(|p| p.parse::<i32>().ok())
-        {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-        }
-    }
-}
 
-/// Removes an (emptied) cgroup, waiting briefly for its members to exit.
-pub fn cgroup_remove(dir: &Path) {
-    for _ in 0..50 {
-        match std::fs::remove_dir(dir) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+    /// Every process in the sandbox.
+    pub fn members(&self) -> Vec<i32> {
+        std::fs::read_to_string(self.members.join("cgroup.procs"))
+            .map(|s| {
+                s.split_whitespace()
+                    .filter_map(|p| p.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Freezes every process (waits until the kernel says frozen, ≤ 5 s).
+    pub fn freeze(&self) -> std::io::Result<()> {
+        let (set, done) = if self.v2 {
+            ("1", "frozen 1")
+        } else {
+            ("FROZEN", "FROZEN")
+        };
+        std::fs::write(&self.freeze_file, set)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let state = if self.v2 {
+                std::fs::read_to_string(self.members.join("cgroup.events")).unwrap_or_default()
+            } else {
+                std::fs::read_to_string(&self.freeze_file).unwrap_or_default()
+            };
+            if state.lines().any(|l| l.trim() == done) {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.thaw();
+                return Err(std::io::Error::other(
+                    "the sandbox did not freeze within 5s",
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
-    tracing::warn!(cgroup = %dir.display(), "cannot remove the sandbox's cgroup");
+
+    pub fn thaw(&self) -> std::io::Result<()> {
+        std::fs::write(&self.freeze_file, if self.v2 { "0" } else { "THAWED" })
+    }
+
+    /// Kills every member; true when the cgroup is empty afterwards. Blocking.
+    pub fn kill(&self) -> bool {
+        if self.v2 && std::fs::write(self.members.join("cgroup.kill"), "1").is_ok() {
+            return self.wait_empty();
+        }
+        for _ in 0..50 {
+            let frozen = self.freeze().is_ok();
+            let pids = self.members();
+            for &pid in &pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            if frozen {
+                let _ = self.thaw();
+            }
+            if pids.is_empty() || self.wait_empty() {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn wait_empty(&self) -> bool {
+        for _ in 0..100 {
+            if self.members().is_empty() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    /// Removes the (emptied) cgroups, waiting briefly for members to exit.
+    pub fn remove(&self) {
+        for dir in &self.dirs {
+            let mut removed = false;
+            for _ in 0..50 {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => removed = true,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => removed = true,
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+                if removed {
+                    break;
+                }
+            }
+            if !removed {
+                tracing::warn!(cgroup = %dir.display(), "cannot remove the sandbox's cgroup");
+            }
+        }
+    }
+
+    /// Memory in use now, bytes.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        std::fs::read_to_string(&self.memory_usage)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
 }
 
 /// The first executable `name` on `PATH` (or in the usual system dirs).

@@ -14,12 +14,20 @@
 //! that forked it, and blocking-pool threads exit when idle.
 
 pub mod bwrap;
+pub mod disk;
+pub mod ids;
+pub mod launch;
 pub mod limits;
 pub mod process;
 pub mod procs;
+pub mod seccomp;
 
+use crate::config::Limits;
+use command_fds::{CommandFdExt, FdMapping};
+use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 /// The runtime's name, as printed at start and listed by the control API.
@@ -50,26 +58,36 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("no free sandbox identity: {0}")]
+    Ids(String),
+    #[error("cannot freeze the parent sandbox: {0}")]
+    Freeze(#[source] std::io::Error),
     #[error("processes {0:?} of the sandbox survived SIGKILL")]
     Survivors(Vec<i32>),
 }
 
-/// Where one sandbox's things live, under `<data>/sandboxes/<id>/`.
+/// Where one sandbox's things live, under `<data>/sandboxes/<id>/` (a
+/// directory only root can enter).
 #[derive(Debug, Clone)]
 pub struct Paths {
     /// `<data>/sandboxes/<id>`.
     pub dir: PathBuf,
-    /// `fs/`: the sandbox's own files; envd's `--root` under `process`.
+    /// `disk.img`: the sandbox's filesystem image (`bwrap`; see [`disk`]).
+    pub disk: PathBuf,
+    /// `fs/`: the sandbox's own files — the mounted image under `bwrap`
+    /// (its `/`), envd's `--root` under `process`.
     pub fs: PathBuf,
     /// `fs/home/user`: `/home/user` inside the sandbox.
     pub home: PathBuf,
     /// `fs/tmp`: `/tmp` inside the sandbox.
     pub tmp: PathBuf,
-    /// `run/`: envd's sockets (`/run/warren` inside bwrap).
-    pub run: PathBuf,
-    /// `run/envd.sock`: the envd API.
+    /// `sock/`: the sockets the node dials. Never visible inside the
+    /// sandbox: envd gets them as inherited listening descriptors, so no
+    /// sandbox process can rename, replace or redirect them.
+    pub sock: PathBuf,
+    /// `sock/envd.sock`: the envd API.
     pub envd_sock: PathBuf,
-    /// `run/relay.sock`: envd's port relay.
+    /// `sock/relay.sock`: envd's port relay.
     pub relay_sock: PathBuf,
     /// `sandbox.json`: what the node knows, so a restarted node finds it.
     pub state: PathBuf,
@@ -79,35 +97,44 @@ impl Paths {
     pub fn new(sandboxes_dir: &Path, sandbox_id: &str) -> Paths {
         let dir = sandboxes_dir.join(sandbox_id);
         let fs = dir.join("fs");
-        let run = dir.join("run");
+        let sock = dir.join("sock");
         Paths {
+            disk: dir.join("disk.img"),
             home: fs.join("home").join("user"),
             tmp: fs.join("tmp"),
-            envd_sock: run.join("envd.sock"),
-            relay_sock: run.join("relay.sock"),
+            envd_sock: sock.join("envd.sock"),
+            relay_sock: sock.join("relay.sock"),
             state: dir.join("sandbox.json"),
             fs,
-            run,
+            sock,
             dir,
         }
     }
 }
 
-/// Everything a runtime needs to start one sandbox's envd.
+/// Everything a runtime needs to start one sandbox.
 #[derive(Debug)]
 pub struct LaunchSpec<'a> {
     pub sandbox_id: &'a str,
     pub generation: u64,
     pub paths: &'a Paths,
-    /// The sandbox's environment (user-supplied `env_vars`).
+    /// A fork's parent: its files are copied (frozen, under `bwrap`).
+    pub parent: Option<(&'a Paths, &'a Handle)>,
+    /// The sandbox's environment (user-supplied `env_vars`). Data for envd,
+    /// which applies it to the processes it starts; never the environment
+    /// of any process on the host side.
     pub env_vars: &'a BTreeMap<String, String>,
-    /// Goes to envd as `WARREN_ENVD_ACCESS_TOKEN` in its environment, never argv.
+    /// envd's access token; like `env_vars`, sent to envd on its stdin.
     pub access_token: Option<&'a str>,
     pub envd_bin: &'a Path,
     pub max_output_bytes: u64,
     /// The value of [`procs::MARK_ENV`] every process of the sandbox inherits
     /// (see [`mark`]).
     pub mark: &'a str,
+    /// Memory, processes and CPU for this sandbox.
+    pub limits: Limits,
+    /// The size of the sandbox's disk, bytes (`bwrap`).
+    pub disk_bytes: u64,
 }
 
 /// The [`procs::MARK_ENV`] value for a sandbox at a generation on the node
@@ -130,7 +157,7 @@ pub fn mark(sandbox_id: &str, generation: u64, data_dir: &Path) -> String {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handle {
     pub runtime: RuntimeKind,
-    /// The process the node started (bwrap, or envd itself).
+    /// The process the node started (the launcher, which became bwrap; or envd).
     pub pid: i32,
     /// Its start time (clock ticks since boot), to tell it from a reused pid.
     pub start_time: u64,
@@ -138,86 +165,147 @@ pub struct Handle {
     pub pid_ns: Option<u64>,
     /// True when `pid` leads its own session (`process` runtime).
     pub session: bool,
-    /// The sandbox's cgroup directory, when cgroups v2 is in use.
-    pub cgroup: Option<PathBuf>,
+    /// The sandbox's cgroups (`bwrap`).
+    pub cgroup: Option<limits::Cgroup>,
     /// The sandbox's [`procs::MARK_ENV`] value.
     pub mark: String,
+    /// The first host uid/gid of the sandbox's id range (`bwrap`).
+    #[serde(default)]
+    pub id_base: Option<u32>,
+    /// Which id range that is (see [`ids`]).
+    #[serde(default)]
+    pub id_slot: Option<u32>,
 }
 
-/// A started sandbox: its handle and, when this process started it, the child
-/// to reap.
+/// A started sandbox: its handle, the child to reap when this process
+/// started it, and the id range it holds.
 pub struct Launched {
     pub handle: Handle,
     pub child: Option<tokio::process::Child>,
+    pub ids: Option<ids::IdRange>,
 }
 
-/// The part of starting envd both runtimes share: the sandbox's mark, its
-/// environment, the access token (environment, never argv), stdio, the spawn,
-/// and the handle for the started process. The caller has set the program,
-/// argv, working dir and base environment.
-fn spawn_envd(
-    mut command: tokio::process::Command,
-    spec: &LaunchSpec<'_>,
-    kind: RuntimeKind,
-    what: String,
-    cgroup: Option<PathBuf>,
-) -> Result<Launched, RuntimeError> {
-    command
-        .env(procs::MARK_ENV, spec.mark)
-        .envs(spec.env_vars)
-        .envs(log_settings())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit());
-    if let Some(token) = spec.access_token {
-        command.env("WARREN_ENVD_ACCESS_TOKEN", token);
-    }
-    let child = command
-        .spawn()
-        .map_err(|source| RuntimeError::Spawn { what, source })?;
-    let pid = child.id().map(|p| p as i32).unwrap_or(0);
-    let start_time = procs::stat(pid).map(|s| s.start_time).unwrap_or(0);
-    Ok(Launched {
-        handle: Handle {
-            runtime: kind,
-            pid,
-            start_time,
-            pid_ns: None,
-            session: false,
-            cgroup,
-            mark: spec.mark.to_string(),
-        },
-        child: Some(child),
+/// What envd reads from its stdin at start (JSON): the secrets and tenant
+/// data that must never be in an environment, argv or file on the host.
+#[derive(Debug, Serialize)]
+pub struct EnvdStdin<'a> {
+    pub access_token: Option<&'a str>,
+    pub env_vars: &'a BTreeMap<String, String>,
+}
+
+/// The listening sockets envd serves on, bound by the node in the
+/// sandbox's private `sock/` dir (0700, root).
+pub struct EnvdListeners {
+    pub api: OwnedFd,
+    pub relay: OwnedFd,
+}
+
+/// Binds envd's two sockets (replacing stale ones from an earlier run).
+pub fn bind_envd_sockets(paths: &Paths) -> std::io::Result<EnvdListeners> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(&paths.sock)?;
+    std::fs::set_permissions(&paths.sock, std::fs::Permissions::from_mode(0o700))?;
+    let bind = |p: &Path| -> std::io::Result<OwnedFd> {
+        let _ = std::fs::remove_file(p);
+        Ok(std::os::unix::net::UnixListener::bind(p)?.into())
+    };
+    Ok(EnvdListeners {
+        api: bind(&paths.envd_sock)?,
+        relay: bind(&paths.relay_sock)?,
     })
+}
+
+/// The first inherited descriptor envd takes its listeners from
+/// (`LISTEN_FDS` protocol: api, then relay).
+pub const ENVD_FIRST_FD: i32 = 3;
+
+/// Hands envd's listeners to `command` as descriptors 3 and 4 (plus `extra`
+/// from 5 on), with the `LISTEN_FDS` variables envd reads.
+pub fn pass_fds(
+    command: &mut tokio::process::Command,
+    listeners: EnvdListeners,
+    extra: Vec<OwnedFd>,
+) -> Result<(), RuntimeError> {
+    let mut maps = vec![
+        FdMapping {
+            parent_fd: listeners.api,
+            child_fd: ENVD_FIRST_FD,
+        },
+        FdMapping {
+            parent_fd: listeners.relay,
+            child_fd: ENVD_FIRST_FD + 1,
+        },
+    ];
+    for (i, fd) in extra.into_iter().enumerate() {
+        maps.push(FdMapping {
+            parent_fd: fd,
+            child_fd: ENVD_FIRST_FD + 2 + i as i32,
+        });
+    }
+    command
+        .as_std_mut()
+        .fd_mappings(maps)
+        .map_err(|_| RuntimeError::Spawn {
+            what: "envd".into(),
+            source: std::io::Error::other("descriptor numbers collide"),
+        })?;
+    command
+        .env("LISTEN_FDS", "2")
+        .env("LISTEN_FDS_FIRST_FD", ENVD_FIRST_FD.to_string());
+    Ok(())
+}
+
+/// Writes envd's stdin document and closes the pipe.
+pub async fn send_stdin(
+    stdin: &mut Option<tokio::process::ChildStdin>,
+    doc: &EnvdStdin<'_>,
+) -> Result<(), RuntimeError> {
+    use tokio::io::AsyncWriteExt;
+    let fail = |e: std::io::Error| RuntimeError::Spawn {
+        what: "envd (its settings on stdin)".into(),
+        source: e,
+    };
+    let body = serde_json::to_vec(doc).map_err(|e| fail(std::io::Error::other(e)))?;
+    let Some(mut pipe) = stdin.take() else {
+        return Err(fail(std::io::Error::other("no stdin pipe")));
+    };
+    pipe.write_all(&body).await.map_err(fail)?;
+    pipe.shutdown().await.map_err(fail)?;
+    Ok(())
 }
 
 /// What both runtimes do.
 pub trait Runtime: Send + Sync + 'static {
     fn kind(&self) -> RuntimeKind;
-    /// Starts the sandbox's envd. The sandbox's files exist already.
-    /// Must be called from an async task (see the module doc).
-    fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, RuntimeError>;
-    /// The host uid/gid that must own the sandbox's files and socket dir
-    /// (None: the node's own).
-    fn file_owner(&self) -> Option<(u32, u32)> {
-        None
-    }
+    /// Makes the sandbox's files (fresh, or a copy of `spec.parent`) and
+    /// starts its envd. Must be awaited on an async task (see the module doc).
+    fn launch<'a>(
+        &'a self,
+        spec: &'a LaunchSpec<'a>,
+    ) -> BoxFuture<'a, Result<Launched, RuntimeError>>;
     /// Fills in what can only be learned once envd is up (bwrap: the pid
     /// namespace). Blocking but quick.
     fn settle(&self, handle: &mut Handle) {
         let _ = handle;
     }
+    /// Kills every process of a sandbox and removes everything it had on
+    /// disk (blocking; run it in `spawn_blocking`). `handle` is None for a
+    /// sandbox that never started.
+    fn destroy(&self, paths: &Paths, handle: Option<&Handle>) -> Result<(), RuntimeError>;
+    /// After every sandbox is gone (node shutdown): removes what the
+    /// runtime made for the node as a whole.
+    fn shutdown(&self) {}
 }
 
-/// Kills every process of a sandbox (blocking; run it in `spawn_blocking`)
-/// and removes its cgroup.
+/// Kills every process of a sandbox (blocking): through its cgroup when it
+/// has one, then by the marks `/proc` shows (see [`procs`]).
 pub fn kill(handle: &Handle) -> Result<(), RuntimeError> {
     if let Some(cg) = &handle.cgroup {
-        limits::cgroup_kill(cg);
+        cg.kill();
     }
     let result = procs::kill_all(handle, &handle.mark);
     if let Some(cg) = &handle.cgroup {
-        limits::cgroup_remove(cg);
+        cg.remove();
     }
     result.map_err(RuntimeError::Survivors)
 }

@@ -9,14 +9,16 @@
 //! by its `WARREN_SANDBOX` mark and killed when the next node process cleans
 //! up the sandbox's directory.
 
-use super::limits::{find_program, LimitPlan};
-use super::{procs, Handle, LaunchSpec, Launched, Runtime, RuntimeError, RuntimeKind};
+use super::limits::find_program;
+use super::{
+    procs, EnvdStdin, Handle, LaunchSpec, Launched, Paths, Runtime, RuntimeError, RuntimeKind,
+};
+use futures_util::future::BoxFuture;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// See the module doc.
 pub struct Process {
-    limits: LimitPlan,
     /// The `setsid` program (util-linux), so envd leads a session that
     /// delete can find; without it envd gets its own process group only.
     setsid: Option<PathBuf>,
@@ -26,22 +28,29 @@ pub struct Process {
 }
 
 impl Process {
-    pub fn new(limits: LimitPlan) -> Process {
+    pub fn new() -> Process {
         Process {
-            limits,
             setsid: find_program("setsid"),
             setpriv: find_program("setpriv"),
         }
     }
-}
 
-impl Runtime for Process {
-    fn kind(&self) -> RuntimeKind {
-        RuntimeKind::Process
-    }
-
-    fn launch(&self, spec: &LaunchSpec<'_>) -> Result<Launched, RuntimeError> {
+    async fn start(&self, spec: &LaunchSpec<'_>) -> Result<Launched, RuntimeError> {
         let p = spec.paths;
+        {
+            let (paths, parent) = (p.clone(), spec.parent.map(|(pp, _)| pp.clone()));
+            tokio::task::spawn_blocking(move || {
+                let r = crate::sandbox::files::prepare(&paths, parent.as_ref());
+                if r.is_err() {
+                    let _ = crate::sandbox::files::remove(&paths);
+                }
+                r
+            })
+            .await
+            .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))?
+            .map_err(RuntimeError::Files)?;
+        }
+        let listeners = super::bind_envd_sockets(p).map_err(RuntimeError::Files)?;
         let mut cmd: Vec<OsString> = Vec::new();
         if let Some(setpriv) = &self.setpriv {
             cmd.push(setpriv.clone().into_os_string());
@@ -54,10 +63,8 @@ impl Runtime for Process {
         cmd.extend(
             [
                 "envd",
-                "--socket",
-                &p.envd_sock.to_string_lossy(),
-                "--relay-socket",
-                &p.relay_sock.to_string_lossy(),
+                "--inherited-sockets",
+                "--settings-on-stdin",
                 "--root",
                 &p.fs.to_string_lossy(),
                 "--max-output-bytes",
@@ -65,14 +72,9 @@ impl Runtime for Process {
             ]
             .map(OsString::from),
         );
-        let cgroup_name = format!("{}-{}", spec.sandbox_id, spec.generation);
-        let (argv, cgroup) = self
-            .limits
-            .wrap(&cgroup_name, cmd)
-            .map_err(RuntimeError::Files)?;
-        let mut command = tokio::process::Command::new(&argv[0]);
+        let mut command = tokio::process::Command::new(&cmd[0]);
         command
-            .args(&argv[1..])
+            .args(&cmd[1..])
             .current_dir(&p.home)
             .env_clear()
             .env(
@@ -80,21 +82,74 @@ impl Runtime for Process {
                 std::env::var_os("PATH").unwrap_or_else(|| super::SANDBOX_PATH.into()),
             )
             .env("HOME", &p.home)
-            .env("LANG", "C.UTF-8");
+            .env("LANG", "C.UTF-8")
+            .env(procs::MARK_ENV, spec.mark)
+            .envs(super::log_settings())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit());
         if self.setsid.is_none() {
             command.process_group(0);
         }
-        super::spawn_envd(
-            command,
-            spec,
-            RuntimeKind::Process,
-            format!("envd ({})", spec.envd_bin.display()),
-            cgroup,
+        super::pass_fds(&mut command, listeners, Vec::new())?;
+        let mut child = command.spawn().map_err(|source| RuntimeError::Spawn {
+            what: format!("envd ({})", spec.envd_bin.display()),
+            source,
+        })?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        let handle = Handle {
+            runtime: RuntimeKind::Process,
+            pid,
+            start_time: procs::stat(pid).map(|s| s.start_time).unwrap_or(0),
+            pid_ns: None,
+            session: false,
+            cgroup: None,
+            mark: spec.mark.to_string(),
+            id_base: None,
+            id_slot: None,
+        };
+        super::send_stdin(
+            &mut child.stdin,
+            &EnvdStdin {
+                access_token: spec.access_token,
+                env_vars: spec.env_vars,
+            },
         )
+        .await?;
+        Ok(Launched {
+            handle,
+            child: Some(child),
+            ids: None,
+        })
+    }
+}
+
+impl Default for Process {
+    fn default() -> Self {
+        Process::new()
+    }
+}
+
+impl Runtime for Process {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Process
+    }
+
+    fn launch<'a>(
+        &'a self,
+        spec: &'a LaunchSpec<'a>,
+    ) -> BoxFuture<'a, Result<Launched, RuntimeError>> {
+        Box::pin(self.start(spec))
     }
 
     fn settle(&self, handle: &mut Handle) {
         // Only now (envd answers) has the exec chain reached setsid.
         handle.session = procs::stat(handle.pid).is_some_and(|s| s.session == handle.pid);
+    }
+
+    fn destroy(&self, paths: &Paths, handle: Option<&Handle>) -> Result<(), RuntimeError> {
+        let killed = handle.map(super::kill).unwrap_or(Ok(()));
+        crate::sandbox::files::remove(paths).map_err(RuntimeError::Files)?;
+        killed
     }
 }

@@ -29,6 +29,9 @@ impl Registry {
                 Ok(rec)
                     if rec.info.sandbox_id == id
                         && rec.handle.runtime == self.runtime.kind()
+                        // A bwrap sandbox's disk was mounted in the old node
+                        // process's mount namespace, gone with it.
+                        && rec.handle.runtime == crate::runtime::RuntimeKind::Process
                         && envd::health(&paths.envd_sock).await.is_ok() =>
                 {
                     let mut info = rec.info.clone();
@@ -39,6 +42,7 @@ impl Registry {
                         handle: rec.handle.clone(),
                         metadata: rec.metadata.clone(),
                         timeout_secs: rec.timeout_secs,
+                        ids: None,
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
                     true

@@ -25,16 +25,16 @@ Files under /home/user and /tmp belong to this sandbox only; a fork starts
 with a copy of them (running processes are not carried over).
 ";
 
-/// Creates a fresh sandbox tree: from `parent` (a fork: its `fs/` is copied)
-/// or from the `base` template; then hands `fs/` and `run/` to `owner`.
-pub fn prepare(paths: &Paths, parent: Option<&Paths>, owner: Option<(u32, u32)>) -> io::Result<()> {
+/// Creates a fresh sandbox tree for the `process` runtime: from `parent` (a
+/// fork: its `fs/` is copied) or from the `base` template. (`bwrap`
+/// sandboxes get a disk image instead; see `runtime::bwrap`.)
+pub fn prepare(paths: &Paths, parent: Option<&Paths>) -> io::Result<()> {
     if paths.dir.exists() {
         // Leftovers of a create that died half-way; nothing there is live.
         std::fs::remove_dir_all(&paths.dir)?;
     }
     std::fs::create_dir_all(&paths.dir)?;
     std::fs::set_permissions(&paths.dir, std::fs::Permissions::from_mode(0o700))?;
-    std::fs::create_dir_all(&paths.run)?;
     match parent {
         Some(parent) => copy_tree(&parent.fs, &paths.fs)?,
         None => {
@@ -46,10 +46,6 @@ pub fn prepare(paths: &Paths, parent: Option<&Paths>, owner: Option<(u32, u32)>)
     std::fs::create_dir_all(&paths.home)?;
     std::fs::create_dir_all(&paths.tmp)?;
     std::fs::set_permissions(&paths.tmp, std::fs::Permissions::from_mode(0o1777))?;
-    if let Some((uid, gid)) = owner {
-        chown_tree(&paths.fs, uid, gid)?;
-        std::os::unix::fs::chown(&paths.run, Some(uid), Some(gid))?;
-    }
     Ok(())
 }
 
@@ -85,20 +81,6 @@ pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Gives a tree to the uid sandbox code runs as. Symlinks are changed, never followed.
-fn chown_tree(dir: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    std::os::unix::fs::lchown(dir, Some(uid), Some(gid))?;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            chown_tree(&entry.path(), uid, gid)?;
-        } else {
-            std::os::unix::fs::lchown(entry.path(), Some(uid), Some(gid))?;
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,12 +90,12 @@ mod tests {
         let tmp = std::env::temp_dir().join(format!("warren-node-files-{}", std::process::id()));
         let a = Paths::new(&tmp, "a");
         let b = Paths::new(&tmp, "b");
-        prepare(&a, None, None).unwrap();
+        prepare(&a, None).unwrap();
         assert!(a.home.join(".profile").is_file());
         std::fs::write(a.home.join("data.bin"), [0u8, 1, 2, 255]).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", a.home.join("link")).unwrap();
         let _sock = std::os::unix::net::UnixListener::bind(a.tmp.join("s.sock")).unwrap();
-        prepare(&b, Some(&a), None).unwrap();
+        prepare(&b, Some(&a)).unwrap();
         assert_eq!(
             std::fs::read(b.home.join("data.bin")).unwrap(),
             [0u8, 1, 2, 255]

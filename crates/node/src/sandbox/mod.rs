@@ -73,6 +73,8 @@ pub struct Sandbox {
     pub handle: Handle,
     pub metadata: BTreeMap<String, String>,
     pub timeout_secs: Option<u64>,
+    /// The host id range the sandbox holds (`bwrap`), released when dropped.
+    pub ids: Option<runtime::ids::IdRange>,
 }
 
 /// Settings the registry needs from the node's configuration.
@@ -84,6 +86,10 @@ pub struct RegistryConfig {
     pub envd_bin: PathBuf,
     pub max_output_bytes: u64,
     pub envd_start_timeout: Duration,
+    /// Memory, processes and CPU per sandbox.
+    pub limits: crate::config::Limits,
+    /// Disk per sandbox, bytes.
+    pub disk_bytes: u64,
 }
 
 /// See the module doc.
@@ -187,22 +193,7 @@ impl Registry {
                 req.template_id
             )));
         }
-        for key in req.env_vars.keys() {
-            let ok = !key.is_empty()
-                && !key.contains('=')
-                && !key.contains('\0')
-                && !key.starts_with("WARREN_");
-            if !ok {
-                return Err(NodeError::BadRequest(format!(
-                    "env var name {key:?} is not allowed (empty, contains '=' or NUL, or starts with WARREN_)"
-                )));
-            }
-        }
-        if req.env_vars.values().any(|v| v.contains('\0')) {
-            return Err(NodeError::BadRequest(
-                "env var values cannot contain NUL".into(),
-            ));
-        }
+        warren_core::env::check_vars(&req.env_vars).map_err(NodeError::BadRequest)?;
         Ok(())
     }
 
@@ -247,7 +238,7 @@ impl Registry {
             let _gb = lb.lock().await;
             match self.get(parent_id, parent_generation) {
                 None => Err(self.not_hosted(parent_id, Some(parent_generation))),
-                Some(parent) => self.create_locked(&child, Some(&parent.paths)).await,
+                Some(parent) => self.create_locked(&child, Some(&parent)).await,
             }
         };
         self.release_lock(&a, la);
@@ -258,7 +249,7 @@ impl Registry {
     async fn create_locked(
         self: &Arc<Self>,
         req: &CreateSandbox,
-        parent: Option<&Paths>,
+        parent: Option<&Sandbox>,
     ) -> Result<(bool, SandboxInfo), NodeError> {
         if let Some(existing) = self
             .hosted
@@ -301,37 +292,24 @@ impl Registry {
     async fn start(
         self: &Arc<Self>,
         req: &CreateSandbox,
-        parent: Option<&Paths>,
+        parent: Option<&Sandbox>,
     ) -> Result<SandboxInfo, NodeError> {
         let paths = Paths::new(&self.sandboxes_dir, &req.sandbox_id);
-        let owner = self.runtime.file_owner();
-        {
-            let (p, parent) = (paths.clone(), parent.cloned());
-            let prepared = tokio::task::spawn_blocking(move || {
-                let r = files::prepare(&p, parent.as_ref(), owner);
-                if r.is_err() {
-                    let _ = files::remove(&p);
-                }
-                r
-            })
-            .await
-            .map_err(|e| NodeError::Internal(format!("file setup task failed: {e}")))?;
-            prepared.map_err(|e| {
-                NodeError::Internal(format!("cannot create the sandbox's files: {e}"))
-            })?;
-        }
         let spec = LaunchSpec {
             sandbox_id: &req.sandbox_id,
             generation: req.generation,
             paths: &paths,
+            parent: parent.map(|p| (&p.paths, &p.handle)),
             env_vars: &req.env_vars,
             access_token: req.access_token.as_deref(),
             envd_bin: &self.cfg.envd_bin,
             max_output_bytes: self.cfg.max_output_bytes,
             mark: &runtime::mark(&req.sandbox_id, req.generation, &self.cfg.data_dir),
+            limits: self.cfg.limits,
+            disk_bytes: self.cfg.disk_bytes,
         };
         // Launch here, on an async worker thread (see runtime's module doc).
-        let launched = match self.runtime.launch(&spec) {
+        let launched = match self.runtime.launch(&spec).await {
             Ok(l) => l,
             Err(e) => {
                 self.cleanup(&paths, None, &req.sandbox_id).await;
@@ -340,6 +318,7 @@ impl Registry {
                 )));
             }
         };
+        let ids = launched.ids;
         let mut handle = launched.handle;
         let mut child = launched.child;
         let healthy = match child.as_mut() {
@@ -393,6 +372,7 @@ impl Registry {
             handle,
             metadata: req.metadata.clone(),
             timeout_secs: req.timeout_secs,
+            ids,
         });
         self.insert(sandbox);
         if let Some(child) = child {
@@ -425,17 +405,12 @@ impl Registry {
 
     async fn cleanup(&self, paths: &Paths, handle: Option<&Handle>, id: &str) {
         let (paths, handle, id) = (paths.clone(), handle.cloned(), id.to_string());
-        let r = tokio::task::spawn_blocking(move || {
-            if let Some(h) = &handle {
-                if let Err(e) = runtime::kill(h) {
-                    tracing::error!(sandbox_id = %id, error = %e, "kill failed");
-                }
-            }
-            files::remove(&paths)
-        })
-        .await;
-        if let Ok(Err(e)) | Err(e) = r.map_err(std::io::Error::other) {
-            tracing::error!(error = %e, "cannot remove a sandbox's files");
+        let rt = self.runtime.clone();
+        let r = tokio::task::spawn_blocking(move || rt.destroy(&paths, handle.as_ref())).await;
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(sandbox_id = %id, error = %e, "cannot destroy a sandbox"),
+            Err(e) => tracing::error!(sandbox_id = %id, error = %e, "the destroy task failed"),
         }
     }
 

@@ -1,0 +1,131 @@
+//! Host id ranges: each live `bwrap` sandbox gets its own range of
+//! [`IDS_PER_SANDBOX`] host uids and gids, so no two sandboxes share a host
+//! identity (kernel per-uid state — keyrings, inotify instances, `RLIMIT_NPROC`,
+//! `/proc` access — is never shared) and none is a real account.
+//!
+//! Range `k` is `base + k * 65536 .. base + (k + 1) * 65536`. A range is
+//! taken by holding an exclusive `flock` on `<lock_dir>/<k>.lock`; the lock
+//! dir is host-wide (default `/run/warren/ids`), so several nodes on one
+//! machine (`warren dev` runs two) never hand out the same range, and a node
+//! that dies releases its ranges with its file descriptors.
+
+use super::launch::IDS_PER_SANDBOX;
+use nix::fcntl::{Flock, FlockArg};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// Where range locks live unless configured otherwise.
+pub const DEFAULT_LOCK_DIR: &str = "/run/warren/ids";
+
+/// The allocator (see the module doc).
+#[derive(Debug)]
+pub struct IdRanges {
+    base: u32,
+    slots: u32,
+    lock_dir: PathBuf,
+}
+
+/// One range, held until dropped.
+#[derive(Debug)]
+pub struct IdRange {
+    pub slot: u32,
+    pub base: u32,
+    _lock: Flock<File>,
+}
+
+/// How many ranges fit between `base` and the top of the id space (at most
+/// 32768: a few per node on a machine is the most ever used).
+pub fn ranges_above(base: u32) -> u32 {
+    let room = u64::from(u32::MAX - 1).saturating_sub(u64::from(base)) / u64::from(IDS_PER_SANDBOX);
+    room.min(32768) as u32
+}
+
+impl IdRanges {
+    /// Checks that `base..` holds `slots` ranges within the id space and
+    /// overlaps no account in `/etc/passwd` or group in `/etc/group`.
+    pub fn new(base: u32, slots: u32, lock_dir: &Path) -> Result<IdRanges, String> {
+        let end = u64::from(base) + u64::from(slots) * u64::from(IDS_PER_SANDBOX);
+        if base < 65536 || end > u64::from(u32::MAX - 1) {
+            return Err(format!(
+                "--sandbox-id-base {base} with {slots} ranges of {IDS_PER_SANDBOX} ids does not fit \
+                 between 65536 and 2^32-2"
+            ));
+        }
+        for (file, what) in [("/etc/passwd", "user"), ("/etc/group", "group")] {
+            let text = std::fs::read_to_string(file).unwrap_or_default();
+            for line in text.lines() {
+                let mut f = line.split(':');
+                let (name, id) = (f.next(), f.nth(1));
+                if let (Some(name), Some(Ok(id))) = (name, id.map(str::parse::<u64>)) {
+                    if id >= u64::from(base) && id < end {
+                        return Err(format!(
+                            "host {what} {name:?} ({id}) lies in the sandbox id ranges \
+                             {base}..{end}; choose another --sandbox-id-base"
+                        ));
+                    }
+                }
+            }
+        }
+        std::fs::create_dir_all(lock_dir)
+            .map_err(|e| format!("cannot create {}: {e}", lock_dir.display()))?;
+        Ok(IdRanges {
+            base,
+            slots,
+            lock_dir: lock_dir.to_path_buf(),
+        })
+    }
+
+    /// Takes a free range (`prefer` first, e.g. the one an adopted sandbox had).
+    pub fn take(&self, prefer: Option<u32>) -> Result<IdRange, String> {
+        let order = prefer
+            .into_iter()
+            .filter(|p| *p < self.slots)
+            .chain(0..self.slots);
+        for slot in order {
+            let path = self.lock_dir.join(format!("{slot}.lock"));
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                return Ok(IdRange {
+                    slot,
+                    base: self.base + slot * IDS_PER_SANDBOX,
+                    _lock: lock,
+                });
+            }
+        }
+        Err(format!(
+            "all {} sandbox id ranges under {} are taken",
+            self.slots,
+            self.lock_dir.display()
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_exclusive_until_dropped() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ids = IdRanges::new(3_000_000_000, 4, dir.path()).expect("ranges");
+        let a = ids.take(None).expect("a");
+        let b = ids.take(None).expect("b");
+        assert_ne!(a.base, b.base);
+        assert_eq!(a.base % IDS_PER_SANDBOX, 3_000_000_000 % IDS_PER_SANDBOX);
+        let slot = a.slot;
+        drop(a);
+        assert_eq!(ids.take(Some(slot)).expect("again").slot, slot);
+    }
+
+    #[test]
+    fn ranges_must_fit_and_avoid_accounts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(IdRanges::new(0, 4, dir.path()).is_err(), "root's ids");
+        assert!(IdRanges::new(u32::MAX - 10, 1, dir.path()).is_err());
+    }
+}
