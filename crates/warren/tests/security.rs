@@ -1,0 +1,321 @@
+//! The sandbox boundary, as a tenant attacks it: one test per class of
+//! attack, each made with the real `e2b` SDK through a gateway
+//! (`tests/e2b/security.py`) against a `bwrap` node, and checked on the host
+//! too (a process environment scan, a root-only host socket that must never
+//! be connected, a root-only host file that must never leak, host uids).
+//!
+//! These run on this machine's cgroup v1 hybrid hierarchy and, where it
+//! exists, on cgroup v2 (the node picks whichever is mounted).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::{e2b_python, workspace_root};
+
+const KEY_A: &str = "sec-key-a";
+const KEY_B: &str = "sec-key-b";
+
+async fn cluster(node_args: &[&str]) -> Cluster {
+    Cluster::start(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        Spec {
+            nodes: 1,
+            runtime: "bwrap".into(),
+            keys: vec![
+                (KEY_A.into(), "team-a".into()),
+                (KEY_B.into(), "team-b".into()),
+            ],
+            node_args: node_args.iter().map(|s| s.to_string()).collect(),
+            ..Spec::default()
+        },
+    )
+    .await
+    .expect("a bwrap cluster starts (the security suite needs bubblewrap and root)")
+}
+
+/// Runs one attack; returns its `RESULT` facts. Fails the test with the
+/// script's output when the attack's own assertions failed.
+async fn attack(c: &Cluster, name: &str, env: &[(&str, String)]) -> serde_json::Value {
+    let gateway = format!("http://{}", c.gateway(0));
+    let script = workspace_root().join("tests/e2b/security.py");
+    let mut cmd = tokio::process::Command::new(e2b_python());
+    cmd.arg(&script)
+        .arg(name)
+        .env("E2B_API_URL", &gateway)
+        .env("E2B_SANDBOX_URL", &gateway)
+        .env("E2B_API_KEY", KEY_A)
+        .env("WARREN_OTHER_API_KEY", KEY_B)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_ACCESS_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(300), cmd.output())
+        .await
+        .expect("the attack finishes within 5 minutes")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "attack {name} got through or failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("attack {name} printed no RESULT:\n{stdout}\n{stderr}"));
+    serde_json::from_str(line).expect("RESULT is JSON")
+}
+
+/// `(pid, host uid, user namespace)` of every process whose environment has `needle`.
+fn host_processes_with_env(needle: &str) -> Vec<(i32, u32, String)> {
+    let mut found = Vec::new();
+    for pid in std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        let ns = std::fs::read_link(format!("/proc/{pid}/ns/user"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        found.push((pid, uid, ns));
+    }
+    found
+}
+
+fn host_uids() -> Vec<(String, u64)> {
+    std::fs::read_to_string("/etc/passwd")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            Some((f.first()?.to_string(), f.get(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Class 1: nothing a tenant supplies reaches a host-side process. Loader
+/// variables are refused by name; other variables exist only in processes
+/// inside the sandbox's user namespace, under its own host uids.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_variables_never_reach_a_host_process() {
+    let c = cluster(&[]).await;
+    let marker = format!("m{}", rand::random::<u64>());
+    let facts = attack(&c, "env_vars", &[("WARREN_ENV_MARKER", marker.clone())]).await;
+    let base: u64 = facts["uid_map"][1]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("uid_map base");
+    let me = std::fs::read_link("/proc/self/ns/user")
+        .expect("own user ns")
+        .display()
+        .to_string();
+    let holders = host_processes_with_env(&format!("T_MARKER={marker}"));
+    assert!(
+        !holders.is_empty(),
+        "the sandbox's command carries the variable"
+    );
+    for (pid, uid, ns) in holders {
+        assert_ne!(
+            ns, me,
+            "process {pid} with tenant variables runs in the host's user namespace"
+        );
+        assert!(
+            u64::from(uid) >= base && u64::from(uid) < base + 65536,
+            "process {pid} with tenant variables runs as host uid {uid}, outside the sandbox's range {base}.."
+        );
+    }
+}
+
+/// Class 2: the node never follows a path the sandbox can write. Symlinks
+/// to a root-only host socket, planted by the sandbox's root wherever a
+/// socket could be looked up, are never connected; a fork taken while the
+/// parent swaps files for symlinks to a root-only host file leaks nothing
+/// and keeps holes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_never_follows_sandbox_paths() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = cluster(&[]).await;
+    let host = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let sock = host.path().join("host.sock");
+    let listener = tokio::net::UnixListener::bind(&sock).expect("host socket");
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counter = connections.clone();
+    tokio::spawn(async move {
+        while listener.accept().await.is_ok() {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let secret = host.path().join("secret");
+    std::fs::write(&secret, "SECRET host file\n").expect("secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+
+    attack(
+        &c,
+        "sockets_and_fork",
+        &[
+            ("WARREN_HOST_SOCKET", sock.display().to_string()),
+            ("WARREN_HOST_SECRET", secret.display().to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "the root-only host socket was connected"
+    );
+}
+
+/// Class 3: one host identity per sandbox. Two tenants' sandboxes map to
+/// distinct id ranges that hold no host account; user code cannot read or
+/// signal envd; per-uid kernel state (inotify) is not shared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_sandbox_has_its_own_host_identity() {
+    let c = cluster(&[]).await;
+    let facts = attack(&c, "identities", &[]).await;
+    let bases: Vec<u64> = facts["maps"]
+        .as_array()
+        .expect("maps")
+        .iter()
+        .map(|m| m[1].as_str().and_then(|s| s.parse().ok()).expect("base"))
+        .collect();
+    assert_eq!(bases.len(), 2);
+    assert_ne!(bases[0], bases[1]);
+    for (name, uid) in host_uids() {
+        for base in &bases {
+            assert!(
+                !(uid >= *base && uid < base + 65536),
+                "host account {name} ({uid}) lies in a sandbox's id range"
+            );
+        }
+    }
+}
+
+/// Class 4: limits hold on this machine (cgroup v1 hybrid) as on v2. A fork
+/// bomb, a memory hog spread over two processes and a disk fill each end
+/// inside their sandbox with a clear error there; the neighbour keeps
+/// answering and the node keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_end_attacks_inside_their_sandbox() {
+    let c = cluster(&[
+        "--memory-limit-mb",
+        "256",
+        "--disk-limit-mb",
+        "64",
+        "--pids-limit",
+        "256",
+    ])
+    .await;
+    attack(
+        &c,
+        "limits",
+        &[
+            ("WARREN_MEMORY_MB", "256".into()),
+            ("WARREN_DISK_MB", "64".into()),
+        ],
+    )
+    .await;
+    let health = get(&c.gateways[0].addr("gateway admin"), "/healthz").await;
+    assert_eq!(health.status.as_u16(), 200, "the gateway still serves");
+}
+
+/// Class 5: a smaller kernel surface: keyrings, bpf, perf, mount and nested
+/// user namespaces are refused (EPERM), for `user` and for the sandbox's root.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seccomp_refuses_the_dangerous_system_calls() {
+    let c = cluster(&[]).await;
+    attack(&c, "kernel_surface", &[]).await;
+}
+
+/// Class 6: no host information inside: the sandbox's own hostname, passwd
+/// and resolv.conf; no host path in mountinfo or pid 1's command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_host_information_inside() {
+    let c = cluster(&[]).await;
+    let mut paths = vec![
+        c.dir().display().to_string(),
+        workspace_root().display().to_string(),
+    ];
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            paths.push(dir.display().to_string());
+        }
+    }
+    let accounts: Vec<String> = host_uids()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|n| !["root", "nobody", "user"].contains(&n.as_str()))
+        .collect();
+    attack(
+        &c,
+        "host_information",
+        &[
+            (
+                "WARREN_HOST_PATHS",
+                serde_json::to_string(&paths).expect("json"),
+            ),
+            (
+                "WARREN_HOST_ACCOUNTS",
+                serde_json::to_string(&accounts).expect("json"),
+            ),
+        ],
+    )
+    .await;
+}
+
+/// Class 7: routing signals are the node's alone. An app in the sandbox
+/// answering 404 + `X-Warren-Route: not-found` reaches the client as the app
+/// sent it (no `X-Warren-*`), and the gateway evicts nothing for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_apps_cannot_forge_routing_signals() {
+    let c = cluster(&[]).await;
+    attack(&c, "forged_marker", &[]).await;
+    let metrics = get(&c.gateways[0].addr("gateway admin"), "/metrics")
+        .await
+        .text();
+    let stale: f64 = metric_sum(
+        &metrics,
+        "warren_gateway_route_cache_evictions_total",
+        "stale",
+    );
+    assert_eq!(
+        stale, 0.0,
+        "the gateway evicted a route for a sandbox app's 404:\n{metrics}"
+    );
+}
+
+async fn get(addr: &str, path: &str) -> warren_test_support::http::Answer {
+    warren_test_support::http::Http::new(Duration::from_secs(10))
+        .send(http::Method::GET, addr, path, &[], None)
+        .await
+        .expect("the gateway's admin listener answers")
+}
+
+/// The sum of a counter's samples whose labels contain `label_part`.
+fn metric_sum(text: &str, name: &str, label_part: &str) -> f64 {
+    let mut by_line: HashMap<&str, f64> = HashMap::new();
+    for line in text.lines() {
+        if line.starts_with(name) && line.contains(label_part) {
+            if let Some((k, v)) = line.rsplit_once(' ') {
+                by_line.insert(k, v.parse().unwrap_or(0.0));
+            }
+        }
+    }
+    by_line.values().sum()
+}

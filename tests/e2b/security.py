@@ -1,0 +1,289 @@
+"""The sandbox boundary, attacked the way a tenant would: the unmodified `e2b`
+Python SDK (and raw HTTP) through a gateway, with nothing but an API key.
+
+Run by `crates/warren/tests/security.rs`, one attack per invocation:
+
+    python security.py ATTACK
+
+with E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (team a), WARREN_OTHER_API_KEY
+(team b) and attack-specific WARREN_* variables set by the Rust test, which
+also checks the host side (marker files, a host socket, host uids). Each
+attack asserts what the tenant sees and prints one JSON line of facts for
+the Rust side (`RESULT {...}`); it exits non-zero on a failed assertion.
+"""
+
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from e2b import Sandbox
+from e2b.sandbox.commands.command_handle import CommandExitException
+
+API_URL = os.environ["E2B_API_URL"]
+API_KEY = os.environ["E2B_API_KEY"]
+OTHER_KEY = os.environ["WARREN_OTHER_API_KEY"]
+
+
+def http(method, path, headers=None, body=None, base=None):
+    """A raw request; returns (status, headers, body bytes)."""
+    req = urllib.request.Request((base or API_URL) + path, method=method, data=body,
+                                 headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def sh(sbx, cmd, user=None, timeout=60):
+    """Runs `cmd`; returns (exit code, stdout, stderr, error) without raising."""
+    kw = {"timeout": timeout}
+    if user:
+        kw["user"] = user
+    try:
+        r = sbx.commands.run(cmd, **kw)
+        return r.exit_code, r.stdout, r.stderr, r.error
+    except CommandExitException as e:
+        return e.exit_code, e.stdout, e.stderr, e.error
+
+
+def ok(sbx):
+    """The sandbox still answers a command."""
+    code, out, _, _ = sh(sbx, "echo alive")
+    return code == 0 and out.strip() == "alive"
+
+
+def result(**facts):
+    print("RESULT " + json.dumps(facts), flush=True)
+
+
+ATTACKS = {}
+
+
+def attack(fn):
+    ATTACKS[fn.__name__] = fn
+    return fn
+
+
+@attack
+def env_vars():
+    # Loader variables are refused at create, named in the message.
+    body = json.dumps({"templateID": "base", "envVars": {"LD_PRELOAD": "/tmp/evil.so"}}).encode()
+    status, _, raw = http("POST", "/sandboxes", {"X-API-Key": API_KEY,
+                                                "Content-Type": "application/json"}, body)
+    assert status == 400, (status, raw)
+    assert b"LD_PRELOAD" in raw, raw
+    # Other variables reach the sandbox's processes, and only them.
+    marker = os.environ["WARREN_ENV_MARKER"]
+    sbx = Sandbox.create(timeout=120, envs={"T_MARKER": marker})
+    code, out, _, _ = sh(sbx, "echo $T_MARKER")
+    assert out.strip() == marker, out
+    # A long-running command carries it while the Rust side scans the host.
+    sbx.commands.run("exec sleep 60", background=True)
+    code, out, _, _ = sh(sbx, "cat /proc/self/uid_map")
+    result(sandbox=sbx.sandbox_id, uid_map=out.split())
+
+
+@attack
+def sockets_and_fork():
+    host_socket = os.environ["WARREN_HOST_SOCKET"]
+    host_secret = os.environ["WARREN_HOST_SECRET"]
+    sbx = Sandbox.create(timeout=120)
+    # Where would the node's sockets be? Nowhere the sandbox can see.
+    code, out, _, _ = sh(sbx, "ls -la /run /run/warren 2>&1; cat /proc/self/mountinfo", user="root")
+    assert "envd.sock" not in out and "relay.sock" not in out, out
+    # Plant symlinks to a root-only host socket everywhere a socket might be
+    # looked up, as root of the sandbox.
+    plant = ("mkdir -p /run/warren && for n in envd.sock relay.sock; do "
+             f"ln -sf {host_socket} /run/warren/$n; ln -sf {host_socket} /tmp/$n; "
+             f"ln -sf {host_socket} /home/user/$n; done; echo planted")
+    code, out, _, _ = sh(sbx, plant, user="root")
+    assert out.strip() == "planted", out
+    # Traffic keeps flowing to the sandbox's own envd.
+    for _ in range(5):
+        assert ok(sbx)
+    sbx.files.write("/home/user/f.txt", "mine")
+    assert sbx.files.read("/home/user/f.txt") == "mine"
+    # Fork while the parent swaps files for symlinks to a root-only host file,
+    # with a sparse file that must stay sparse.
+    sh(sbx, "dd if=/dev/zero of=/home/user/sparse bs=1 count=1 seek=200M 2>/dev/null; "
+            f"ln -s {host_secret} /home/user/leak; echo plain > /home/user/swap")
+    sbx.commands.run(
+        f"while true; do ln -sfn {host_secret} /home/user/swap.tmp && mv -f /home/user/swap.tmp /home/user/swap; "
+        "echo plain > /home/user/swap.tmp && mv -f /home/user/swap.tmp /home/user/swap; done",
+        background=True)
+    time.sleep(0.3)
+    forks = sbx.fork()
+    child = forks[0] if isinstance(forks, list) else forks
+    code, out, err, _ = sh(child, "cat /home/user/leak /home/user/swap 2>&1; "
+                                  "du -k /home/user/sparse | cut -f1; stat -c %s /home/user/sparse")
+    lines = out.split("\n")
+    assert "SECRET" not in out, out
+    du_kib, size = int(lines[-3]), int(lines[-2])
+    assert size == 200 * 1024 * 1024 + 1, size
+    assert du_kib < 1024, f"holes filled in: {du_kib} KiB used"
+    assert ok(sbx) and ok(child)
+    result(parent=sbx.sandbox_id, child=child.sandbox_id)
+
+
+@attack
+def identities():
+    a = Sandbox.create(timeout=120)
+    b = Sandbox.create(timeout=120, api_key=OTHER_KEY)
+    maps = []
+    for s in (a, b):
+        code, out, _, _ = sh(s, "cat /proc/self/uid_map /proc/self/gid_map")
+        maps.append(out.split())
+    # Each sandbox maps its ids to a range of its own.
+    assert maps[0][1] != maps[1][1], maps
+    # User code is `user`, not envd's identity: it can neither read envd's
+    # environment nor signal it.
+    code, out, err, _ = sh(a, "id -un; pid=$(pgrep -f 'warren envd' | head -1); "
+                              "cat /proc/$pid/environ >/dev/null 2>&1 && echo READ; "
+                              "ls /proc/$pid/fd >/dev/null 2>&1 && echo FDS; "
+                              "kill -9 $pid 2>&1 || echo KILL_REFUSED")
+    assert out.split("\n")[0] == "user", out
+    assert "READ" not in out and "FDS" not in out, out
+    assert "KILL_REFUSED" in out, out
+    assert ok(a)
+    # Kernel per-uid state is not shared: A exhausts its inotify instances,
+    # B can still make one.
+    exhaust = ("python3 -c \"import ctypes\nlibc=ctypes.CDLL(None, use_errno=True)\nn=0\n"
+               "while n < 100000 and libc.inotify_init() >= 0: n += 1\nprint(n, ctypes.get_errno())\"")
+    code, out, _, _ = sh(a, exhaust)
+    n, errno = out.split()
+    assert int(errno) == 24, out  # EMFILE: the per-user limit (or the fd limit) was reached
+    code, out, _, _ = sh(b, "python3 -c \"import ctypes\nprint(ctypes.CDLL(None).inotify_init() >= 0)\"")
+    assert out.strip() == "True", f"B cannot make an inotify instance after A exhausted its own: {out}"
+    result(a=a.sandbox_id, b=b.sandbox_id, maps=maps)
+
+
+@attack
+def limits():
+    a = Sandbox.create(timeout=120)
+    b = Sandbox.create(timeout=120, api_key=OTHER_KEY)
+    # Fork bomb: ends at the pids limit, inside A.
+    bomb = ("python3 -c \"import os, signal, sys, time\nn = 0\ntry:\n"
+            "    while n < 20000:\n        if os.fork() == 0:\n            time.sleep(60)\n            os._exit(0)\n"
+            "        n += 1\nexcept OSError as e:\n    print(n, e.errno, flush=True)\n"
+            "os.killpg(0, signal.SIGKILL)\n\"")
+    code, out, err, _ = sh(a, bomb, timeout=90)
+    forked, errno = out.split()
+    assert int(errno) == 11 and int(forked) < 256, (out, err)  # EAGAIN at the pids limit
+    assert ok(b), "the neighbour stopped answering during A's fork bomb"
+    # Memory: two processes that each fit, together do not (the limit is per sandbox).
+    mb = int(os.environ["WARREN_MEMORY_MB"])
+    each = mb * 7 // 10
+    fill = f"b=bytearray({each}<<20); b[::4096]=b'x'*len(b[::4096])"
+    hog = (f"python3 -c \"import time; {fill}; time.sleep(5)\" & P=$!; sleep 2; "
+           f"python3 -c \"{fill}\"; S=$?; wait $P; F=$?; echo first=$F second=$S")
+    code, out, err, error = sh(a, hog, timeout=90)
+    statuses = dict(kv.split("=") for kv in out.split())
+    assert "137" in statuses.values(), f"two processes of {each} MiB each fit in {mb} MiB: {out} {err}"
+    assert ok(b), "the neighbour stopped answering during A's memory hog"
+    # A process killed by the out-of-memory killer says so.
+    code, out, err, error = sh(a, f"python3 -c \"b=bytearray({mb * 2}<<20); b[::4096]=b'x'*len(b[::4096])\"", timeout=90)
+    assert code != 0, (code, out)
+    assert error and "memory limit" in error, (code, error, err)
+    assert ok(a)
+    # Disk: fills up at the sandbox's quota with ENOSPC, inside A.
+    disk_mb = int(os.environ["WARREN_DISK_MB"])
+    code, out, err, _ = sh(a, f"dd if=/dev/zero of=/home/user/fill bs=1M count={disk_mb * 2} 2>&1; df -m / | tail -1", timeout=90)
+    assert "No space left on device" in out + err, (out, err)
+    # An upload past the quota fails with a clear error, not a crash.
+    try:
+        a.files.write("/home/user/more.bin", b"x" * (4 << 20))
+        raise AssertionError("an upload to a full disk succeeded")
+    except AssertionError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the SDK's error type varies by status
+        assert "space" in str(e).lower() or "507" in str(e) or "exhausted" in str(e).lower(), str(e)
+    assert ok(b), "the neighbour stopped answering during A's disk fill"
+    sh(a, "rm -f /home/user/fill")
+    assert ok(a)
+    result(a=a.sandbox_id, b=b.sandbox_id)
+
+
+@attack
+def kernel_surface():
+    sbx = Sandbox.create(timeout=120)
+    probe = ("python3 -c \"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+             "def call(nr, *a):\n    r = libc.syscall(nr, *a)\n    return r, ctypes.get_errno()\n"
+             # x86_64: keyctl 250, add_key 248, bpf 321, perf_event_open 298, unshare 272, mount 165
+             "print('keyctl', *call(250, 0, 0, 0, 0))\n"
+             "print('add_key', *call(248, b'user', b'k', b'v', 1, ctypes.c_long(-4)))\n"
+             "print('bpf', *call(321, 0, 0, 0))\n"
+             "print('perf', *call(298, 0, 0, -1, -1, 0))\n"
+             "print('unshare_user', *call(272, 0x10000000))\n"
+             "print('mount', *call(165, b'none', b'/mnt', b'tmpfs', 0, 0))\n\"")
+    for user in ("user", "root"):
+        code, out, err, _ = sh(sbx, probe, user=user)
+        facts = {line.split()[0]: (int(line.split()[1]), int(line.split()[2]))
+                 for line in out.strip().split("\n")}
+        for name, (ret, errno) in facts.items():
+            assert ret == -1 and errno == 1, f"{name} as {user}: {ret} errno {errno} (want EPERM)"
+    code, out, err, _ = sh(sbx, "unshare -U true 2>&1; echo rc=$?", user="root")
+    assert "rc=0" not in out, out
+    assert ok(sbx)
+    result(sandbox=sbx.sandbox_id)
+
+
+@attack
+def host_information():
+    host_paths = json.loads(os.environ["WARREN_HOST_PATHS"])
+    host_accounts = json.loads(os.environ["WARREN_HOST_ACCOUNTS"])
+    sbx = Sandbox.create(timeout=120)
+    code, out, _, _ = sh(sbx, "hostname; cat /etc/hostname")
+    assert out.split() == [sbx.sandbox_id, sbx.sandbox_id], out
+    code, passwd, _, _ = sh(sbx, "cat /etc/passwd /etc/group")
+    assert "user:x:1000:1000" in passwd, passwd
+    for account in host_accounts:
+        assert f"\n{account}:" not in "\n" + passwd, f"host account {account} visible"
+    code, out, _, _ = sh(sbx, "cat /proc/self/mountinfo; tr '\\0' ' ' < /proc/1/cmdline; "
+                              "tr '\\0' ' ' < /proc/self/cmdline", user="root")
+    for p in host_paths:
+        assert p not in out, f"host path {p} visible inside:\n{out}"
+    code, out, _, _ = sh(sbx, "test -f /etc/resolv.conf && echo yes")
+    assert out.strip() == "yes"
+    result(sandbox=sbx.sandbox_id)
+
+
+@attack
+def forged_marker():
+    sbx = Sandbox.create(timeout=120)
+    server = ("import http.server\n"
+              "class H(http.server.BaseHTTPRequestHandler):\n"
+              "    def do_GET(self):\n"
+              "        body = b'app says not here'\n"
+              "        self.send_response(404)\n"
+              "        self.send_header('X-Warren-Route', 'not-found')\n"
+              "        self.send_header('X-Warren-Generation', '999')\n"
+              "        self.send_header('Content-Length', str(len(body)))\n"
+              "        self.end_headers()\n"
+              "        self.wfile.write(body)\n"
+              "    def log_message(self, *a): pass\n"
+              "http.server.HTTPServer(('127.0.0.1', 8000), H).serve_forever()\n")
+    sbx.files.write("/home/user/srv.py", server)
+    sbx.commands.run("exec python3 /home/user/srv.py", background=True)
+    headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "8000"}
+    deadline = time.time() + 20
+    while True:
+        status, hdrs, body = http("GET", "/", headers, base=os.environ["E2B_SANDBOX_URL"])
+        if body == b"app says not here" or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert status == 404 and body == b"app says not here", (status, body)
+    assert not any(k.lower().startswith("x-warren-") for k in hdrs), hdrs
+    for _ in range(20):
+        status, hdrs, body = http("GET", "/", headers, base=os.environ["E2B_SANDBOX_URL"])
+        assert status == 404 and body == b"app says not here", (status, body)
+    assert ok(sbx)
+    result(sandbox=sbx.sandbox_id)
+
+
+if __name__ == "__main__":
+    ATTACKS[sys.argv[1]]()
+
