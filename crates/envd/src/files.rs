@@ -111,10 +111,15 @@ pub async fn handle(jail: &Jail, req: Request<Incoming>) -> Response<Body> {
 
 /// The user an upload writes as (`username`, default `user`), when envd
 /// switches identities.
-fn owner_of(jail: &Jail, query: &Query) -> Result<Option<crate::users::Identity>, Response<Body>> {
-    jail.users()
-        .lookup(query.username.as_deref())
-        .map_err(|e| reply::error(StatusCode::BAD_REQUEST, e.to_string()))
+fn owner_of(
+    jail: &Jail,
+    query: &Query,
+) -> Result<Option<crate::users::Identity>, crate::users::UnknownUser> {
+    jail.users().lookup(query.username.as_deref())
+}
+
+fn unknown_user(e: crate::users::UnknownUser) -> Response<Body> {
+    reply::error(StatusCode::BAD_REQUEST, e.to_string())
 }
 
 fn resolve_error(e: crate::paths::PathError) -> Response<Body> {
@@ -222,7 +227,7 @@ async fn upload(
             "the path query parameter is required for application/octet-stream uploads",
         ));
     };
-    let owner = owner_of(jail, query)?;
+    let owner = owner_of(jail, query).map_err(unknown_user)?;
     let mut sink = Sink::open(jail, path, gzip, owner.as_ref()).await?;
     let mut body = req.into_body();
     while let Some(frame) = body.frame().await {
@@ -275,7 +280,7 @@ async fn upload_multipart(
                 ))
             }
         };
-        let owner = owner_of(jail, query)?;
+        let owner = owner_of(jail, query).map_err(unknown_user)?;
         let mut sink = Sink::open(jail, &dest, false, owner.as_ref()).await?;
         while let Some(chunk) = field.chunk().await.map_err(bad)? {
             sink.write(&chunk).await?;

@@ -5,19 +5,19 @@
 //! tenant supplied is in its environment or argv) and does, in order:
 //! 1. enters the sandbox's cgroups (so nothing it starts can be outside them),
 //! 2. sets `RLIMIT_CORE` to 0,
-//! 2b. unshares a mount namespace of its own and mounts a tmpfs on the
+//! 3. unshares a mount namespace of its own and mounts a tmpfs on the
 //!    stage dir ([`STAGE`]) with the sandbox's root and envd's binary bound
 //!    into it: those live under the node's data dir, which the sandbox's
 //!    ids may not traverse, and bwrap (running as one of them) binds them
-//!    from the stage instead;
-//! 3. `unshare(CLONE_NEWUSER)`: a user namespace whose ids the *node* then
+//!    from the stage instead,
+//! 4. `unshare(CLONE_NEWUSER)`: a user namespace whose ids the *node* then
 //!    maps to the sandbox's own range of host ids (`0..65536` inside →
 //!    `base..base+65536` on the host; see [`crate::runtime::ids`]),
-//! 4. tells the node it is ready (a byte on stdout) and waits for the node's
+//! 5. tells the node it is ready (a byte on stdout) and waits for the node's
 //!    go (a byte on stdin) — the node writes `uid_map`/`gid_map` in between,
-//! 5. becomes root *of that namespace* (`setresgid`/`setgroups`/`setresuid`
+//! 6. becomes root *of that namespace* (`setresgid`/`setgroups`/`setresuid`
 //!    to 0: host uid `base`, no capability outside the namespace),
-//! 6. points stdout at `/dev/null` and execs the program (bwrap); stdin
+//! 7. points stdout at `/dev/null` and execs the program (bwrap); stdin
 //!    stays: the node writes envd's settings there next.
 //!
 //! No exec happens between `unshare` and `setresuid`, so the process keeps
