@@ -8,8 +8,9 @@
 //!
 //! # Layout
 //! - [`config`]: flags / `WARREN_NODE_*` env / TOML, validated before binding.
-//! - [`runtime`]: the [`runtime::Runtime`] trait, `bwrap` and `process`,
-//!   resource limits (cgroups v2 or rlimits), killing via `/proc`.
+//! - [`runtime`]: the [`runtime::Runtime`] trait, `bwrap` and `process`;
+//!   the sandbox launcher, host id ranges, cgroup limits (v1 and v2), disk
+//!   images, the seccomp filter, killing via cgroups and `/proc`.
 //! - [`sandbox`]: the registry (roster, per-sandbox locks, create / fork /
 //!   delete / adopt), `sandbox.json`, template and fork files.
 //! - [`envd`]: the envd API socket, relay handshake and `/health` probe.

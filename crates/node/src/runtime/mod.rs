@@ -1,13 +1,17 @@
 //! Runtimes: how a sandbox's envd is started and how every process of a
 //! sandbox is killed.
 //!
-//! Both runtimes share one on-disk layout per sandbox (see [`Paths`]) and one
-//! way of killing ([`procs::kill_all`], plus the sandbox's cgroup when there is
-//! one); they differ in how envd is launched:
-//! - [`bwrap::Bwrap`]: own pid, mount, network, ipc, uts (and cgroup)
-//!   namespaces; the host's system dirs read-only; envd runs as an
-//!   unprivileged uid without capabilities.
-//! - [`process::Process`]: a directory and a session; no isolation at all.
+//! Both runtimes share one on-disk layout per sandbox (see [`Paths`]), one
+//! way of handing envd its sockets (bound by the node, inherited as
+//! descriptors) and its secrets (JSON on stdin, see [`EnvdStdin`]), and one
+//! way of killing (the sandbox's cgroup when there is one, then
+//! [`procs::kill_all`]); they differ in how envd is launched:
+//! - [`bwrap::Bwrap`]: its own user namespace over a host id range
+//!   ([`ids`]), cgroups ([`limits`]), disk ([`disk`]), seccomp filter
+//!   ([`seccomp`]) and pid, mount, network, ipc, uts namespaces, started
+//!   through the launcher ([`launch`]). See docs/security.md.
+//! - [`process::Process`]: a directory and a session; no isolation and no
+//!   limits at all.
 //!
 //! Launching must happen on a long-lived thread (an async task, never
 //! `spawn_blocking`): bwrap's `--die-with-parent` is tied to the *thread*
