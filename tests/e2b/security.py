@@ -178,10 +178,15 @@ def limits():
     mb = int(os.environ["WARREN_MEMORY_MB"])
     each = mb * 7 // 10
     fill = f"b=bytearray({each}<<20); b[::4096]=b'x'*len(b[::4096])"
-    hog = (f"python3 -c \"import time; {fill}; time.sleep(5)\" & P=$!; sleep 2; "
-           f"python3 -c \"{fill}\"; S=$?; wait $P; F=$?; echo first=$F second=$S")
+    # The first holds its memory until the second is done; whichever the
+    # out-of-memory killer picks ends with 137.
+    hog = (f"python3 -c \"import time; {fill}; print('held', flush=True); time.sleep(120)\" > /tmp/held & P=$!; "
+           "until grep -q held /tmp/held; do sleep 0.1; done; "
+           f"python3 -c \"{fill}\"; S=$?; "
+           "if kill -0 $P 2>/dev/null; then kill -9 $P; wait $P; F=alive; else wait $P; F=$?; fi; "
+           "echo first=$F second=$S")
     code, out, err, error = sh(a, hog, timeout=90)
-    statuses = dict(kv.split("=") for kv in out.split())
+    statuses = dict(kv.split("=") for kv in out.split() if "=" in kv)
     assert "137" in statuses.values(), f"two processes of {each} MiB each fit in {mb} MiB: {out} {err}"
     assert ok(b), "the neighbour stopped answering during A's memory hog"
     # A process killed by the out-of-memory killer says so.
