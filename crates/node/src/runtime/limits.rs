@@ -74,6 +74,7 @@ impl LimitPlan {
     /// dir's mark), so neither ever touches the other's cgroups.
     pub fn detect(node_id: &str, instance: &str, limits: Limits) -> LimitPlan {
         let base_name = format!("warren-{node_id}-{instance}");
+        sweep_dead_nodes();
         let v2 = v2_base(&base_name);
         let hierarchy = match v2 {
             Ok(base) => Ok(Hierarchy::V2 { base }),
@@ -134,6 +135,14 @@ impl LimitPlan {
         };
         let cg = match h {
             Hierarchy::V2 { base } => {
+                if !base.exists() {
+                    // Swept by another node while this one had no sandbox.
+                    let name = base
+                        .file_name()
+                        .and_then(|n| n.to_str())
+                        .unwrap_or("warren");
+                    v2_base(name).map_err(std::io::Error::other)?;
+                }
                 let dir = base.join(name);
                 make_dir(&dir)?;
                 let cg = Cgroup {
@@ -180,7 +189,8 @@ impl LimitPlan {
                 };
                 let made = (|| -> std::io::Result<()> {
                     for d in &dirs {
-                        make_dir(d)?;
+                        // The base too: another node may have swept it empty.
+                        std::fs::create_dir_all(d)?;
                     }
                     let bytes = limits.memory_bytes.to_string();
                     std::fs::write(mem.join("memory.limit_in_bytes"), &bytes)?;
@@ -242,6 +252,45 @@ impl LimitPlan {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Removes the empty `warren-*` cgroups of nodes that died without
+/// cleaning up (SIGKILL): sandbox cgroups with no process that are over a
+/// minute old (a live node's fresh one may not have its first process
+/// yet), then bases left empty — a live node makes its base again at its
+/// next create.
+fn sweep_dead_nodes() {
+    let old = |p: &Path| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > Duration::from_secs(60)))
+    };
+    let root = Path::new(CGROUP_ROOT);
+    let mut tops = vec![root.to_path_buf()];
+    tops.extend(["memory", "pids", "cpu", "freezer"].map(|c| root.join(c)));
+    for top in tops {
+        let Ok(dir) = std::fs::read_dir(&top) else {
+            continue;
+        };
+        for e in dir.flatten() {
+            let is_ours = e
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("warren-"));
+            if !(is_ours && e.file_type().is_ok_and(|t| t.is_dir())) {
+                continue;
+            }
+            if let Ok(children) = std::fs::read_dir(e.path()) {
+                for c in children.flatten() {
+                    if c.file_type().is_ok_and(|t| t.is_dir()) && old(&c.path()) {
+                        // Fails (EBUSY) for a cgroup that has processes.
+                        let _ = std::fs::remove_dir(c.path());
+                    }
+                }
+            }
+            let _ = std::fs::remove_dir(e.path());
         }
     }
 }
