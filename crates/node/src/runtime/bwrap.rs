@@ -389,22 +389,13 @@ fn usrmerge_args(a: &mut Vec<OsString>, symlinks: bool) {
     }
 }
 
-/// An anonymous file holding `data`, positioned at its start, to hand to a
-/// child as a descriptor (bwrap's `--args` and seccomp programs).
+/// An anonymous in-memory file holding `data`, positioned at its start, to
+/// hand to a child as a descriptor (bwrap's `--args` and seccomp programs).
 fn sealed_file(data: &[u8]) -> Result<OwnedFd, String> {
-    let dir = std::env::temp_dir();
-    let path = dir.join(format!(
-        ".warren-launch-{}-{}",
-        std::process::id(),
-        rand::random::<u64>()
-    ));
-    let mut f = std::fs::OpenOptions::new()
-        .create_new(true)
-        .read(true)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let _ = std::fs::remove_file(&path);
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create("warren-launch", MFdFlags::MFD_CLOEXEC)
+        .map_err(|e| format!("memfd_create: {e}"))?;
+    let mut f = std::fs::File::from(fd);
     f.write_all(data)
         .and_then(|_| f.rewind())
         .map_err(|e| format!("cannot write a launch file: {e}"))?;
