@@ -1,0 +1,146 @@
+//! System calls the sandbox runtime needs that `nix` does not wrap yet:
+//! the new mount API for idmapped mounts (a template's files, owned by ids
+//! `0..65536`, seen by each sandbox as its own host id range), and
+//! installing a seccomp filter without `no_new_privs` (so `sudo` inside a
+//! sandbox still works; allowed to a process with `CAP_SYS_ADMIN` in its
+//! user namespace).
+//!
+//! Every function is safe to call: arguments are descriptors and paths Rust
+//! owns, results are checked, and the kernel structures are built here.
+
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+}
+
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// `open_tree(path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC [| AT_RECURSIVE])`:
+/// a detached copy of the mount at `path`, to be changed and attached.
+pub fn open_tree_clone(path: &Path, recursive: bool) -> io::Result<OwnedFd> {
+    let c = cpath(path)?;
+    let mut flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC as libc::c_uint;
+    if recursive {
+        flags |= libc::AT_RECURSIVE as libc::c_uint;
+    }
+    // SAFETY: `c` is a valid NUL-terminated string for the call's duration;
+    // the returned descriptor is new and owned by nobody else.
+    let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) })?;
+    // SAFETY: the kernel just returned this descriptor to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// The kernel's `struct mount_attr` (size 32, version 0).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// `mount_setattr(mount, "", AT_EMPTY_PATH | AT_RECURSIVE, MOUNT_ATTR_IDMAP)`:
+/// every access through the detached mount is mapped through `userns`'s
+/// id maps.
+pub fn set_idmap(mount: impl AsFd, userns: impl AsFd) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: libc::MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_fd().as_raw_fd() as u64,
+    };
+    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint;
+    // SAFETY: `attr` lives across the call and its size is passed; the path
+    // is a static empty C string; the descriptors are borrowed and open.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            mount.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })?;
+    Ok(())
+}
+
+/// `move_mount(mount, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH)`: attaches
+/// a detached mount at `to`.
+pub fn move_mount_to(mount: impl AsFd, to: &Path) -> io::Result<()> {
+    let c = cpath(to)?;
+    // SAFETY: both strings are valid for the call; the descriptor is open.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            mount.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })?;
+    Ok(())
+}
+
+/// Installs a classic BPF seccomp program (the kernel's `struct
+/// sock_filter` array, 8 bytes per instruction, as `seccompiler` builds)
+/// on the calling thread's process tree to come, without setting
+/// `no_new_privs`: the caller needs `CAP_SYS_ADMIN` in its user namespace.
+/// Call it in a single-threaded process (the filter applies to this thread
+/// and what it starts).
+pub fn install_seccomp(program: &[u8]) -> io::Result<()> {
+    if program.is_empty() || program.len() % 8 != 0 || program.len() / 8 > u16::MAX as usize {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a seccomp program is a non-empty array of 8-byte instructions",
+        ));
+    }
+    let filters: Vec<libc::sock_filter> = program
+        .chunks_exact(8)
+        .map(|c| libc::sock_filter {
+            code: u16::from_ne_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect();
+    let prog = libc::sock_fprog {
+        len: filters.len() as u16,
+        filter: filters.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at `filters`, both alive across the call; the
+    // kernel copies the program.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &prog as *const libc::sock_fprog,
+        )
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn malformed_programs_are_refused() {
+        assert!(super::install_seccomp(&[]).is_err());
+        assert!(super::install_seccomp(&[0; 7]).is_err());
+    }
+}

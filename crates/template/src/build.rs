@@ -1,0 +1,138 @@
+//! Making templates: [`build`] runs `mmdebstrap` (Debian's archive is what
+//! these machines reach) with the spec's packages, then writes its files and
+//! runs its steps as root inside the new tree (a `chroot`, in mmdebstrap's
+//! customize hook); [`import`] takes a root filesystem tarball as it is.
+//! Either way the tarball enters the [`Store`] under its digest.
+
+use crate::spec::{Defaults, Spec};
+use crate::store::{Store, Template};
+use crate::{io, TemplateError};
+use std::path::Path;
+use std::process::Stdio;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Single-quotes `s` for `sh`.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The customize hook: files first, then the run steps, each in the new
+/// root (`$1`). Written to a file mmdebstrap runs with `sh`.
+fn hook_script(spec: &Spec) -> String {
+    let mut s = String::from("#!/bin/sh\nset -eu\nroot=\"$1\"\n");
+    for f in &spec.files {
+        s.push_str(&format!(
+            "mkdir -p \"$root\"$(dirname {p})\nprintf '%s' {c} > \"$root\"{p}\nchmod {m} \"$root\"{p}\n",
+            p = quote(&f.path),
+            c = quote(&f.content),
+            m = quote(&f.mode),
+        ));
+    }
+    for step in &spec.run {
+        s.push_str(&format!(
+            "echo '+ '{q}\nchroot \"$root\" /bin/sh -eu -c {q}\n",
+            q = quote(step)
+        ));
+    }
+    s
+}
+
+/// Builds `spec` into `store` and records it under its name. `progress`
+/// gets one line per stage (mmdebstrap's own output goes to stderr).
+pub fn build(
+    spec: &Spec,
+    store: &Store,
+    mut progress: impl FnMut(&str),
+) -> Result<Template, TemplateError> {
+    let work = store.scratch("build");
+    std::fs::create_dir_all(&work).map_err(io(format!("cannot create {}", work.display())))?;
+    let result = (|| {
+        let hook = work.join("customize.sh");
+        std::fs::write(&hook, hook_script(spec)).map_err(io("cannot write the build hook"))?;
+        let tar = work.join("rootfs.tar");
+        progress(&format!(
+            "template {}: installing {} package(s) from Debian {} with mmdebstrap",
+            spec.name,
+            spec.packages.len(),
+            spec.suite
+        ));
+        let mut cmd = std::process::Command::new("mmdebstrap");
+        cmd.args(["--variant=minbase", "--mode=root", "--format=tar"]);
+        if !spec.packages.is_empty() {
+            cmd.arg(format!("--include={}", spec.packages.join(",")));
+        }
+        cmd.arg(format!("--customize-hook=sh {} \"$1\"", quote(&hook.display().to_string())))
+            .arg(&spec.suite)
+            .arg(&tar)
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit());
+        let status = cmd.status().map_err(|e| TemplateError::Tool {
+            tool: "mmdebstrap".into(),
+            message: format!("cannot run it ({e}); install it with `apt-get install mmdebstrap`"),
+        })?;
+        if !status.success() {
+            return Err(TemplateError::Tool {
+                tool: "mmdebstrap".into(),
+                message: format!("{status}; its output is above"),
+            });
+        }
+        progress(&format!("template {}: storing and unpacking", spec.name));
+        let digest = store.add_blob(&tar)?;
+        let template = Template {
+            name: spec.name.clone(),
+            digest,
+            defaults: spec.defaults(),
+            created_at_ms: now_ms(),
+            source: format!("build (suite {}, {} packages)", spec.suite, spec.packages.len()),
+        };
+        store.put(&template)?;
+        Ok(template)
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    result
+}
+
+/// Imports a root filesystem tarball (`docker export` output) as `name`.
+pub fn import(
+    tarball: &Path,
+    name: &str,
+    defaults: Defaults,
+    store: &Store,
+) -> Result<Template, TemplateError> {
+    crate::validate_name(name)?;
+    defaults.validate()?;
+    let copy = store.scratch("import");
+    std::fs::copy(tarball, &copy).map_err(io(format!("cannot read {}", tarball.display())))?;
+    let digest = store.add_blob(&copy);
+    let _ = std::fs::remove_file(&copy);
+    let template = Template {
+        name: name.to_string(),
+        digest: digest?,
+        defaults,
+        created_at_ms: now_ms(),
+        source: format!("import {}", tarball.display()),
+    };
+    store.put(&template)?;
+    Ok(template)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hook_quotes_everything() {
+        let spec = crate::Spec::parse(
+            "name = \"t\"\nrun = [\"echo 'hi' > /x\"]\n[[files]]\npath = \"/etc/a b\"\ncontent = \"it's\"\n",
+        )
+        .unwrap();
+        let s = super::hook_script(&spec);
+        assert!(s.contains(r#"printf '%s' 'it'\''s' > "$root"'/etc/a b'"#), "{s}");
+        assert!(s.contains(r#"chroot "$root" /bin/sh -eu -c 'echo '\''hi'\'' > /x'"#), "{s}");
+    }
+}

@@ -1,0 +1,228 @@
+//! The template build file (TOML):
+//!
+//! ```toml
+//! name = "base"
+//! suite = "bookworm"                 # Debian release mmdebstrap installs
+//! packages = ["python3", "sudo"]     # from the Debian archive
+//! run = ["useradd -m -u 1000 user"]  # shell steps, as root in the template
+//! user = "user"                      # who commands run as by default
+//! workdir = "/home/user"
+//! start_cmd = ""                     # started in every new sandbox, if set
+//! cpu_count = 2
+//! memory_mb = 512
+//! disk_mb = 2048
+//!
+//! [env]
+//! LANG = "C.UTF-8"
+//!
+//! [[files]]
+//! path = "/etc/sudoers.d/user"
+//! content = "user ALL=(ALL) NOPASSWD:ALL\n"
+//! mode = "0440"
+//! ```
+
+use crate::TemplateError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A file the build writes into the template (as root, before `run`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    pub path: String,
+    pub content: String,
+    /// Octal permission bits, default `0644`.
+    #[serde(default = "default_mode")]
+    pub mode: String,
+}
+
+fn default_mode() -> String {
+    "0644".into()
+}
+
+/// The sandbox defaults a template carries (also stored with it).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    #[serde(default = "default_user")]
+    pub user: String,
+    #[serde(default = "default_workdir")]
+    pub workdir: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub start_cmd: String,
+    #[serde(default = "default_cpus")]
+    pub cpu_count: u32,
+    #[serde(default = "default_memory")]
+    pub memory_mb: u64,
+    #[serde(default = "default_disk")]
+    pub disk_mb: u64,
+}
+
+fn default_user() -> String {
+    "user".into()
+}
+fn default_workdir() -> String {
+    "/home/user".into()
+}
+fn default_cpus() -> u32 {
+    2
+}
+fn default_memory() -> u64 {
+    512
+}
+fn default_disk() -> u64 {
+    2048
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            user: default_user(),
+            workdir: default_workdir(),
+            env: BTreeMap::new(),
+            start_cmd: String::new(),
+            cpu_count: default_cpus(),
+            memory_mb: default_memory(),
+            disk_mb: default_disk(),
+        }
+    }
+}
+
+/// A build file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    pub name: String,
+    #[serde(default = "default_suite")]
+    pub suite: String,
+    #[serde(default)]
+    pub packages: Vec<String>,
+    #[serde(default)]
+    pub files: Vec<File>,
+    #[serde(default)]
+    pub run: Vec<String>,
+    #[serde(default = "default_user")]
+    pub user: String,
+    #[serde(default = "default_workdir")]
+    pub workdir: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub start_cmd: String,
+    #[serde(default = "default_cpus")]
+    pub cpu_count: u32,
+    #[serde(default = "default_memory")]
+    pub memory_mb: u64,
+    #[serde(default = "default_disk")]
+    pub disk_mb: u64,
+}
+
+fn default_suite() -> String {
+    "bookworm".into()
+}
+
+impl Spec {
+    /// The sandbox defaults this template carries.
+    pub fn defaults(&self) -> Defaults {
+        Defaults {
+            user: self.user.clone(),
+            workdir: self.workdir.clone(),
+            env: self.env.clone(),
+            start_cmd: self.start_cmd.clone(),
+            cpu_count: self.cpu_count,
+            memory_mb: self.memory_mb,
+            disk_mb: self.disk_mb,
+        }
+    }
+
+    /// Parses and checks a build file; errors name the field.
+    pub fn parse(text: &str) -> Result<Spec, TemplateError> {
+        let spec: Spec = toml::from_str(text)
+            .map_err(|e| TemplateError::Invalid(format!("template file: {e}")))?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    fn validate(&self) -> Result<(), TemplateError> {
+        let bad = |m: String| Err(TemplateError::Invalid(m));
+        crate::validate_name(&self.name)?;
+        if self.suite.is_empty() || !self.suite.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return bad(format!("suite {:?} is not a Debian release name", self.suite));
+        }
+        for p in &self.packages {
+            let ok = !p.is_empty()
+                && p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+-.:=~".contains(&b));
+            if !ok {
+                return bad(format!("package {p:?} is not a Debian package name"));
+            }
+        }
+        for f in &self.files {
+            if !f.path.starts_with('/') || f.path.split('/').any(|c| c == "..") {
+                return bad(format!("file path {:?} must be absolute, without '..'", f.path));
+            }
+            if u32::from_str_radix(&f.mode, 8).map_or(true, |m| m > 0o7777) {
+                return bad(format!("file {:?}: mode {:?} is not octal permission bits", f.path, f.mode));
+            }
+        }
+        self.defaults().validate()
+    }
+}
+
+impl Defaults {
+    /// Checks the values a sandbox will be made with.
+    pub fn validate(&self) -> Result<(), TemplateError> {
+        let bad = |m: String| Err(TemplateError::Invalid(m));
+        if self.user.is_empty() || self.user.contains(['/', ':', '\0', '\n']) {
+            return bad(format!("user {:?} is not a user name", self.user));
+        }
+        if !self.workdir.starts_with('/') {
+            return bad(format!("workdir {:?} must be absolute", self.workdir));
+        }
+        if !(1..=64).contains(&self.cpu_count) {
+            return bad(format!("cpu_count {} must be between 1 and 64", self.cpu_count));
+        }
+        if self.memory_mb < 64 {
+            return bad(format!("memory_mb {} must be at least 64", self.memory_mb));
+        }
+        if self.disk_mb < 64 {
+            return bad(format!("disk_mb {} must be at least 64", self.disk_mb));
+        }
+        for k in self.env.keys() {
+            if k.is_empty() || k.contains(['=', '\0']) {
+                return bad(format!("env name {k:?} is not allowed"));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_with_defaults() {
+        let s = Spec::parse("name = \"t\"\npackages = [\"curl\"]\n[env]\nA = \"1\"\n").unwrap();
+        assert_eq!(s.suite, "bookworm");
+        assert_eq!(s.user, "user");
+        assert_eq!(s.memory_mb, 512);
+        assert_eq!(s.env["A"], "1");
+    }
+
+    #[test]
+    fn rejects_bad_fields_by_name() {
+        for (text, needle) in [
+            ("name = \"t\"\npackages = [\"curl; rm -rf /\"]", "package"),
+            ("name = \"T\"", "template name"),
+            ("name = \"t\"\n[[files]]\npath = \"etc/x\"\ncontent = \"\"", "absolute"),
+            ("name = \"t\"\nmemory_mb = 1", "memory_mb"),
+            ("name = \"t\"\nbogus = 1", "unknown field"),
+        ] {
+            let e = Spec::parse(text).unwrap_err().to_string();
+            assert!(e.contains(needle), "{text}: {e}");
+        }
+    }
+}
