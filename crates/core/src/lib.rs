@@ -3,6 +3,7 @@
 //! # Layout
 //! - [`id`]: sandbox and node id validation and generation.
 //! - [`env`]: which sandbox environment variables are allowed.
+//! - [`network`]: a sandbox's egress policy (E2B's `allowOut`/`denyOut`).
 //! - [`headers`]: the headers warren puts on the wire between its parts.
 //! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
 //!   validated before any socket is bound; bad config exits with code 64.
@@ -18,6 +19,7 @@ pub mod env;
 pub mod headers;
 pub mod id;
 pub mod logging;
+pub mod network;
 pub mod server;
 pub mod shutdown;
 pub mod time;

@@ -9,10 +9,12 @@ use warren_core::config::{parse_duration, ConfigError};
 /// Which runtime hosts sandboxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RuntimeChoice {
-    /// `bwrap` when bubblewrap is installed and works here, else `process`.
+    /// `isolated` when everything it needs works here, else `process`.
     Auto,
-    /// Each sandbox in its own namespaces (bubblewrap).
-    Bwrap,
+    /// Each sandbox a small machine of its own: a template's root, its own
+    /// namespaces, host ids, cgroups, disk and seccomp filter.
+    #[value(alias = "bwrap")]
+    Isolated,
     /// No isolation: a directory and a session per sandbox.
     Process,
 }
@@ -49,13 +51,13 @@ pub struct Config {
     /// How many sandboxes this node accepts.
     #[arg(long, env = "WARREN_NODE_CAPACITY", default_value_t = 100)]
     pub capacity: u32,
-    /// auto | bwrap | process.
+    /// auto | isolated | process.
     #[arg(long, env = "WARREN_NODE_RUNTIME", value_enum, default_value = "auto")]
     pub runtime: RuntimeChoice,
     /// The `warren` binary started as `<bin> envd ...`; default this executable.
     #[arg(long, env = "WARREN_NODE_ENVD_BIN")]
     pub envd_bin: Option<PathBuf>,
-    /// First host uid/gid of the sandbox id ranges (`bwrap`): sandbox k maps
+    /// First host uid/gid of the sandbox id ranges (isolated): sandbox k maps
     /// its ids 0..65536 to base + k*65536 ..; no host account may lie there.
     #[arg(
         long,
@@ -74,20 +76,29 @@ pub struct Config {
     /// Heartbeat interval; default what the scheduler's RegisterNode answers (2s).
     #[arg(long, env = "WARREN_NODE_HEARTBEAT_INTERVAL", value_parser = parse_duration)]
     pub heartbeat_interval: Option<Duration>,
+    /// Where templates live (shared by every node and gateway of the machine).
+    #[arg(
+        long,
+        env = "WARREN_TEMPLATE_DIR",
+        default_value = "/var/lib/warren/templates"
+    )]
+    pub template_dir: PathBuf,
     /// Memory per sandbox in MiB, all its processes together, swap included
-    /// (cgroup v2 memory.max, v1 memory.limit_in_bytes). E2B's default: 512.
-    #[arg(long, env = "WARREN_NODE_MEMORY_LIMIT_MB", default_value_t = 512)]
-    pub memory_limit_mb: u64,
+    /// (cgroup v2 memory.max, v1 memory.limit_in_bytes). The template's
+    /// `memory_mb` (E2B's default 512) applies; this caps it.
+    #[arg(long, env = "WARREN_NODE_MEMORY_LIMIT_MB")]
+    pub memory_limit_mb: Option<u64>,
     /// Processes and threads per sandbox (cgroup pids.max).
     #[arg(long, env = "WARREN_NODE_PIDS_LIMIT", default_value_t = 1024)]
     pub pids_limit: u64,
-    /// CPUs per sandbox (cgroup v2 cpu.max, v1 cpu.cfs_quota_us). E2B's
-    /// default: 2. 0 = unlimited.
-    #[arg(long, env = "WARREN_NODE_CPU_LIMIT", default_value_t = 2.0)]
-    pub cpu_limit: f64,
-    /// Disk per sandbox in MiB: the size of its filesystem (`bwrap`).
-    #[arg(long, env = "WARREN_NODE_DISK_LIMIT_MB", default_value_t = 1024)]
-    pub disk_limit_mb: u64,
+    /// CPUs per sandbox (cgroup v2 cpu.max, v1 cpu.cfs_quota_us). The
+    /// template's `cpu_count` (E2B's default 2) applies; this caps it.
+    #[arg(long, env = "WARREN_NODE_CPU_LIMIT")]
+    pub cpu_limit: Option<f64>,
+    /// Disk per sandbox in MiB (the writable layer's filesystem). The
+    /// template's `disk_mb` applies; this caps it.
+    #[arg(long, env = "WARREN_NODE_DISK_LIMIT_MB")]
+    pub disk_limit_mb: Option<u64>,
     /// Output each process keeps for reattaching clients (passed to envd).
     #[arg(long, env = "WARREN_NODE_MAX_OUTPUT_BYTES", default_value_t = 16 << 20)]
     pub max_output_bytes: u64,
@@ -118,16 +129,47 @@ pub struct Settings {
     pub envd_bin: PathBuf,
     pub sandbox_id_base: u32,
     pub id_lock_dir: PathBuf,
-    pub disk_bytes: u64,
+    pub template_dir: PathBuf,
     pub heartbeat_interval: Option<Duration>,
-    pub limits: Limits,
+    pub caps: Caps,
     pub max_output_bytes: u64,
     pub envd_start_timeout: Duration,
     pub drain_timeout: Duration,
     pub shutdown_delay: Duration,
 }
 
-/// Resource limits applied to every sandbox.
+/// What the node allows a sandbox at most; a template's own values apply
+/// under these (see [`Caps::limits`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Caps {
+    pub memory_mb: Option<u64>,
+    pub cpus: Option<f64>,
+    pub disk_mb: Option<u64>,
+    pub pids: u64,
+}
+
+impl Caps {
+    /// The limits of a sandbox whose template asks for `cpus`, `memory_mb`
+    /// and `disk_mb`: each the smaller of the template's and the node's cap.
+    /// Returns the limits and the disk size in bytes.
+    pub fn limits(&self, cpus: u32, memory_mb: u64, disk_mb: u64) -> (Limits, u64) {
+        let memory = self.memory_mb.map_or(memory_mb, |c| c.min(memory_mb));
+        let cpus = self
+            .cpus
+            .map_or(f64::from(cpus), |c| c.min(f64::from(cpus)));
+        let disk = self.disk_mb.map_or(disk_mb, |c| c.min(disk_mb));
+        (
+            Limits {
+                memory_bytes: memory << 20,
+                pids: self.pids,
+                cpus,
+            },
+            disk << 20,
+        )
+    }
+}
+
+/// Resource limits applied to one sandbox.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub memory_bytes: u64,
@@ -179,22 +221,20 @@ impl Config {
                 )));
             }
         }
-        if self.disk_limit_mb < 64 {
+        if self.disk_limit_mb.is_some_and(|d| d < 64) {
             return Err(invalid("--disk-limit-mb must be at least 64"));
         }
         if self.capacity == 0 {
             return Err(invalid("--capacity must be at least 1"));
         }
-        if self.memory_limit_mb < 64 {
+        if self.memory_limit_mb.is_some_and(|m| m < 64) {
             return Err(invalid("--memory-limit-mb must be at least 64"));
         }
         if self.pids_limit < 16 {
             return Err(invalid("--pids-limit must be at least 16"));
         }
-        if !self.cpu_limit.is_finite() || self.cpu_limit < 0.0 {
-            return Err(invalid(
-                "--cpu-limit must be 0 (unlimited) or a positive number",
-            ));
+        if self.cpu_limit.is_some_and(|c| !c.is_finite() || c <= 0.0) {
+            return Err(invalid("--cpu-limit must be a positive number of CPUs"));
         }
         if self.max_output_bytes < 4096 {
             return Err(invalid("--max-output-bytes must be at least 4096"));
@@ -237,12 +277,13 @@ impl Config {
             envd_bin,
             sandbox_id_base: self.sandbox_id_base,
             id_lock_dir: self.id_lock_dir.clone(),
-            disk_bytes: self.disk_limit_mb << 20,
+            template_dir: self.template_dir.clone(),
             heartbeat_interval: self.heartbeat_interval,
-            limits: Limits {
-                memory_bytes: self.memory_limit_mb << 20,
-                pids: self.pids_limit,
+            caps: Caps {
+                memory_mb: self.memory_limit_mb,
                 cpus: self.cpu_limit,
+                disk_mb: self.disk_limit_mb,
+                pids: self.pids_limit,
             },
             max_output_bytes: self.max_output_bytes,
             envd_start_timeout: self.envd_start_timeout,

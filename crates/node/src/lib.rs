@@ -1,14 +1,14 @@
 //! `warren node`: a sandbox host.
 //!
-//! It creates, forks and deletes sandboxes with a runtime (`bwrap`: own
-//! namespaces; `process`: no isolation, loudly), checks every data-plane
+//! It creates, forks and deletes sandboxes with a runtime (`isolated`: a
+//! template's root in its own namespaces; `process`: no isolation, loudly), checks every data-plane
 //! request's sandbox id and generation before it forwards it to that
 //! sandbox's envd over a Unix socket, and keeps the scheduler informed
 //! (register, heartbeat with its roster, lifecycle events).
 //!
 //! # Layout
 //! - [`config`]: flags / `WARREN_NODE_*` env / TOML, validated before binding.
-//! - [`runtime`]: the [`runtime::Runtime`] trait, `bwrap` and `process`;
+//! - [`runtime`]: the [`runtime::Runtime`] trait, `isolated` and `process`;
 //!   the sandbox launcher, host id ranges, cgroup limits (v1 and v2), disk
 //!   images, the seccomp filter, killing via cgroups and `/proc`.
 //! - [`sandbox`]: the registry (roster, per-sandbox locks, create / fork /
@@ -33,8 +33,8 @@
 //! **Policy: a sandbox never outlives its node process**, under either
 //! runtime. The node is what enforces identity checks, deletes, expiry and
 //! limits; a sandbox nobody polices is a leak (under `process`, unisolated
-//! code running with nobody to stop it). So: bwrap runs with
-//! `--die-with-parent`, envd under `process` gets a parent-death signal, and
+//! code running with nobody to stop it). So: an isolated sandbox's first
+//! process dies with the node (a parent-death signal), envd under `process` gets a parent-death signal, and
 //! a graceful stop kills everything. After a crash, the next node process on
 //! the same `--data-dir` adopts any sandbox whose envd still answers and
 //! removes the rest (killing leftover processes by their mark).
@@ -75,65 +75,98 @@ pub async fn main(config: Config, mounts: Result<(), String>) -> anyhow::Result<
     run(settings, warren_core::shutdown::signal()).await
 }
 
-/// Picks the runtime: `auto` is bwrap when everything it needs works here
-/// (root, cgroups, bubblewrap — a probe sandbox runs), else process.
+/// Picks the runtime: `auto` is isolated when everything it needs works
+/// here (root, cgroups, idmapped mounts — a probe is the first real
+/// sandbox), else process.
 async fn pick_runtime(
     s: &Settings,
     data_dir: &std::path::Path,
 ) -> Result<Arc<dyn Runtime>, ConfigError> {
-    let bwrap = match s.runtime {
+    let isolated = match s.runtime {
         RuntimeChoice::Process => Err("--runtime process was asked for".to_string()),
-        RuntimeChoice::Auto | RuntimeChoice::Bwrap => bwrap_runtime(s, data_dir).await,
+        RuntimeChoice::Auto | RuntimeChoice::Isolated => isolated_runtime(s, data_dir),
     };
-    match (bwrap, s.runtime) {
-        (Ok(b), _) => {
-            tracing::info!(
-                limits = b.1,
-                "runtime: bwrap (each sandbox in its own namespaces, id range, cgroups and disk)"
-            );
-            Ok(Arc::new(b.0))
-        }
-        (Err(why), RuntimeChoice::Bwrap) => Err(ConfigError::Invalid(format!(
-            "--runtime bwrap does not work here: {why}"
+    match (isolated, s.runtime) {
+        (Ok(rt), _) => Ok(Arc::new(rt)),
+        (Err(why), RuntimeChoice::Isolated) => Err(ConfigError::Invalid(format!(
+            "--runtime isolated does not work here: {why}"
         ))),
         (Err(why), _) => {
             if s.runtime == RuntimeChoice::Auto {
-                tracing::info!(%why, "bwrap is not usable; using the process runtime");
+                tracing::info!(%why, "the isolated runtime is not usable; using the process runtime");
             }
             tracing::error!(
                 "RUNTIME IS `process`: SANDBOXES ARE NOT ISOLATED AND NOT LIMITED. Code in a \
                  sandbox runs as this node's user and can read and change everything it can, \
                  see every process and reach every port and every other sandbox. Run the node \
-                 as root with bubblewrap (bwrap) installed for isolation."
+                 as root on a machine with cgroups and idmapped mounts for isolation."
             );
             Ok(Arc::new(runtime::process::Process::new()))
         }
     }
 }
 
-async fn bwrap_runtime(
+fn isolated_runtime(
     s: &Settings,
     data_dir: &std::path::Path,
-) -> Result<(runtime::bwrap::Bwrap, &'static str), String> {
+) -> Result<runtime::isolated::Isolated, String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("the node does not run as root".into());
     }
     let instance = runtime::mark("", 0, data_dir);
     let instance = instance.rsplit('@').next().unwrap_or("0");
-    let limits = LimitPlan::detect(&s.node_id, &instance[..8.min(instance.len())], s.limits);
+    let default_limits = s.caps.limits(2, 512, 2048).0;
+    let limits = LimitPlan::detect(
+        &s.node_id,
+        &instance[..8.min(instance.len())],
+        default_limits,
+    );
     let ids = runtime::ids::IdRanges::new(
         s.sandbox_id_base,
         runtime::ids::ranges_above(s.sandbox_id_base).max(1),
         &s.id_lock_dir,
     )?;
+    let templates = warren_template::Store::open(&s.template_dir)
+        .map_err(|e| format!("--template-dir: {e}"))?;
     let staged = runtime::disk::stage_binary(&s.envd_bin, &data_dir.join("bin"))
         .map_err(|e| format!("cannot stage the envd binary: {e}"))?;
     std::fs::create_dir_all(runtime::launch::STAGE)
         .map_err(|e| format!("cannot create {}: {e}", runtime::launch::STAGE))?;
+    let egress = match runtime::egress::Egress::detect() {
+        Ok(e) => Some(e),
+        Err(why) => {
+            tracing::warn!(%why, "sandboxes get no network access on this node (only allow_internet_access=false creates work)");
+            None
+        }
+    };
     let mechanism = limits.mechanism();
-    let b = runtime::bwrap::Bwrap::new(limits, ids, s.envd_bin.clone(), staged)?;
-    b.probe(&s.node_id).await?;
-    Ok((b, mechanism))
+    let rt = runtime::isolated::Isolated::new(
+        limits,
+        ids,
+        s.envd_bin.clone(),
+        staged,
+        templates,
+        egress.clone(),
+    )?;
+    let names: Vec<String> = rt
+        .templates()
+        .list()
+        .map(|l| l.into_iter().map(|t| t.name).collect())
+        .unwrap_or_default();
+    tracing::info!(
+        limits = mechanism,
+        egress = egress.is_some(),
+        templates = %names.join(","),
+        template_dir = %s.template_dir.display(),
+        "runtime: isolated (each sandbox a template's root in its own namespaces, id range, cgroups and disk)"
+    );
+    if names.is_empty() {
+        tracing::warn!(
+            template_dir = %s.template_dir.display(),
+            "no templates yet: build one with `warren template build templates/base.toml`"
+        );
+    }
+    Ok(rt)
 }
 
 /// Runs the node with validated settings until `shutdown` resolves.
@@ -169,8 +202,7 @@ pub async fn run(
             envd_bin: settings.envd_bin.clone(),
             max_output_bytes: settings.max_output_bytes,
             envd_start_timeout: settings.envd_start_timeout,
-            limits: settings.limits,
-            disk_bytes: settings.disk_bytes,
+            caps: settings.caps,
         },
         runtime.clone(),
         metrics.clone(),

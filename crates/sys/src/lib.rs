@@ -39,7 +39,8 @@ pub fn open_tree_clone(path: &Path, recursive: bool) -> io::Result<OwnedFd> {
     }
     // SAFETY: `c` is a valid NUL-terminated string for the call's duration;
     // the returned descriptor is new and owned by nobody else.
-    let fd = check(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) })?;
+    let fd =
+        check(unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) })?;
     // SAFETY: the kernel just returned this descriptor to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
@@ -133,6 +134,37 @@ pub fn install_seccomp(program: &[u8]) -> io::Result<()> {
             &prog as *const libc::sock_fprog,
         )
     })?;
+    Ok(())
+}
+
+/// Brings the loopback interface of the calling thread's network namespace
+/// up (`SIOCGIFFLAGS`/`SIOCSIFFLAGS` on a datagram socket): a fresh network
+/// namespace starts with `lo` down.
+pub fn loopback_up() -> io::Result<()> {
+    // SAFETY: a plain socket call; the descriptor is owned right after.
+    let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a new descriptor nobody else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: `ifreq` is plain data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: `req` is a valid ifreq for the duration of both calls.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel filled `ifru_flags` above; both are plain integers.
+    unsafe {
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: as above.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
     Ok(())
 }
 

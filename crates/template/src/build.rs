@@ -34,6 +34,15 @@ fn hook_script(spec: &Spec) -> String {
             m = quote(&f.mode),
         ));
     }
+    if spec.trust_host_cas {
+        s.push_str(
+            "if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then\n  \
+             mkdir -p \"$root/usr/local/share/ca-certificates\"\n  \
+             cp /usr/local/share/ca-certificates/*.crt \"$root/usr/local/share/ca-certificates/\"\n  \
+             chroot \"$root\" update-ca-certificates >/dev/null 2>&1 || true\n\
+             fi\n",
+        );
+    }
     for step in &spec.run {
         s.push_str(&format!(
             "echo '+ '{q}\nchroot \"$root\" /bin/sh -eu -c {q}\n",
@@ -63,16 +72,26 @@ pub fn build(
             spec.suite
         ));
         let mut cmd = std::process::Command::new("mmdebstrap");
-        cmd.args(["--variant=minbase", "--mode=root", "--format=tar"]);
+        // Package lists stay, so `sudo apt-get install` works in a sandbox
+        // without an update first.
+        cmd.args([
+            "--variant=minbase",
+            "--mode=root",
+            "--format=tar",
+            "--skip=cleanup/apt/lists",
+        ]);
         if !spec.packages.is_empty() {
             cmd.arg(format!("--include={}", spec.packages.join(",")));
         }
-        cmd.arg(format!("--customize-hook=sh {} \"$1\"", quote(&hook.display().to_string())))
-            .arg(&spec.suite)
-            .arg(&tar)
-            .stdin(Stdio::null())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit());
+        cmd.arg(format!(
+            "--customize-hook=sh {} \"$1\"",
+            quote(&hook.display().to_string())
+        ))
+        .arg(&spec.suite)
+        .arg(&tar)
+        .stdin(Stdio::null())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
         let status = cmd.status().map_err(|e| TemplateError::Tool {
             tool: "mmdebstrap".into(),
             message: format!("cannot run it ({e}); install it with `apt-get install mmdebstrap`"),
@@ -90,7 +109,11 @@ pub fn build(
             digest,
             defaults: spec.defaults(),
             created_at_ms: now_ms(),
-            source: format!("build (suite {}, {} packages)", spec.suite, spec.packages.len()),
+            source: format!(
+                "build (suite {}, {} packages)",
+                spec.suite,
+                spec.packages.len()
+            ),
         };
         store.put(&template)?;
         Ok(template)
@@ -132,7 +155,13 @@ mod tests {
         )
         .unwrap();
         let s = super::hook_script(&spec);
-        assert!(s.contains(r#"printf '%s' 'it'\''s' > "$root"'/etc/a b'"#), "{s}");
-        assert!(s.contains(r#"chroot "$root" /bin/sh -eu -c 'echo '\''hi'\'' > /x'"#), "{s}");
+        assert!(
+            s.contains(r#"printf '%s' 'it'\''s' > "$root"'/etc/a b'"#),
+            "{s}"
+        );
+        assert!(
+            s.contains(r#"chroot "$root" /bin/sh -eu -c 'echo '\''hi'\'' > /x'"#),
+            "{s}"
+        );
     }
 }

@@ -5,6 +5,7 @@
 //! suite = "bookworm"                 # Debian release mmdebstrap installs
 //! packages = ["python3", "sudo"]     # from the Debian archive
 //! run = ["useradd -m -u 1000 user"]  # shell steps, as root in the template
+//! trust_host_cas = true              # the build host's added CAs, trusted
 //! user = "user"                      # who commands run as by default
 //! workdir = "/home/user"
 //! start_cmd = ""                     # started in every new sandbox, if set
@@ -103,6 +104,11 @@ pub struct Spec {
     pub files: Vec<File>,
     #[serde(default)]
     pub run: Vec<String>,
+    /// Copy the build host's own CA certificates
+    /// (`/usr/local/share/ca-certificates/*.crt`: a corporate or egress
+    /// proxy's) into the template and trust them. Default on.
+    #[serde(default = "default_true")]
+    pub trust_host_cas: bool,
     #[serde(default = "default_user")]
     pub user: String,
     #[serde(default = "default_workdir")]
@@ -117,6 +123,10 @@ pub struct Spec {
     pub memory_mb: u64,
     #[serde(default = "default_disk")]
     pub disk_mb: u64,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_suite() -> String {
@@ -148,8 +158,16 @@ impl Spec {
     fn validate(&self) -> Result<(), TemplateError> {
         let bad = |m: String| Err(TemplateError::Invalid(m));
         crate::validate_name(&self.name)?;
-        if self.suite.is_empty() || !self.suite.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-            return bad(format!("suite {:?} is not a Debian release name", self.suite));
+        if self.suite.is_empty()
+            || !self
+                .suite
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return bad(format!(
+                "suite {:?} is not a Debian release name",
+                self.suite
+            ));
         }
         for p in &self.packages {
             let ok = !p.is_empty()
@@ -161,10 +179,16 @@ impl Spec {
         }
         for f in &self.files {
             if !f.path.starts_with('/') || f.path.split('/').any(|c| c == "..") {
-                return bad(format!("file path {:?} must be absolute, without '..'", f.path));
+                return bad(format!(
+                    "file path {:?} must be absolute, without '..'",
+                    f.path
+                ));
             }
             if u32::from_str_radix(&f.mode, 8).map_or(true, |m| m > 0o7777) {
-                return bad(format!("file {:?}: mode {:?} is not octal permission bits", f.path, f.mode));
+                return bad(format!(
+                    "file {:?}: mode {:?} is not octal permission bits",
+                    f.path, f.mode
+                ));
             }
         }
         self.defaults().validate()
@@ -182,7 +206,10 @@ impl Defaults {
             return bad(format!("workdir {:?} must be absolute", self.workdir));
         }
         if !(1..=64).contains(&self.cpu_count) {
-            return bad(format!("cpu_count {} must be between 1 and 64", self.cpu_count));
+            return bad(format!(
+                "cpu_count {} must be between 1 and 64",
+                self.cpu_count
+            ));
         }
         if self.memory_mb < 64 {
             return bad(format!("memory_mb {} must be at least 64", self.memory_mb));
@@ -217,7 +244,10 @@ mod tests {
         for (text, needle) in [
             ("name = \"t\"\npackages = [\"curl; rm -rf /\"]", "package"),
             ("name = \"T\"", "template name"),
-            ("name = \"t\"\n[[files]]\npath = \"etc/x\"\ncontent = \"\"", "absolute"),
+            (
+                "name = \"t\"\n[[files]]\npath = \"etc/x\"\ncontent = \"\"",
+                "absolute",
+            ),
             ("name = \"t\"\nmemory_mb = 1", "memory_mb"),
             ("name = \"t\"\nbogus = 1", "unknown field"),
         ] {

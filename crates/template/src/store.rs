@@ -198,7 +198,10 @@ impl Store {
                 let _ = std::fs::remove_dir_all(&tmp);
                 Ok(())
             }
-            Err(e) => Err(io(format!("cannot move the unpacked template to {}", dir.display()))(e)),
+            Err(e) => Err(io(format!(
+                "cannot move the unpacked template to {}",
+                dir.display()
+            ))(e)),
         }
     }
 }
@@ -209,7 +212,9 @@ pub fn sha256_file(path: &Path) -> Result<String, TemplateError> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).map_err(io(format!("cannot read {}", path.display())))?;
+        let n = f
+            .read(&mut buf)
+            .map_err(io(format!("cannot read {}", path.display())))?;
         if n == 0 {
             break;
         }
@@ -242,7 +247,10 @@ mod tests {
         let digest = store.add_blob(&tar).unwrap();
         assert!(digest.starts_with("sha256-"));
         let root = store.rootfs(&digest).unwrap();
-        assert_eq!(std::fs::read_to_string(root.join("etc/hello")).unwrap(), "hi");
+        assert_eq!(
+            std::fs::read_to_string(root.join("etc/hello")).unwrap(),
+            "hi"
+        );
         let t = Template {
             name: "t1".into(),
             digest: digest.clone(),

@@ -32,6 +32,7 @@ Operate:
   sandbox     ls | create | exec | rm   (through a gateway)
   node ls     list nodes (through a gateway; needs an operator key)
   route <id>  how a gateway routes a sandbox: its cache vs the scheduler
+  template    build FILE | import TARBALL --name N | ls   (sandbox templates)
   chaos       failover: kill a replica under load behind HAProxy, record every probe
 
 Every command takes --help. Settings come from flags, WARREN_* environment
@@ -77,6 +78,9 @@ fn main() -> ExitCode {
         warren_node::runtime::launch::SUBCOMMAND => {
             warren_node::runtime::launch::main(args.get(1..).unwrap_or_default())
         }
+        warren_node::runtime::launch::INIT_SUBCOMMAND => {
+            warren_node::runtime::launch::init_main(args.get(1..).unwrap_or_default())
+        }
         "node" if args.get(1).is_some_and(|a| a == "ls") => cli::run(&sub, args, log_format),
         "node" => {
             // Before any thread exists: mount namespaces are per process only then.
@@ -87,6 +91,7 @@ fn main() -> ExitCode {
         }
         "dev" => component::<dev::Config, _, _>(args, log_format, dev::main),
         "sandbox" | "route" => cli::run(&sub, args, log_format),
+        "template" => cli::template::run(args),
         "chaos" => cli::chaos::run(args, log_format),
         other => {
             eprintln!("warren: unknown command {other:?}\n\n{USAGE}");

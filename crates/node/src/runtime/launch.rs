@@ -1,113 +1,158 @@
-//! `warren sandbox-launch`: the first process of a `bwrap` sandbox, and the
-//! node's side of starting it.
+//! The first two processes of an isolated sandbox, and the node's part in
+//! starting them.
 //!
-//! The launcher runs as host root with a cleared environment (nothing a
-//! tenant supplied is in its environment or argv) and does, in order:
-//! 1. enters the sandbox's cgroups (so nothing it starts can be outside them),
-//! 2. sets `RLIMIT_CORE` to 0,
-//! 3. unshares a mount namespace of its own and mounts a tmpfs on the
-//!    stage dir ([`STAGE`]) with the sandbox's root and envd's binary bound
-//!    into it: those live under the node's data dir, which the sandbox's
-//!    ids may not traverse, and bwrap (running as one of them) binds them
-//!    from the stage instead,
-//! 4. `unshare(CLONE_NEWUSER)`: a user namespace whose ids the *node* then
-//!    maps to the sandbox's own range of host ids (`0..65536` inside →
-//!    `base..base+65536` on the host; see [`crate::runtime::ids`]),
-//! 5. tells the node it is ready (a byte on stdout) and waits for the node's
-//!    go (a byte on stdin) — the node writes `uid_map`/`gid_map` in between,
-//! 6. becomes root *of that namespace* (`setresgid`/`setgroups`/`setresuid`
-//!    to 0: host uid `base`, no capability outside the namespace),
-//! 7. points stdout at `/dev/null` and execs the program (bwrap); stdin
-//!    stays: the node writes envd's settings there next.
+//! **`warren sandbox-launch --hold`** (the holder) makes the sandbox's user
+//! namespace: it becomes the sandbox's first host uid (`base`, so the
+//! namespace belongs to `base` and the egress helper running as `base` may
+//! enter its network namespace), unshares a user namespace, tells the node
+//! (a byte on stdout) and waits for stdin to close. Meanwhile the node
+//! writes its `uid_map`/`gid_map` (`0..65536` inside = `base..base+65536`
+//! on the host) and mounts the sandbox's root with the template idmapped
+//! through that namespace.
 //!
-//! No exec happens between `unshare` and `setresuid`, so the process keeps
-//! the capabilities the new namespace gave it; after the exec, bwrap runs
-//! as uid 0 of the namespace with full capabilities there and none outside.
+//! **`warren sandbox-launch`** (the launcher) is started by the node as host
+//! root with a cleared environment and these descriptors: 3 and 4 envd's
+//! listening sockets, 5 and 6 the seccomp programs, 7 the sandbox's root (an
+//! `O_PATH` descriptor of the overlay the node mounted), 8 envd's binary, 9
+//! the holder's user namespace. It:
+//! 1. asks for SIGKILL when the node goes away, enters the sandbox's
+//!    cgroups (so nothing it starts can be outside them), sets
+//!    `RLIMIT_CORE` to 0;
+//! 2. becomes host uid `base` and joins the user namespace (as its owner it
+//!    may), where it is root;
+//! 3. unshares mount, uts, ipc, network, cgroup and pid namespaces (all
+//!    owned by that user namespace), tells the node (a byte on stdout: the
+//!    network namespace exists, egress may be attached), sets the hostname;
+//! 4. starts `warren sandbox-init` (pid 1 of the new pid namespace) and
+//!    waits for it, exiting with its status.
+//!
+//! **`warren sandbox-init`** (pid 1): makes the sandbox's root the root of
+//! its mount namespace (a private tmpfs stage, the root bound there from
+//! descriptor 7, envd's binary from 8, a fresh `/dev`, then `pivot_root`
+//! and the old root detached), mounts `/proc` and `/dev/pts`, brings `lo`
+//! up, installs the seccomp filter — without `no_new_privs`, so `sudo`
+//! works inside — closes every descriptor envd must not have, starts envd as
+//! the namespace's root with its listeners and stdin, and reaps orphans
+//! until envd exits.
+//!
+//! Nothing either process does depends on a value a tenant chose: their
+//! arguments and environment are the node's, and the sandbox's own
+//! settings travel on stdin to envd.
 
 use super::RuntimeError;
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 
-/// The hidden subcommand name (`warren sandbox-launch`).
+/// The launcher's subcommand name (`warren sandbox-launch`).
 pub const SUBCOMMAND: &str = "sandbox-launch";
+/// Pid 1's subcommand name (`warren sandbox-init`).
+pub const INIT_SUBCOMMAND: &str = "sandbox-init";
 
-/// Where the launcher stages what bwrap binds (see the module doc). An
-/// empty directory on the host; only the launcher's own mount namespace
-/// has anything mounted there.
+/// An empty host directory pid 1 mounts its staging tmpfs on (only in the
+/// sandbox's own mount namespace).
 pub const STAGE: &str = "/run/warren/stage";
 
 /// How many ids each sandbox's user namespace maps.
 pub const IDS_PER_SANDBOX: u32 = 65536;
 
+/// Descriptors the node hands the launcher (see the module doc).
+pub const FD_USERNS: i32 = 9;
+pub const FD_API: i32 = 3;
+pub const FD_RELAY: i32 = 4;
+pub const FD_SECCOMP: [i32; 2] = [5, 6];
+pub const FD_ROOT: i32 = 7;
+pub const FD_ENVD: i32 = 8;
+
+/// Where envd's binary appears inside the sandbox.
+pub const ENVD_IN_SANDBOX: &str = "/opt/warren/bin/warren";
+
 /// The launcher's command line, as the node builds it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchArgs {
+    /// The holder, not the launcher.
+    pub hold: bool,
     /// `cgroup.procs` files to write the launcher's pid into.
     pub cgroup_procs: Vec<PathBuf>,
-    /// `(source, name)`: bind `source` at `STAGE/name`.
-    pub stage: Vec<(PathBuf, String)>,
-    /// The program and its argv.
-    pub program: Vec<OsString>,
+    /// The sandbox's first host uid/gid.
+    pub base: u32,
+    /// The uts hostname (the sandbox id).
+    pub hostname: String,
+    /// envd's arguments after `envd`.
+    pub envd_args: Vec<String>,
+    /// The nameserver the sandbox's `/etc/resolv.conf` names (none: no network).
+    pub dns: Option<String>,
 }
 
 impl LaunchArgs {
-    /// `[--cgroup PATH]... -- PROGRAM ARGS...`
+    /// `--base N --hostname H [--cgroup PATH]... -- ENVD_ARGS...`
     pub fn to_argv(&self) -> Vec<OsString> {
         let mut v: Vec<OsString> = vec![SUBCOMMAND.into()];
+        if self.hold {
+            v.push("--hold".into());
+        }
+        v.extend(["--base".into(), self.base.to_string().into()]);
+        v.extend(["--hostname".into(), self.hostname.clone().into()]);
+        if let Some(dns) = &self.dns {
+            v.extend(["--dns".into(), dns.into()]);
+        }
         for p in &self.cgroup_procs {
             v.push("--cgroup".into());
             v.push(p.clone().into_os_string());
         }
-        for (src, name) in &self.stage {
-            v.push("--stage".into());
-            v.push(src.clone().into_os_string());
-            v.push(name.into());
-        }
         v.push("--".into());
-        v.extend(self.program.iter().cloned());
+        v.extend(self.envd_args.iter().map(OsString::from));
         v
     }
 
     fn parse(args: &[OsString]) -> Result<LaunchArgs, String> {
         let mut out = LaunchArgs::default();
         let mut it = args.iter();
+        let text = |v: Option<&OsString>, what: &str| -> Result<String, String> {
+            v.and_then(|s| s.to_str())
+                .map(str::to_string)
+                .ok_or_else(|| format!("{what} needs a value"))
+        };
         while let Some(a) = it.next() {
             match a.to_str() {
                 Some("--cgroup") => out
                     .cgroup_procs
-                    .push(PathBuf::from(it.next().ok_or("--cgroup needs a path")?)),
-                Some("--stage") => {
-                    let src = PathBuf::from(it.next().ok_or("--stage needs a source")?);
-                    let name = it
-                        .next()
-                        .and_then(|n| n.to_str())
-                        .filter(|n| !n.is_empty() && !n.contains('/') && *n != "..")
-                        .ok_or("--stage needs a plain name")?;
-                    out.stage.push((src, name.to_string()));
+                    .push(PathBuf::from(text(it.next(), "--cgroup")?)),
+                Some("--base") => {
+                    out.base = text(it.next(), "--base")?
+                        .parse()
+                        .map_err(|_| "--base is not a number".to_string())?
                 }
+                Some("--hostname") => out.hostname = text(it.next(), "--hostname")?,
+                Some("--hold") => out.hold = true,
+                Some("--dns") => out.dns = Some(text(it.next(), "--dns")?),
                 Some("--") => {
-                    out.program = it.cloned().collect();
-                    break;
+                    for rest in it.by_ref() {
+                        out.envd_args.push(text(Some(rest), "envd argument")?);
+                    }
                 }
                 _ => return Err(format!("unexpected argument {a:?}")),
             }
         }
-        if out.program.is_empty() {
-            return Err("no program after --".into());
+        if out.base == 0 {
+            return Err("--base is required (never host uid 0)".into());
         }
         Ok(out)
     }
 }
 
 /// The launcher's `main` (see the module doc). `args` excludes the program
-/// name and the subcommand. Only returns on failure.
+/// name and the subcommand.
 pub fn main(args: &[OsString]) -> ExitCode {
-    match run(args) {
-        Ok(never) => match never {},
+    let run = match LaunchArgs::parse(args) {
+        Ok(a) if a.hold => hold(&a),
+        Ok(a) => launcher(&a),
+        Err(e) => Err(e),
+    };
+    match run {
+        Ok(code) => code,
         Err(e) => {
             eprintln!("warren sandbox-launch: {e}");
             ExitCode::from(70)
@@ -115,13 +160,45 @@ pub fn main(args: &[OsString]) -> ExitCode {
     }
 }
 
-fn run(args: &[OsString]) -> Result<std::convert::Infallible, String> {
-    use nix::sched::{unshare, CloneFlags};
+/// Becomes host uid `base` (the parent-death signal set again: changing
+/// uid clears it).
+fn become_base(base: u32) -> Result<(), String> {
     use nix::unistd::{Gid, Uid};
-    use std::io::Write;
-    use std::os::fd::AsFd;
+    let (g, u) = (Gid::from_raw(base), Uid::from_raw(base));
+    nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
+    nix::unistd::setresgid(g, g, g).map_err(|e| format!("setresgid: {e}"))?;
+    nix::unistd::setresuid(u, u, u).map_err(|e| format!("setresuid: {e}"))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))
+}
 
-    let a = LaunchArgs::parse(args)?;
+fn tell_node(byte: u8) -> Result<(), String> {
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(&[byte])
+        .and_then(|_| std::io::stdout().flush())
+        .map_err(|e| format!("cannot tell the node: {e}"))
+}
+
+/// The holder (see the module doc).
+fn hold(a: &LaunchArgs) -> Result<ExitCode, String> {
+    use nix::sched::{unshare, CloneFlags};
+    use std::io::Read;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    become_base(a.base)?;
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
+    tell_node(b'R')?;
+    let mut rest = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut rest);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The launcher (see the module doc).
+fn launcher(a: &LaunchArgs) -> Result<ExitCode, String> {
+    use nix::sched::{setns, unshare, CloneFlags};
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     let me = std::process::id().to_string();
     for procs in &a.cgroup_procs {
         std::fs::write(procs, &me)
@@ -129,112 +206,328 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible, String> {
     }
     nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0)
         .map_err(|e| format!("setrlimit(RLIMIT_CORE): {e}"))?;
-    if !a.stage.is_empty() {
-        stage(&a.stage)?;
-    }
-    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
-    std::io::stdout()
-        .write_all(b"R")
-        .and_then(|_| std::io::stdout().flush())
-        .map_err(|e| format!("cannot tell the node: {e}"))?;
-    // One unbuffered byte: what follows on stdin is envd's, not ours.
-    let mut go = [0u8; 1];
-    let n = nix::unistd::read(std::io::stdin().as_fd(), &mut go)
-        .map_err(|e| format!("the node did not map the namespace: {e}"))?;
-    if n != 1 || go[0] != b'G' {
-        return Err("the node refused to map the namespace".into());
-    }
-    let root_g = Gid::from_raw(0);
-    let root_u = Uid::from_raw(0);
-    nix::unistd::setresgid(root_g, root_g, root_g).map_err(|e| format!("setresgid: {e}"))?;
-    nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
-    nix::unistd::setresuid(root_u, root_u, root_u).map_err(|e| format!("setresuid: {e}"))?;
+    become_base(a.base)?;
+    // The egress helper (also `base`) reads our namespaces through /proc.
+    nix::sys::prctl::set_dumpable(true).map_err(|e| format!("prctl(PR_SET_DUMPABLE): {e}"))?;
+    let userns = std::fs::File::open(format!("/proc/self/fd/{FD_USERNS}"))
+        .map_err(|e| format!("the user namespace descriptor: {e}"))?;
+    setns(&userns, CloneFlags::CLONE_NEWUSER).map_err(|e| format!("setns(user): {e}"))?;
+    drop(userns);
+    let _ = nix::unistd::close(FD_USERNS);
+    unshare(
+        CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWUTS
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWNET
+            | CloneFlags::CLONE_NEWCGROUP
+            | CloneFlags::CLONE_NEWPID,
+    )
+    .map_err(|e| format!("unshare(namespaces): {e}"))?;
+    nix::unistd::sethostname(&a.hostname).map_err(|e| format!("sethostname: {e}"))?;
+    tell_node(b'N')?;
     let null = std::fs::OpenOptions::new()
-        .read(true)
         .write(true)
         .open("/dev/null")
         .map_err(|e| format!("/dev/null: {e}"))?;
     nix::unistd::dup2_stdout(&null).map_err(|e| format!("dup2: {e}"))?;
-    let argv: Vec<CString> = a
-        .program
-        .iter()
-        .map(|s| CString::new(s.as_bytes()).map_err(|_| format!("NUL in argument {s:?}")))
-        .collect::<Result<_, _>>()?;
-    let e = nix::unistd::execv(&argv[0], &argv).map_err(|e| e.to_string());
-    Err(format!(
-        "cannot exec {:?}: {}",
-        a.program[0],
-        e.err().unwrap_or_default()
-    ))
+    let mut init = std::process::Command::new("/proc/self/exe");
+    init.arg(INIT_SUBCOMMAND);
+    if let Some(dns) = &a.dns {
+        init.args(["--dns", dns]);
+    }
+    init.arg("--")
+        .args(&a.envd_args)
+        .env_clear()
+        .env("PATH", super::SANDBOX_PATH);
+    let status = init
+        .status()
+        .map_err(|e| format!("cannot start the sandbox's init: {e}"))?;
+    Ok(match status.code() {
+        Some(c) => ExitCode::from(c.clamp(0, 255) as u8),
+        None => ExitCode::from(137),
+    })
 }
 
-/// Step 2b of the module doc.
-fn stage(binds: &[(PathBuf, String)]) -> Result<(), String> {
-    use nix::mount::{mount, MsFlags};
-    use nix::sched::{unshare, CloneFlags};
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| format!("unshare(CLONE_NEWNS): {e}"))?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_SLAVE,
-        None::<&str>,
-    )
-    .map_err(|e| format!("cannot make / a slave mount: {e}"))?;
-    mount(
+/// Pid 1's `main` (see the module doc). `args`: `-- ENVD_ARGS...`.
+pub fn init_main(args: &[OsString]) -> ExitCode {
+    match init(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("warren sandbox-init: {e}");
+            ExitCode::from(71)
+        }
+    }
+}
+
+fn init(args: &[OsString]) -> Result<ExitCode, String> {
+    use nix::mount::{mount, umount2, MntFlags, MsFlags};
+    let envd_args: Vec<&OsString> = args.iter().skip_while(|a| *a != "--").skip(1).collect();
+    let dns = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .skip_while(|a| *a != "--dns")
+        .nth(1)
+        .and_then(|d| d.to_str())
+        .map(str::to_string);
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    let m =
+        |src: Option<&str>, dst: &str, fstype: Option<&str>, flags: MsFlags, data: Option<&str>| {
+            mount(src, dst, fstype, flags, data)
+                .map_err(|e| format!("mount {} on {dst}: {e}", src.or(fstype).unwrap_or("-")))
+        };
+    m(None, "/", None, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None)?;
+    m(
         Some("tmpfs"),
         STAGE,
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some("size=64k,mode=0755"),
-    )
-    .map_err(|e| format!("cannot mount a tmpfs at {STAGE}: {e}"))?;
-    for (src, name) in binds {
-        let dst = PathBuf::from(STAGE).join(name);
-        let made = if src.is_dir() {
-            std::fs::create_dir(&dst)
-        } else {
-            std::fs::write(&dst, b"")
-        };
-        made.map_err(|e| format!("cannot create {}: {e}", dst.display()))?;
-        mount(
-            Some(src.as_path()),
-            &dst,
-            None::<&str>,
+    )?;
+    let root = format!("{STAGE}/root");
+    std::fs::create_dir(&root).map_err(|e| format!("mkdir {root}: {e}"))?;
+    // The root comes as a descriptor: its host path is in a directory this
+    // namespace's ids may not enter.
+    attach(FD_ROOT, &root)?;
+    // `proc` and `dev` are the components here the sandbox (a fork's
+    // parent) chose; no sandbox process runs yet, so making them plain
+    // directories cannot race.
+    let own_dir = |name: &str| -> Result<String, String> {
+        let d = format!("{root}/{name}");
+        match std::fs::symlink_metadata(&d) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                std::fs::remove_file(&d).map_err(|e| format!("remove {d}: {e}"))?;
+                std::fs::create_dir(&d).map_err(|e| format!("mkdir {d}: {e}"))?;
+            }
+            Err(_) => std::fs::create_dir(&d).map_err(|e| format!("mkdir {d}: {e}"))?,
+        }
+        Ok(d)
+    };
+    // /proc before the pivot: the kernel lets a user namespace mount a new
+    // proc only while a complete one is visible.
+    let proc_dir = own_dir("proc")?;
+    m(
+        Some("proc"),
+        &proc_dir,
+        Some("proc"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None,
+    )?;
+    // A fresh /dev: the usual device nodes bound from the host, nothing else.
+    let dev = own_dir("dev")?;
+    m(
+        Some("tmpfs"),
+        &dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    )?;
+    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let target = format!("{dev}/{node}");
+        std::fs::write(&target, b"").map_err(|e| format!("create {target}: {e}"))?;
+        m(
+            Some(&format!("/dev/{node}")),
+            &target,
+            None,
             MsFlags::MS_BIND,
-            None::<&str>,
-        )
-        .map_err(|e| format!("cannot bind {} at {}: {e}", src.display(), dst.display()))?;
+            None,
+        )?;
     }
-    Ok(())
+    for (link, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        std::os::unix::fs::symlink(to, format!("{dev}/{link}"))
+            .map_err(|e| format!("symlink /dev/{link}: {e}"))?;
+    }
+    for d in ["pts", "shm"] {
+        std::fs::create_dir(format!("{dev}/{d}")).map_err(|e| format!("mkdir /dev/{d}: {e}"))?;
+    }
+    m(
+        Some("devpts"),
+        &format!("{dev}/pts"),
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )?;
+    m(
+        Some("tmpfs"),
+        &format!("{dev}/shm"),
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )?;
+    std::env::set_current_dir(&root).map_err(|e| format!("chdir {root}: {e}"))?;
+    nix::unistd::pivot_root(".", ".").map_err(|e| format!("pivot_root: {e}"))?;
+    umount2(".", MntFlags::MNT_DETACH).map_err(|e| format!("detach the old root: {e}"))?;
+    std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
+    // From here every path is inside the sandbox's root: whatever the
+    // sandbox (or its parent, for a fork) put there leads nowhere else.
+    let mkdir = |d: &str| std::fs::create_dir_all(d).map_err(|e| format!("mkdir {d}: {e}"));
+    // envd's binary, from the node's read-only copy.
+    mkdir("/opt/warren/bin")?;
+    if std::fs::symlink_metadata(ENVD_IN_SANDBOX).is_err() {
+        std::fs::write(ENVD_IN_SANDBOX, b"")
+            .map_err(|e| format!("create {ENVD_IN_SANDBOX}: {e}"))?;
+    }
+    attach(FD_ENVD, ENVD_IN_SANDBOX)?;
+    warren_sys::loopback_up().map_err(|e| format!("cannot bring lo up: {e}"))?;
+    // The sandbox's own name and resolver (inside its root: a path the
+    // sandbox changed leads nowhere but into the sandbox).
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let _ = std::fs::create_dir_all("/etc");
+    let etc = [
+        ("/etc/hostname", format!("{host}\n")),
+        (
+            "/etc/hosts",
+            format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\t{host}\n"),
+        ),
+        (
+            "/etc/resolv.conf",
+            match &dns {
+                Some(ip) => format!("nameserver {ip}\n"),
+                None => "# this sandbox has no network access\n".to_string(),
+            },
+        ),
+    ];
+    for (path, text) in etc {
+        let _ = std::fs::remove_file(path);
+        std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}"))?;
+    }
+    for fd in FD_SECCOMP {
+        let program = std::fs::read(format!("/proc/self/fd/{fd}"))
+            .map_err(|e| format!("cannot read seccomp program {fd}: {e}"))?;
+        warren_sys::install_seccomp(&program)
+            .map_err(|e| format!("cannot install seccomp: {e}"))?;
+    }
+    for fd in FD_SECCOMP.into_iter().chain([FD_ROOT, FD_ENVD]) {
+        let _ = nix::unistd::close(fd);
+    }
+    let mut envd = std::process::Command::new(ENVD_IN_SANDBOX);
+    envd.arg("envd")
+        .args(envd_args)
+        .env_clear()
+        .env("PATH", super::SANDBOX_PATH)
+        .env("LISTEN_FDS", "2")
+        .env("LISTEN_FDS_FIRST_FD", FD_API.to_string())
+        .current_dir("/");
+    for (k, v) in super::log_settings() {
+        envd.env(k, v);
+    }
+    let child = envd
+        .spawn()
+        .map_err(|e| format!("cannot start envd: {e}"))?;
+    let envd_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // Pid 1 reaps every orphan; it ends when envd does.
+    loop {
+        use nix::sys::wait::{waitpid, WaitStatus};
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == envd_pid => {
+                return Ok(ExitCode::from(code.clamp(0, 255) as u8))
+            }
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == envd_pid => {
+                return Ok(ExitCode::from(128 + sig as u8))
+            }
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(format!("waitpid: {e}")),
+        }
+    }
 }
 
-/// The node's half: after the launcher (spawned with piped stdin and stdout)
-/// has unshared its user namespace, maps `base..base+65536` into it and lets
-/// it go on.
-pub async fn map_ids(child: &mut tokio::process::Child, base: u32) -> Result<(), RuntimeError> {
-    let fail = |what: String| RuntimeError::Spawn {
-        what: "the sandbox launcher".into(),
-        source: std::io::Error::other(what),
+async fn read_byte(
+    out: &mut tokio::process::ChildStdout,
+    want: u8,
+    what: &str,
+) -> Result<(), RuntimeError> {
+    let fail = |m: String| RuntimeError::Spawn {
+        what: what.to_string(),
+        source: std::io::Error::other(m),
     };
-    let pid = child.id().ok_or_else(|| fail("exited at once".into()))?;
-    // stdout is only for this; stdin carries envd's settings next, so it stays.
-    let (Some(mut out), Some(inp)) = (child.stdout.take(), child.stdin.as_mut()) else {
-        return Err(fail("has no control pipes".into()));
-    };
-    let mut ready = [0u8; 1];
-    match tokio::time::timeout(Duration::from_secs(10), out.read_exact(&mut ready)).await {
-        Ok(Ok(_)) if ready[0] == b'R' => {}
-        Ok(_) => return Err(fail("exited before its user namespace existed".into())),
-        Err(_) => return Err(fail("did not create its user namespace within 10s".into())),
+    let mut b = [0u8; 1];
+    match tokio::time::timeout(Duration::from_secs(10), out.read_exact(&mut b)).await {
+        Ok(Ok(_)) if b[0] == want => Ok(()),
+        Ok(_) => Err(fail(
+            "exited before it was ready (its error is in the node's log)".into(),
+        )),
+        Err(_) => Err(fail("was not ready within 10s".into())),
     }
+}
+
+/// Attaches the detached mount the node passed as descriptor `fd` at `at`.
+fn attach(fd: i32, at: &str) -> Result<(), String> {
+    let file = std::fs::File::open(format!("/proc/self/fd/{fd}"));
+    // The descriptor is an `open_tree` clone: reopening it through /proc
+    // gives a new description of the same detached tree.
+    let file = file.map_err(|e| format!("descriptor {fd}: {e}"))?;
+    warren_sys::move_mount_to(&file, std::path::Path::new(at))
+        .map_err(|e| format!("attach descriptor {fd} at {at}: {e}"))
+}
+
+/// The node's half of the holder: waits until it has unshared its user
+/// namespace, maps `base..base+65536` into it and returns the namespace.
+pub async fn map_holder(
+    holder: &mut tokio::process::Child,
+    base: u32,
+) -> Result<std::fs::File, RuntimeError> {
+    let fail = |m: String| RuntimeError::Spawn {
+        what: "the sandbox's user namespace".into(),
+        source: std::io::Error::other(m),
+    };
+    let pid = holder
+        .id()
+        .ok_or_else(|| fail("its holder exited at once".into()))?;
+    let out = holder
+        .stdout
+        .as_mut()
+        .ok_or_else(|| fail("no control pipe".into()))?;
+    read_byte(out, b'R', "the sandbox's user namespace").await?;
     let line = format!("0 {base} {IDS_PER_SANDBOX}\n");
     for map in ["uid_map", "gid_map"] {
         let path = format!("/proc/{pid}/{map}");
         std::fs::write(&path, &line).map_err(|e| fail(format!("cannot write {path}: {e}")))?;
     }
-    inp.write_all(b"G")
-        .await
-        .map_err(|e| fail(format!("cannot release it: {e}")))?;
-    Ok(())
+    std::fs::File::open(format!("/proc/{pid}/ns/user"))
+        .map_err(|e| fail(format!("cannot open it: {e}")))
+}
+
+/// Waits until the launcher has made the sandbox's namespaces.
+pub async fn namespaces_ready(launcher: &mut tokio::process::Child) -> Result<(), RuntimeError> {
+    let out = launcher
+        .stdout
+        .as_mut()
+        .ok_or_else(|| RuntimeError::Spawn {
+            what: "the sandbox launcher".into(),
+            source: std::io::Error::other("no control pipe"),
+        })?;
+    read_byte(out, b'N', "the sandbox launcher").await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_args_round_trip() {
+        let a = LaunchArgs {
+            hold: false,
+            cgroup_procs: vec!["/sys/fs/cgroup/x/cgroup.procs".into()],
+            base: 2_000_000_000,
+            hostname: "abc".into(),
+            envd_args: vec!["--root".into(), "/".into()],
+            dns: Some("10.0.2.3".into()),
+        };
+        let argv = a.to_argv();
+        assert_eq!(LaunchArgs::parse(&argv[1..]).unwrap(), a);
+        assert!(
+            LaunchArgs::parse(&["--hostname".into(), "x".into()]).is_err(),
+            "no base"
+        );
+    }
 }

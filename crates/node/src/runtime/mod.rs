@@ -6,9 +6,10 @@
 //! descriptors) and its secrets (JSON on stdin, see [`EnvdStdin`]), and one
 //! way of killing (the sandbox's cgroup when there is one, then
 //! [`procs::kill_all`]); they differ in how envd is launched:
-//! - [`bwrap::Bwrap`]: its own user namespace over a host id range
-//!   ([`ids`]), cgroups ([`limits`]), disk ([`disk`]), seccomp filter
-//!   ([`seccomp`]) and pid, mount, network, ipc, uts namespaces, started
+//! - [`isolated::Isolated`]: a template's root under an overlay, its own
+//!   user namespace over a host id range ([`ids`]), cgroups ([`limits`]),
+//!   disk ([`disk`]), seccomp filter ([`seccomp`]), pid, mount, network,
+//!   ipc, uts namespaces and egress under a policy ([`egress`]), started
 //!   through the launcher ([`launch`]). See docs/security.md.
 //! - [`process::Process`]: a directory and a session; no isolation and no
 //!   limits at all.
@@ -17,16 +18,16 @@
 //! `spawn_blocking`): bwrap's `--die-with-parent` is tied to the *thread*
 //! that forked it, and blocking-pool threads exit when idle.
 
-pub mod bwrap;
 pub mod disk;
+pub mod egress;
 pub mod ids;
+pub mod isolated;
 pub mod launch;
 pub mod limits;
 pub mod process;
 pub mod procs;
 pub mod seccomp;
 
-use crate::config::Limits;
 use command_fds::{CommandFdExt, FdMapping};
 use futures_util::future::BoxFuture;
 use serde::{Deserialize, Serialize};
@@ -38,14 +39,14 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RuntimeKind {
-    Bwrap,
+    Isolated,
     Process,
 }
 
 impl RuntimeKind {
     pub fn as_str(self) -> &'static str {
         match self {
-            RuntimeKind::Bwrap => "bwrap",
+            RuntimeKind::Isolated => "isolated",
             RuntimeKind::Process => "process",
         }
     }
@@ -64,6 +65,10 @@ pub enum RuntimeError {
     },
     #[error("no free sandbox identity: {0}")]
     Ids(String),
+    #[error("template: {0}")]
+    Template(String),
+    #[error("egress: {0}")]
+    Egress(String),
     #[error("cannot freeze the parent sandbox: {0}")]
     Freeze(#[source] std::io::Error),
     #[error("processes {0:?} of the sandbox survived SIGKILL")]
@@ -76,10 +81,14 @@ pub enum RuntimeError {
 pub struct Paths {
     /// `<data>/sandboxes/<id>`.
     pub dir: PathBuf,
-    /// `disk.img`: the sandbox's filesystem image (`bwrap`; see [`disk`]).
+    /// `disk.img`: the sandbox's writable layer's filesystem (isolated; see [`disk`]).
     pub disk: PathBuf,
-    /// `fs/`: the sandbox's own files — the mounted image under `bwrap`
-    /// (its `/`), envd's `--root` under `process`.
+    /// `disk/`: where that image is mounted (`upper/`, `work/`).
+    pub disk_mnt: PathBuf,
+    /// `lower/`: the template's root, idmapped for this sandbox.
+    pub lower: PathBuf,
+    /// `fs/`: the sandbox's `/` — the overlay (isolated), envd's `--root`
+    /// (process).
     pub fs: PathBuf,
     /// `fs/home/user`: `/home/user` inside the sandbox.
     pub home: PathBuf,
@@ -104,6 +113,8 @@ impl Paths {
         let sock = dir.join("sock");
         Paths {
             disk: dir.join("disk.img"),
+            disk_mnt: dir.join("disk"),
+            lower: dir.join("lower"),
             home: fs.join("home").join("user"),
             tmp: fs.join("tmp"),
             envd_sock: sock.join("envd.sock"),
@@ -122,8 +133,12 @@ pub struct LaunchSpec<'a> {
     pub sandbox_id: &'a str,
     pub generation: u64,
     pub paths: &'a Paths,
-    /// A fork's parent: its files are copied (frozen, under `bwrap`).
+    /// A fork's parent: its files are copied (frozen, isolated).
     pub parent: Option<(&'a Paths, &'a Handle)>,
+    /// The template by name (empty: `base`); a fork uses its parent's.
+    pub template_id: &'a str,
+    /// Egress policy.
+    pub network: &'a egress::NetworkPolicy,
     /// The sandbox's environment (user-supplied `env_vars`). Data for envd,
     /// which applies it to the processes it starts; never the environment
     /// of any process on the host side.
@@ -135,10 +150,8 @@ pub struct LaunchSpec<'a> {
     /// The value of [`procs::MARK_ENV`] every process of the sandbox inherits
     /// (see [`mark`]).
     pub mark: &'a str,
-    /// Memory, processes and CPU for this sandbox.
-    pub limits: Limits,
-    /// The size of the sandbox's disk, bytes (`bwrap`).
-    pub disk_bytes: u64,
+    /// The most this sandbox may have; its template's values apply under these.
+    pub caps: crate::config::Caps,
 }
 
 /// The [`procs::MARK_ENV`] value for a sandbox at a generation on the node
@@ -161,7 +174,7 @@ pub fn mark(sandbox_id: &str, generation: u64, data_dir: &Path) -> String {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handle {
     pub runtime: RuntimeKind,
-    /// The process the node started (the launcher, which became bwrap; or envd).
+    /// The process the node started (the launcher; or envd).
     pub pid: i32,
     /// Its start time (clock ticks since boot), to tell it from a reused pid.
     pub start_time: u64,
@@ -169,16 +182,19 @@ pub struct Handle {
     pub pid_ns: Option<u64>,
     /// True when `pid` leads its own session (`process` runtime).
     pub session: bool,
-    /// The sandbox's cgroups (`bwrap`).
+    /// The sandbox's cgroups (isolated).
     pub cgroup: Option<limits::Cgroup>,
     /// The sandbox's [`procs::MARK_ENV`] value.
     pub mark: String,
-    /// The first host uid/gid of the sandbox's id range (`bwrap`).
+    /// The first host uid/gid of the sandbox's id range (isolated).
     #[serde(default)]
     pub id_base: Option<u32>,
     /// Which id range that is (see [`ids`]).
     #[serde(default)]
     pub id_slot: Option<u32>,
+    /// The template's digest (isolated).
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 /// A started sandbox: its handle, the child to reap when this process
@@ -187,6 +203,7 @@ pub struct Launched {
     pub handle: Handle,
     pub child: Option<tokio::process::Child>,
     pub ids: Option<ids::IdRange>,
+    pub egress: Option<egress::EgressHandle>,
 }
 
 /// What envd reads from its stdin at start (JSON): the secrets and tenant

@@ -37,6 +37,12 @@ impl Process {
 
     async fn start(&self, spec: &LaunchSpec<'_>) -> Result<Launched, RuntimeError> {
         let p = spec.paths;
+        if !crate::sandbox::files::template_known(spec.template_id) {
+            return Err(RuntimeError::Template(format!(
+                "unknown template {:?}: the process runtime has only \"base\"",
+                spec.template_id
+            )));
+        }
         {
             let (paths, parent) = (p.clone(), spec.parent.map(|(pp, _)| pp.clone()));
             tokio::task::spawn_blocking(move || {
@@ -107,6 +113,7 @@ impl Process {
             mark: spec.mark.to_string(),
             id_base: None,
             id_slot: None,
+            template: None,
         };
         super::send_stdin(
             &mut child.stdin,
@@ -120,6 +127,7 @@ impl Process {
             handle,
             child: Some(child),
             ids: None,
+            egress: None,
         })
     }
 }

@@ -29,7 +29,7 @@ impl Registry {
                 Ok(rec)
                     if rec.info.sandbox_id == id
                         && rec.handle.runtime == self.runtime.kind()
-                        // A bwrap sandbox's disk was mounted in the old node
+                        // An isolated sandbox's disk was mounted in the old node
                         // process's mount namespace, gone with it.
                         && rec.handle.runtime == crate::runtime::RuntimeKind::Process
                         && envd::health(&paths.envd_sock).await.is_ok() =>
@@ -43,6 +43,7 @@ impl Registry {
                         metadata: rec.metadata.clone(),
                         timeout_secs: rec.timeout_secs,
                         ids: None,
+                        egress: std::sync::Mutex::new(None),
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
                     true

@@ -73,8 +73,10 @@ pub struct Sandbox {
     pub handle: Handle,
     pub metadata: BTreeMap<String, String>,
     pub timeout_secs: Option<u64>,
-    /// The host id range the sandbox holds (`bwrap`), released when dropped.
+    /// The host id range the sandbox holds (isolated), released when dropped.
     pub ids: Option<runtime::ids::IdRange>,
+    /// Its egress (slirp4netns and nftables table), stopped at delete.
+    pub egress: Mutex<Option<runtime::egress::EgressHandle>>,
 }
 
 /// Settings the registry needs from the node's configuration.
@@ -86,10 +88,8 @@ pub struct RegistryConfig {
     pub envd_bin: PathBuf,
     pub max_output_bytes: u64,
     pub envd_start_timeout: Duration,
-    /// Memory, processes and CPU per sandbox.
-    pub limits: crate::config::Limits,
-    /// Disk per sandbox, bytes.
-    pub disk_bytes: u64,
+    /// The most a sandbox may have (its template's values apply under these).
+    pub caps: crate::config::Caps,
 }
 
 /// See the module doc.
@@ -187,11 +187,8 @@ impl Registry {
                 "generation must be at least 1".into(),
             ));
         }
-        if !files::template_known(&req.template_id) {
-            return Err(NodeError::BadRequest(format!(
-                "unknown template {:?}: this node has only \"base\"",
-                req.template_id
-            )));
+        if let Some(n) = &req.network {
+            n.validate().map_err(NodeError::BadRequest)?;
         }
         warren_core::env::check_vars(&req.env_vars).map_err(NodeError::BadRequest)?;
         Ok(())
@@ -295,18 +292,23 @@ impl Registry {
         parent: Option<&Sandbox>,
     ) -> Result<SandboxInfo, NodeError> {
         let paths = Paths::new(&self.sandboxes_dir, &req.sandbox_id);
+        let network = req
+            .network
+            .clone()
+            .unwrap_or_else(runtime::egress::NetworkPolicy::open);
         let spec = LaunchSpec {
             sandbox_id: &req.sandbox_id,
             generation: req.generation,
             paths: &paths,
             parent: parent.map(|p| (&p.paths, &p.handle)),
+            template_id: &req.template_id,
+            network: &network,
             env_vars: &req.env_vars,
             access_token: req.access_token.as_deref(),
             envd_bin: &self.cfg.envd_bin,
             max_output_bytes: self.cfg.max_output_bytes,
             mark: &runtime::mark(&req.sandbox_id, req.generation, &self.cfg.data_dir),
-            limits: self.cfg.limits,
-            disk_bytes: self.cfg.disk_bytes,
+            caps: self.cfg.caps,
         };
         // Launch here, on an async worker thread (see runtime's module doc).
         let launched = match self.runtime.launch(&spec).await {
@@ -319,6 +321,7 @@ impl Registry {
             }
         };
         let ids = launched.ids;
+        let egress = launched.egress;
         let mut handle = launched.handle;
         let mut child = launched.child;
         let healthy = match child.as_mut() {
@@ -373,6 +376,7 @@ impl Registry {
             metadata: req.metadata.clone(),
             timeout_secs: req.timeout_secs,
             ids,
+            egress: Mutex::new(egress),
         });
         self.insert(sandbox);
         if let Some(child) = child {
@@ -449,6 +453,10 @@ impl Registry {
         if let Ok(mut h) = self.hosted.write() {
             h.remove(id);
             self.metrics.sandboxes.set(h.len() as i64);
+        }
+        let egress = sandbox.egress.lock().ok().and_then(|mut e| e.take());
+        if let Some(e) = egress {
+            e.detach().await;
         }
         self.cleanup(&sandbox.paths, Some(&sandbox.handle), id)
             .await;

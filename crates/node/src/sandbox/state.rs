@@ -23,6 +23,9 @@ pub struct CreateSandbox {
     pub access_token: Option<String>,
     #[serde(default)]
     pub timeout_secs: Option<u64>,
+    /// Egress policy; absent: open internet (E2B's default).
+    #[serde(default)]
+    pub network: Option<crate::runtime::egress::NetworkPolicy>,
 }
 
 /// `POST /_warren/v1/sandboxes/{id}/fork` body.

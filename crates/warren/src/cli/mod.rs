@@ -15,6 +15,7 @@ pub mod chaos;
 mod node;
 mod route;
 mod sandbox;
+pub mod template;
 
 use bytes::Bytes;
 use http::{Method, Request, StatusCode};

@@ -1,0 +1,583 @@
+//! The `isolated` runtime: each sandbox a small Linux machine of its own,
+//! made from a template.
+//!
+//! The start, in order (each step fails loudly and is undone):
+//! 1. an id range of its own ([`super::ids`]): host uids/gids nobody else has;
+//! 2. its disk ([`super::disk`]): a bounded ext4 image, loop-mounted at
+//!    `disk/` in the node's private mount namespace, holding the overlay's
+//!    writable layer (`upper/`, `work/`) — empty, or a copy of a frozen
+//!    parent's image (a fork), its files moved to the child's id range;
+//! 3. its cgroups ([`super::limits`]): memory, pids, CPU, freezer;
+//! 4. its sockets, bound by the node in `sock/` where the sandbox cannot
+//!    reach them, handed to envd as inherited descriptors;
+//! 5. its user namespace (the holder, see [`super::launch`]), mapped to the
+//!    id range;
+//! 6. its root: the template's root filesystem, read-only and *idmapped*
+//!    through that namespace (files the template has as uid `k` are the
+//!    sandbox's uid `k`, e.g. a setuid-root `sudo` is the sandbox's root's),
+//!    under an overlay whose writable layer is on the sandbox's disk — the
+//!    template itself never changes;
+//! 7. the launcher and pid 1 ([`super::launch`]): cgroups, namespaces, the
+//!    root, `/proc`, `/dev`, the seccomp filter ([`super::seccomp`]),
+//!    envd as the namespace's root — no `no_new_privs`, so `sudo` works;
+//! 8. its egress, when the sandbox may reach the internet ([`super::egress`]).
+
+use super::disk;
+use super::egress::{Egress, EgressHandle};
+use super::ids::{IdRange, IdRanges};
+use super::launch::{self, LaunchArgs};
+use super::limits::{find_program, Cgroup, LimitPlan};
+use super::{
+    procs, EnvdStdin, Handle, LaunchSpec, Launched, Paths, Runtime, RuntimeError, RuntimeKind,
+};
+use futures_util::future::BoxFuture;
+use std::io::{Seek, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use warren_template::Store;
+
+/// See the module doc.
+pub struct Isolated {
+    /// The `warren` binary run as `warren sandbox-launch`.
+    launcher: PathBuf,
+    /// envd's binary on the node's read-only tmpfs (see [`disk::stage_binary`]).
+    envd_bin: PathBuf,
+    limits: LimitPlan,
+    ids: IdRanges,
+    /// The two seccomp programs (see [`super::seccomp`]).
+    seccomp: [Vec<u8>; 2],
+    templates: Store,
+    /// How sandboxes reach the internet, when this node can give them that.
+    egress: Option<Egress>,
+}
+
+impl Isolated {
+    /// Checks everything this runtime needs; the error says what is missing.
+    pub fn new(
+        limits: LimitPlan,
+        ids: IdRanges,
+        launcher: PathBuf,
+        envd_bin: PathBuf,
+        templates: Store,
+        egress: Option<Egress>,
+    ) -> Result<Isolated, String> {
+        if !nix::unistd::geteuid().is_root() {
+            return Err(
+                "the isolated runtime needs the node to run as root (it maps each \
+                        sandbox's user namespace, mounts its disk and root, makes its cgroups)"
+                    .into(),
+            );
+        }
+        if let Some(why) = limits.unavailable() {
+            return Err(format!("no usable cgroups for sandbox limits ({why})"));
+        }
+        for tool in ["mkfs.ext4", "mount", "cp", "tar"] {
+            find_program(tool).ok_or(format!("{tool} is not installed"))?;
+        }
+        let seccomp = super::seccomp::programs()?;
+        Ok(Isolated {
+            launcher,
+            envd_bin,
+            limits,
+            ids,
+            seccomp,
+            templates,
+            egress,
+        })
+    }
+
+    /// The template store sandboxes are made from.
+    pub fn templates(&self) -> &Store {
+        &self.templates
+    }
+
+    fn command(&self, args: &LaunchArgs) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(&self.launcher);
+        c.args(args.to_argv())
+            .env_clear()
+            .env("PATH", super::SANDBOX_PATH)
+            .env("LANG", "C.UTF-8")
+            .envs(super::log_settings())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        c
+    }
+
+    async fn launch_inner(
+        &self,
+        spec: &LaunchSpec<'_>,
+        ids: &IdRange,
+        made: &mut Made,
+    ) -> Result<(tokio::process::Child, Handle), RuntimeError> {
+        let p = spec.paths;
+        // The template: the parent's for a fork, else the one named.
+        let name = if spec.template_id.is_empty() {
+            "base"
+        } else {
+            spec.template_id
+        };
+        let template = self
+            .templates
+            .get(name)
+            .map_err(|e| RuntimeError::Template(e.to_string()))?;
+        let digest = match spec.parent {
+            Some((_, ph)) => ph.template.clone().ok_or_else(|| {
+                RuntimeError::Template("the parent sandbox has no template".into())
+            })?,
+            None => template.digest.clone(),
+        };
+        let d = &template.defaults;
+        let (limits, disk_bytes) = spec.caps.limits(d.cpu_count, d.memory_mb, d.disk_mb);
+        let rootfs = {
+            let (store, d) = (self.templates.clone(), digest.clone());
+            tokio::task::spawn_blocking(move || store.rootfs(&d))
+                .await
+                .map_err(|e| RuntimeError::Template(e.to_string()))?
+                .map_err(|e| RuntimeError::Template(e.to_string()))?
+        };
+        {
+            let (paths, parent) = (
+                p.clone(),
+                spec.parent.map(|(pp, ph)| (pp.clone(), ph.clone())),
+            );
+            let (bytes, base) = (disk_bytes, ids.base);
+            tokio::task::spawn_blocking(move || {
+                prepare_disk(&paths, parent.as_ref().map(|(p, h)| (p, h)), bytes, base)
+            })
+            .await
+            .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
+        }
+        let cgroup_name = format!("{}-{}", spec.sandbox_id, spec.generation);
+        made.cgroup = self
+            .limits
+            .create(&cgroup_name, &limits)
+            .map_err(RuntimeError::Files)?;
+        let listeners = super::bind_envd_sockets(p).map_err(RuntimeError::Files)?;
+
+        // 5: the user namespace.
+        let mut holder = self
+            .command(&LaunchArgs {
+                hold: true,
+                base: ids.base,
+                ..LaunchArgs::default()
+            })
+            .spawn()
+            .map_err(|e| RuntimeError::Spawn {
+                what: format!("{} sandbox-launch --hold", self.launcher.display()),
+                source: e,
+            })?;
+        let result = async {
+            let userns = launch::map_holder(&mut holder, ids.base).await?;
+            // 6: the root.
+            {
+                let (paths, rootfs) = (p.clone(), rootfs.clone());
+                let ns = userns.try_clone().map_err(RuntimeError::Files)?;
+                tokio::task::spawn_blocking(move || mount_root(&paths, &rootfs, &ns))
+                    .await
+                    .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
+            }
+            // 7: the launcher.
+            // Detached copies of the root and of envd's binary: pid 1 attaches
+            // them in its own mount namespace (a descriptor of a mount in
+            // this namespace could not be bound there).
+            let detach = |path: &Path| {
+                warren_sys::open_tree_clone(path, true).map_err(|e| {
+                    RuntimeError::Files(std::io::Error::other(format!(
+                        "open_tree {}: {e}",
+                        path.display()
+                    )))
+                })
+            };
+            let root_fd = detach(&p.fs)?;
+            let envd_fd = detach(&self.envd_bin)?;
+            let fail = |e: String| RuntimeError::Spawn {
+                what: "the sandbox launcher".into(),
+                source: std::io::Error::other(e),
+            };
+            let extra = vec![
+                sealed_file(&self.seccomp[0]).map_err(fail)?,
+                sealed_file(&self.seccomp[1]).map_err(fail)?,
+                root_fd,
+                envd_fd,
+                OwnedFd::from(userns),
+            ];
+            let args = LaunchArgs {
+                hold: false,
+                cgroup_procs: made
+                    .cgroup
+                    .as_ref()
+                    .map(|c| c.procs_files())
+                    .unwrap_or_default(),
+                base: ids.base,
+                hostname: spec.sandbox_id.to_string(),
+                dns: spec
+                    .network
+                    .has_network()
+                    .then(|| super::egress::DNS.to_string()),
+                envd_args: [
+                    "--inherited-sockets",
+                    "--settings-on-stdin",
+                    "--switch-users",
+                    "--root",
+                    "/",
+                    "--max-output-bytes",
+                    &spec.max_output_bytes.to_string(),
+                ]
+                .map(str::to_string)
+                .to_vec(),
+            };
+            let mut command = self.command(&args);
+            super::pass_fds(&mut command, listeners, extra)?;
+            let mut child = command.spawn().map_err(|e| RuntimeError::Spawn {
+                what: format!("{} sandbox-launch", self.launcher.display()),
+                source: e,
+            })?;
+            let ready = launch::namespaces_ready(&mut child).await;
+            if let Err(e) = ready {
+                let _ = child.start_kill();
+                return Err(e);
+            }
+            Ok(child)
+        }
+        .await;
+        // The launcher joined the namespace (or failed): the holder may go.
+        drop(holder.stdin.take());
+        let _ = holder.wait().await;
+        let mut child = result?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        // 8: egress.
+        if spec.network.has_network() {
+            let egress = self.egress.as_ref().ok_or_else(|| {
+                RuntimeError::Egress(
+                    "this node cannot give sandboxes internet access (see its start log); \
+                     create with allow_internet_access=false"
+                        .into(),
+                )
+            })?;
+            made.egress = Some(
+                egress
+                    .attach(pid, ids.base, ids.slot, spec.network)
+                    .await
+                    .map_err(RuntimeError::Egress)?,
+            );
+        }
+        let handle = Handle {
+            runtime: RuntimeKind::Isolated,
+            pid,
+            start_time: procs::stat(pid).map(|s| s.start_time).unwrap_or(0),
+            pid_ns: None,
+            session: false,
+            cgroup: made.cgroup.clone(),
+            mark: spec.mark.to_string(),
+            id_base: Some(ids.base),
+            id_slot: Some(ids.slot),
+            template: Some(digest),
+        };
+        // The template's environment, under the create's own variables.
+        let mut env = template.defaults.env.clone();
+        env.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+        super::send_stdin(
+            &mut child.stdin,
+            &EnvdStdin {
+                access_token: spec.access_token,
+                env_vars: &env,
+            },
+        )
+        .await?;
+        Ok((child, handle))
+    }
+}
+
+/// What a launch made so far, for undoing it.
+#[derive(Default)]
+struct Made {
+    cgroup: Option<Cgroup>,
+    egress: Option<EgressHandle>,
+}
+
+/// An anonymous in-memory file holding `data`, positioned at its start, to
+/// hand to a child as a descriptor (the seccomp programs).
+fn sealed_file(data: &[u8]) -> Result<OwnedFd, String> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fd = memfd_create("warren-launch", MFdFlags::MFD_CLOEXEC)
+        .map_err(|e| format!("memfd_create: {e}"))?;
+    let mut f = std::fs::File::from(fd);
+    f.write_all(data)
+        .and_then(|_| f.rewind())
+        .map_err(|e| format!("cannot write a launch file: {e}"))?;
+    Ok(f.into())
+}
+
+/// Mounts the sandbox's root at `fs/`: the template idmapped through the
+/// sandbox's user namespace at `lower/`, under an overlay whose writable
+/// layer is on its disk. Blocking.
+fn mount_root(paths: &Paths, rootfs: &Path, userns: &std::fs::File) -> Result<(), RuntimeError> {
+    let files = RuntimeError::Files;
+    std::fs::create_dir_all(&paths.lower).map_err(files)?;
+    std::fs::create_dir_all(&paths.fs).map_err(files)?;
+    let tree = warren_sys::open_tree_clone(rootfs, true).map_err(|e| {
+        files(std::io::Error::other(format!(
+            "open_tree {}: {e}",
+            rootfs.display()
+        )))
+    })?;
+    warren_sys::set_idmap(&tree, userns).map_err(|e| {
+        files(std::io::Error::other(format!(
+            "cannot idmap the template (the kernel and filesystem must support idmapped mounts): {e}"
+        )))
+    })?;
+    warren_sys::move_mount_to(&tree, &paths.lower)
+        .map_err(|e| files(std::io::Error::other(format!("move_mount: {e}"))))?;
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        escape_option(&paths.lower),
+        escape_option(&paths.disk_mnt.join("upper")),
+        escape_option(&paths.disk_mnt.join("work")),
+    );
+    nix::mount::mount(
+        Some("overlay"),
+        &paths.fs,
+        Some("overlay"),
+        nix::mount::MsFlags::MS_NODEV,
+        Some(opts.as_str()),
+    )
+    .map_err(|e| {
+        files(std::io::Error::other(format!(
+            "cannot mount the sandbox's overlay: {e}"
+        )))
+    })
+}
+
+/// Overlay options separate with `,` and `:`; escape them (and `\`).
+fn escape_option(p: &Path) -> String {
+    let mut out = String::new();
+    for c in p.to_string_lossy().chars() {
+        if matches!(c, ',' | ':' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Runtime for Isolated {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Isolated
+    }
+
+    fn launch<'a>(
+        &'a self,
+        spec: &'a LaunchSpec<'a>,
+    ) -> BoxFuture<'a, Result<Launched, RuntimeError>> {
+        Box::pin(async move {
+            let ids = self.ids.take(None).map_err(RuntimeError::Ids)?;
+            let mut made = Made::default();
+            match self.launch_inner(spec, &ids, &mut made).await {
+                Ok((child, handle)) => Ok(Launched {
+                    handle,
+                    child: Some(child),
+                    ids: Some(ids),
+                    egress: made.egress,
+                }),
+                Err(e) => {
+                    let paths = spec.paths.clone();
+                    if let Some(eg) = made.egress.take() {
+                        eg.detach().await;
+                    }
+                    let cgroup = made.cgroup.take();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        if let Some(cg) = &cgroup {
+                            cg.kill();
+                            cg.remove();
+                        }
+                        let _ = remove_sandbox_files(&paths);
+                    })
+                    .await;
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn settle(&self, handle: &mut Handle) {
+        // The launcher's child is pid 1 of the sandbox's pid namespace.
+        let mine = procs::pid_ns(std::process::id() as i32);
+        handle.pid_ns = procs::children(handle.pid)
+            .into_iter()
+            .filter_map(procs::pid_ns)
+            .find(|ns| Some(*ns) != mine);
+    }
+
+    fn shutdown(&self) {
+        self.limits.remove_all();
+    }
+
+    fn destroy(&self, paths: &Paths, handle: Option<&Handle>) -> Result<(), RuntimeError> {
+        let killed = handle.map(super::kill).unwrap_or(Ok(()));
+        remove_sandbox_files(paths).map_err(RuntimeError::Files)?;
+        killed
+    }
+}
+
+/// Unmounts the sandbox's root, template view and disk, and removes its
+/// directory. Nothing inside the sandbox's filesystem is walked.
+pub fn remove_sandbox_files(paths: &Paths) -> std::io::Result<()> {
+    disk::unmount(&paths.fs)?;
+    disk::unmount(&paths.lower)?;
+    disk::unmount(&paths.disk_mnt)?;
+    match std::fs::remove_dir_all(&paths.dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// Makes the sandbox's directory and disk: fresh (an empty writable
+/// layer), or a copy of `parent`'s (frozen while it is copied) moved to the
+/// id range at `base`. Blocking.
+fn prepare_disk(
+    paths: &Paths,
+    parent: Option<(&Paths, &Handle)>,
+    bytes: u64,
+    base: u32,
+) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let files = RuntimeError::Files;
+    if paths.dir.exists() {
+        // Leftovers of a create that died half-way; nothing there is live.
+        remove_sandbox_files(paths).map_err(files)?;
+    }
+    std::fs::create_dir_all(&paths.dir).map_err(files)?;
+    std::fs::set_permissions(&paths.dir, std::fs::Permissions::from_mode(0o700)).map_err(files)?;
+    match parent {
+        None => {
+            disk::make(&paths.disk, bytes, base).map_err(files)?;
+            disk::mount(&paths.disk, &paths.disk_mnt).map_err(files)?;
+            let upper = paths.disk_mnt.join("upper");
+            std::fs::create_dir(&upper).map_err(files)?;
+            std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755))
+                .map_err(files)?;
+            std::os::unix::fs::chown(&upper, Some(base), Some(base)).map_err(files)?;
+            std::fs::create_dir(paths.disk_mnt.join("work")).map_err(files)?;
+        }
+        Some((pp, ph)) => {
+            let from = ph
+                .id_base
+                .ok_or_else(|| files(std::io::Error::other("the parent has no id range")))?;
+            copy_frozen(pp, ph, &paths.disk)?;
+            disk::mount(&paths.disk, &paths.disk_mnt).map_err(files)?;
+            shift_owners(&paths.disk_mnt.join("upper"), from, base).map_err(files)?;
+        }
+    }
+    Ok(())
+}
+
+/// Freezes the parent, flushes its filesystem, copies its image, thaws.
+fn copy_frozen(parent: &Paths, handle: &Handle, to: &Path) -> Result<(), RuntimeError> {
+    let cg = handle
+        .cgroup
+        .as_ref()
+        .ok_or_else(|| RuntimeError::Freeze(std::io::Error::other("the parent has no cgroup")))?;
+    cg.freeze().map_err(RuntimeError::Freeze)?;
+    let copied = disk::sync(&parent.disk_mnt).and_then(|_| disk::copy(&parent.disk, to));
+    let thawed = cg.thaw();
+    copied.map_err(RuntimeError::Files)?;
+    thawed.map_err(RuntimeError::Freeze)
+}
+
+/// How deep a fork's ownership shift follows directories.
+const MAX_DEPTH: usize = 512;
+
+/// Moves every file of a (not running) sandbox's writable layer from the id
+/// range at `from` to the one at `to`, walking by directory descriptors
+/// without following any symlink.
+fn shift_owners(dir: &Path, from: u32, to: u32) -> std::io::Result<()> {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::Mode;
+    let dir = nix::dir::Dir::open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    shift_dir(dir, from, to, 0)
+}
+
+fn shift_id(id: u32, from: u32, to: u32) -> Option<u32> {
+    (id >= from && id - from < launch::IDS_PER_SANDBOX).then(|| to + (id - from))
+}
+
+fn shift_dir(mut dir: nix::dir::Dir, from: u32, to: u32, depth: usize) -> std::io::Result<()> {
+    use nix::fcntl::{AtFlags, OFlag};
+    use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
+    use nix::unistd::{fchown, fchownat, Gid, Uid};
+    if depth > MAX_DEPTH {
+        return Err(std::io::Error::other(format!(
+            "the parent's files nest deeper than {MAX_DEPTH} directories"
+        )));
+    }
+    let st = fstat(&dir)?;
+    fchown(
+        &dir,
+        shift_id(st.st_uid, from, to).map(Uid::from_raw),
+        shift_id(st.st_gid, from, to).map(Gid::from_raw),
+    )?;
+    let names: Vec<std::ffi::CString> = dir
+        .iter()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in names {
+        let st = fstatat(&dir, name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)?;
+        let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        if kind == SFlag::S_IFDIR {
+            let sub = nix::dir::Dir::openat(
+                &dir,
+                name.as_c_str(),
+                OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )?;
+            shift_dir(sub, from, to, depth + 1)?;
+        } else {
+            // chown clears set-user-ID bits; keep the mode as it was.
+            fchownat(
+                &dir,
+                name.as_c_str(),
+                shift_id(st.st_uid, from, to).map(Uid::from_raw),
+                shift_id(st.st_gid, from, to).map(Gid::from_raw),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )?;
+            if kind == SFlag::S_IFREG && st.st_mode & 0o6000 != 0 {
+                nix::sys::stat::fchmodat(
+                    &dir,
+                    name.as_c_str(),
+                    Mode::from_bits_truncate(st.st_mode & 0o7777),
+                    nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{escape_option, shift_id};
+    use std::path::Path;
+
+    #[test]
+    fn ids_shift_only_within_the_range() {
+        assert_eq!(
+            shift_id(2_000_001_000, 2_000_000_000, 2_000_065_536),
+            Some(2_000_066_536)
+        );
+        assert_eq!(shift_id(0, 2_000_000_000, 2_000_065_536), None);
+        assert_eq!(shift_id(2_000_065_536, 2_000_000_000, 5), None);
+    }
+
+    #[test]
+    fn overlay_options_are_escaped() {
+        assert_eq!(escape_option(Path::new("/a,b:c")), "/a\\,b\\:c");
+    }
+}

@@ -1,0 +1,145 @@
+//! `warren template build FILE | import TARBALL --name N | ls`: templates in
+//! a template store (`--template-dir`, the directory every node and gateway
+//! of the machine reads).
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use warren_core::config::EX_CONFIG;
+use warren_template::spec::Defaults;
+use warren_template::{build, Spec, Store};
+
+/// Where templates live unless `--template-dir` says otherwise.
+pub const DEFAULT_TEMPLATE_DIR: &str = "/var/lib/warren/templates";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "warren template",
+    about = "Build, import and list sandbox templates"
+)]
+struct Cli {
+    /// The template store.
+    #[arg(long, global = true, env = "WARREN_TEMPLATE_DIR", default_value = DEFAULT_TEMPLATE_DIR)]
+    template_dir: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Builds a template from a build file (TOML; see templates/base.toml)
+    /// with mmdebstrap, from the Debian archive.
+    Build {
+        file: PathBuf,
+        /// Rebuild even when a template by that name exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Imports a root filesystem tarball (what `docker export` writes).
+    Import {
+        tarball: PathBuf,
+        #[arg(long)]
+        name: String,
+        /// Who commands run as by default.
+        #[arg(long, default_value = "root")]
+        user: String,
+        #[arg(long, default_value = "/")]
+        workdir: String,
+        #[arg(long, default_value_t = 2)]
+        cpu_count: u32,
+        #[arg(long, default_value_t = 512)]
+        memory_mb: u64,
+        #[arg(long, default_value_t = 2048)]
+        disk_mb: u64,
+    },
+    /// Lists the templates in the store.
+    Ls,
+}
+
+/// Runs `warren template ...`; `args[0]` is the program name.
+pub fn run(args: Vec<OsString>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(EX_CONFIG as u8)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    match execute(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("warren template: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(cli: Cli) -> Result<(), String> {
+    let store = Store::open(&cli.template_dir).map_err(|e| e.to_string())?;
+    match cli.cmd {
+        Cmd::Build { file, force } => {
+            let t = build_file(&store, &file, force)?;
+            println!("{} {}", t.name, t.digest);
+        }
+        Cmd::Import {
+            tarball,
+            name,
+            user,
+            workdir,
+            cpu_count,
+            memory_mb,
+            disk_mb,
+        } => {
+            let defaults = Defaults {
+                user,
+                workdir,
+                cpu_count,
+                memory_mb,
+                disk_mb,
+                ..Defaults::default()
+            };
+            let t = build::import(&tarball, &name, defaults, &store).map_err(|e| e.to_string())?;
+            println!("{} {}", t.name, t.digest);
+        }
+        Cmd::Ls => {
+            for t in store.list().map_err(|e| e.to_string())? {
+                println!(
+                    "{}\t{}\t{} CPU\t{} MiB\t{} MiB disk\t{}",
+                    t.name,
+                    t.digest,
+                    t.defaults.cpu_count,
+                    t.defaults.memory_mb,
+                    t.defaults.disk_mb,
+                    t.source
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Builds `file` into `store` unless a template by its name exists (and
+/// `force` is off); progress lines go to stderr.
+pub fn build_file(
+    store: &Store,
+    file: &Path,
+    force: bool,
+) -> Result<warren_template::Template, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let spec = Spec::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    if !force {
+        if let Ok(t) = store.get(&spec.name) {
+            eprintln!(
+                "template {} exists ({}); --force rebuilds it",
+                t.name, t.digest
+            );
+            return Ok(t);
+        }
+    }
+    build::build(&spec, store, |line| eprintln!("{line}")).map_err(|e| e.to_string())
+}
