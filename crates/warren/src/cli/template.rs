@@ -132,14 +132,30 @@ pub fn build_file(
 ) -> Result<warren_template::Template, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
     let spec = Spec::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+    // A template is rebuilt when its build file changed (or on --force).
+    let stamp = format!("spec {}", spec_digest(&text));
     if !force {
         if let Ok(t) = store.get(&spec.name) {
-            eprintln!(
-                "template {} exists ({}); --force rebuilds it",
-                t.name, t.digest
-            );
-            return Ok(t);
+            if t.source.contains(&stamp) {
+                eprintln!("template {} is up to date ({})", t.name, t.digest);
+                return Ok(t);
+            }
         }
     }
-    build::build(&spec, store, |line| eprintln!("{line}")).map_err(|e| e.to_string())
+    let mut t =
+        build::build(&spec, store, |line| eprintln!("{line}")).map_err(|e| e.to_string())?;
+    t.source = format!("{} from {} ({stamp})", t.source, file.display());
+    store.put(&t).map_err(|e| e.to_string())?;
+    Ok(t)
+}
+
+/// A short digest of a build file's text (enough to notice an edit; the
+/// template itself is addressed by the SHA-256 of its contents).
+fn spec_digest(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
 }
