@@ -1245,13 +1245,13 @@ async fn sandboxes_do_not_outlive_their_node() {
     let second = c.sandbox().await;
     let tag2 = format!("sleep 8{}", rand::random::<u32>() % 1_000_000);
     spawn(&c.process(&second), &format!("exec {tag2}")).await;
-    c.node.kill9().await;
-    // envd dies with the node (parent-death signal); what it started is orphaned...
     assert_eq!(
         envd_pids_of(&second.id).len(),
         1,
         "found envd before the kill"
     );
+    c.node.kill9().await;
+    // envd dies with the node (parent-death signal); what it started is orphaned...
     wait_until("envd to die with its node", Duration::from_secs(5), || {
         let gone = envd_pids_of(&second.id).is_empty();
         async move { gone.then_some(()) }

@@ -315,9 +315,10 @@ impl Registry {
             Ok(l) => l,
             Err(e) => {
                 self.cleanup(&paths, None, &req.sandbox_id).await;
-                return Err(NodeError::Internal(format!(
-                    "cannot start the sandbox: {e}"
-                )));
+                return Err(match e {
+                    runtime::RuntimeError::Template(m) => NodeError::BadRequest(m),
+                    e => NodeError::Internal(format!("cannot start the sandbox: {e}")),
+                });
             }
         };
         let ids = launched.ids;
