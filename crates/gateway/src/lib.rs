@@ -25,7 +25,8 @@
 //!
 //! # Route cache
 //! Each gateway keeps its own bounded, positive-only cache of sandbox routes
-//! (DESIGN.md invariants 3-7), so steady sandbox traffic costs the scheduler
+//! (ARCHITECTURE.md invariants "Positive caching only" through "Retry only
+//! what is safe"), so steady sandbox traffic costs the scheduler
 //! nothing:
 //! - `--route-cache-capacity` (default 100000 routes; `0` turns the cache
 //!   off and every data-plane request makes a `LookupNode`);

@@ -1,4 +1,4 @@
-//! `warren chaos failover`, short runs for each component (issue 7): two
+//! `warren chaos failover`, short runs for each component: two
 //! scheduler replicas on a private PostgreSQL server the command starts, two
 //! gateways, two nodes, HAProxy L4 and L7. Each run kills one replica and
 //! must lose no data: no idempotency key with two sandboxes, every command

@@ -1,5 +1,4 @@
-//! `warren-client` against real processes with two gateways (issue 7, items
-//! 4 and 5): a command stream survives `kill -9` of the gateway it runs
+//! `warren-client` against real processes with two gateways: a command stream survives `kill -9` of the gateway it runs
 //! through, and a create retried through the second gateway yields exactly
 //! one sandbox.
 

@@ -1,4 +1,5 @@
-//! Node loss heals in seconds (issue 6; DESIGN.md invariants 2 and 6), with
+//! Node loss heals in seconds (ARCHITECTURE.md invariants "Fenced writes"
+//! and "Heal, don't wait"), with
 //! real processes: a scheduler with a short lease, two nodes, a gateway.
 //!
 //! `kill -9` one node: its sandboxes answer the node-down 502 within the lease

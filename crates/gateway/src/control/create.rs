@@ -1,6 +1,6 @@
 //! Creating sandboxes: `POST /sandboxes`, `POST /v2/sandboxes` and forks.
 //!
-//! Both follow DESIGN.md's create path: scheduler `Place` (binding
+//! Both follow the create path (ARCHITECTURE.md, "The create path"): scheduler `Place` (binding
 //! CREATING, id and generation allocated; the idempotency key maps a retry
 //! to the same sandbox) → node create (or fork) → scheduler
 //! `RecordAssignment` (RUNNING). When the node step fails the gateway

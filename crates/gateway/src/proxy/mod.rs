@@ -9,7 +9,9 @@
 //! (WebSocket) is forwarded, and after the node's `101` both upgraded
 //! connections are spliced.
 //!
-//! # Stale routes (DESIGN.md invariants 4, 6, 7)
+//! # Stale routes
+//! (ARCHITECTURE.md invariants "Nodes check identity", "Heal, don't wait"
+//! and "Retry only what is safe".)
 //! A node answering `404` with `X-Warren-Route: not-found`, or no HTTP
 //! answer at all (refused, reset, connect timeout), means the route was
 //! wrong. The gateway then evicts it (`reason="stale"`), makes ONE uncached

@@ -3,9 +3,10 @@
 //! The data plane asks a [`Resolver`]. With `--route-cache-capacity 0` that
 //! is [`UncachedResolver`] (one scheduler `LookupNode` per request);
 //! otherwise [`CachedResolver`]: a bounded, positive-only TTL cache with
-//! coalesced misses (DESIGN.md invariant 3), kept honest by the scheduler's
-//! `WatchBindings` stream ([`watch`], invariant 5) and by the stale-route
-//! signals the proxy feeds back through [`Resolver::evict`] (invariant 4).
+//! coalesced misses (ARCHITECTURE.md invariant "Positive caching only"),
+//! kept honest by the scheduler's `WatchBindings` stream ([`watch`],
+//! "Bounded staleness") and by the stale-route signals the proxy feeds back
+//! through [`Resolver::evict`] ("Nodes check identity").
 //!
 //! # Layout
 //! - this file: [`Route`], [`ResolveError`], the [`Resolver`] trait, the

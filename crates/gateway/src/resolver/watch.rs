@@ -1,5 +1,5 @@
 //! Following the scheduler's `WatchBindings` stream to keep the route cache
-//! honest across gateways (DESIGN.md invariant 5).
+//! honest across gateways (ARCHITECTURE.md invariant "Bounded staleness").
 //!
 //! One task per gateway. It subscribes from the last revision it applied
 //! (0 the first time: "from now"), so a reconnect replays what it missed.
