@@ -14,6 +14,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_core::backoff::Backoff;
 
 /// What to create (E2B's `NewSandbox`, the fields warren uses).
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -153,7 +154,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Pause before attempt `n` is `n × backoff` (default 200 ms).
+    /// The first pause between attempts (default 200 ms); later pauses
+    /// double, jittered (`warren_core::backoff`).
     pub fn backoff(mut self, d: Duration) -> Self {
         self.backoff = d;
         self
@@ -356,9 +358,10 @@ impl Client {
         let start = inner.entries.start();
         let mut earlier_unknown = false;
         let mut last = None;
+        let mut backoff = Backoff::new(inner.backoff, warren_core::backoff::MAX);
         for attempt in 0..inner.attempts {
             if attempt > 0 {
-                tokio::time::sleep(inner.backoff * attempt).await;
+                tokio::time::sleep(backoff.next_pause()).await;
             }
             let entry = inner.entries.get(start + attempt as usize);
             match self.send(entry, &method, path, hs, body.clone()).await {

@@ -6,12 +6,14 @@
 //! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
 //!   validated before any socket is bound; bad config exits with code 64.
 //! - [`admin`]: the admin listener (`/metrics`, `/healthz`, `/readyz`).
+//! - [`backoff`]: the one retry pause policy (capped exponential, jittered).
 //! - [`server`]: the shared HTTP accept loop with graceful drain.
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.
 
 pub mod admin;
+pub mod backoff;
 pub mod config;
 pub mod headers;
 pub mod id;

@@ -8,8 +8,7 @@
 //!
 //! # Layout
 //! - [`config`]: flags/env/TOML, validated before anything binds.
-//! - [`store`]: the [`store::Store`] trait and its one implementation,
-//!   [`store::SqlStore`], on SQLite (embedded, one replica) or PostgreSQL
+//! - [`store`]: [`store::SqlStore`], the store, on SQLite (embedded, one replica) or PostgreSQL
 //!   (many replicas: writers serialize on an advisory lock, changes fan out
 //!   with LISTEN/NOTIFY, the sweep runs under an advisory-lock lease).
 //!   **Invariant:** fenced writes are single conditional statements, and
@@ -38,7 +37,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use store::postgres::{AdvisoryLease, ReplicaLease};
-use store::{SqlStore, Store as _, SweepSettings};
+use store::{SqlStore, SweepSettings};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use warren_core::admin::Admin;

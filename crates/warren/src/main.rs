@@ -159,6 +159,13 @@ where
             return ExitCode::from(EX_CONFIG as u8);
         }
     };
+    // Only this process watches its parent; what it starts does not inherit
+    // the duty. Read and cleared before the runtime starts any thread:
+    // changing the environment while other threads may read it is unsound.
+    let watch_parent = std::env::var_os(EXIT_WITH_PARENT).is_some();
+    if watch_parent {
+        std::env::remove_var(EXIT_WITH_PARENT);
+    }
     logging::init(log_format);
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -170,9 +177,7 @@ where
             return ExitCode::FAILURE;
         }
     };
-    if std::env::var_os(EXIT_WITH_PARENT).is_some() {
-        // Only this process watches its parent; what it starts does not inherit the duty.
-        std::env::remove_var(EXIT_WITH_PARENT);
+    if watch_parent {
         rt.spawn(exit_with_parent());
     }
     match rt.block_on(run(cfg)) {

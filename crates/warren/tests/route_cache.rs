@@ -371,10 +371,14 @@ async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached()
     assert_eq!(coalesced, misses - 1.0, "every miss but one waited");
     // moka counts entries eventually (its housekeeping runs after the
     // insert), so the gauge is waited for, never read once.
-    wait_until("the entries gauge to count the route", Duration::from_secs(10), || async {
-        let n = c.metric(1, "warren_gateway_route_cache_entries", "").await;
-        (n == 1.0).then_some(())
-    })
+    wait_until(
+        "the entries gauge to count the route",
+        Duration::from_secs(10),
+        || async {
+            let n = c.metric(1, "warren_gateway_route_cache_entries", "").await;
+            (n == 1.0).then_some(())
+        },
+    )
     .await;
 
     // `warren route` shows the cached route beside the scheduler's.

@@ -22,10 +22,10 @@ pub use cache::{CacheSettings, CachedResolver};
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::scheduler::Scheduler;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_proto::client::Scheduler;
 use warren_proto::scheduler::v1::{BindingState, LookupNodeRequest};
 use warren_proto::{REASON_METADATA, REASON_NODE_DOWN};
 
