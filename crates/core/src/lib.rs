@@ -6,6 +6,9 @@
 //! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
 //!   validated before any socket is bound; bad config exits with code 64.
 //! - [`admin`]: the admin listener (`/metrics`, `/healthz`, `/readyz`).
+//! - [`body`]: the one response body type, JSON/empty builders, bounded reads.
+//! - [`node_api`]: the node control API's JSON types, paths and `ENVD_VERSION`.
+//! - [`upgrade`]: HTTP/1.1 upgrade detection and splicing for proxies.
 //! - [`backoff`]: the one retry pause policy (capped exponential, jittered).
 //! - [`server`]: the shared HTTP accept loop with graceful drain.
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
@@ -14,13 +17,16 @@
 
 pub mod admin;
 pub mod backoff;
+pub mod body;
 pub mod config;
 pub mod headers;
 pub mod id;
 pub mod logging;
+pub mod node_api;
 pub mod server;
 pub mod shutdown;
 pub mod time;
+pub mod upgrade;
 
 /// Prints `"{component} {name} listening on {addr}"` to stdout and flushes.
 ///

@@ -12,7 +12,6 @@ use crate::filesystem::FilesystemService;
 use crate::paths::Jail;
 use crate::process::manager::Manager;
 use crate::process::ProcessService;
-use crate::reply::{self, Body};
 use connectrpc::{ConnectError, ConnectRpcService, Limits, Router};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -24,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
+use warren_core::body::{self as reply, Body};
 
 /// The largest Connect message envd accepts (a SendInput chunk, say). Larger
 /// ones are refused with `resource_exhausted` before they are buffered.

@@ -7,9 +7,9 @@
 //! both 502). Distinct causes get distinct messages; the table is in
 //! docs/internals.md ("Gateway errors").
 
-use crate::response::{json, Body};
 use http::{header, HeaderValue, Response, StatusCode};
 use tonic::Code;
+use warren_core::body::{json, Body};
 use warren_proto::{REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY};
 
 /// Seconds a client is told to wait before retrying a 503.

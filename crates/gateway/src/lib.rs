@@ -21,7 +21,7 @@
 //!   shared with the node.
 //! - [`node_client`]: the pooled HTTP client to nodes and their control API.
 //! - [`error`]: JSON errors (`code`, `error_code`, `message`);
-//!   [`response`]: the body type and builders; [`metrics`]: Prometheus.
+//!   bodies are `warren_core::body`; [`metrics`]: Prometheus.
 //! - [`state`]: [`App`](state::App), what handlers share.
 //!
 //! # Route cache
@@ -54,7 +54,6 @@ pub mod models;
 pub mod node_client;
 mod proxy;
 pub mod resolver;
-pub mod response;
 mod server;
 pub mod state;
 pub mod target;

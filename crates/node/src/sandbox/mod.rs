@@ -373,7 +373,7 @@ impl Registry {
             },
             node_id: self.cfg.node_id.clone(),
             started_at_ms: warren_core::time::now_ms(),
-            envd_version: envd::ENVD_VERSION.to_string(),
+            envd_version: warren_core::node_api::ENVD_VERSION.to_string(),
         };
         let record = Record {
             info: info.clone(),
