@@ -53,5 +53,6 @@ pub async fn serve(
     drain: Duration,
 ) {
     let handler = move |_peer, req| route(shared.clone(), req);
-    warren_core::server::serve(listener, handler, shutdown, drain).await;
+    let limits = warren_core::server::Limits::with_drain(drain);
+    warren_core::server::serve(listener, handler, shutdown, limits).await;
 }
