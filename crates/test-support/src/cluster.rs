@@ -245,6 +245,5 @@ async fn spawn_scheduler(
 }
 
 async fn spawn(bin: &Path, args: &[String], wait_for: &[&str]) -> anyhow::Result<Proc> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Proc::spawn(bin, &args, &[], wait_for).await
+    crate::spawn(bin, args, &[], wait_for).await
 }

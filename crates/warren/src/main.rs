@@ -77,9 +77,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Set by `warren dev` on its children: when the parent goes away (even by
-/// SIGKILL, which it cannot forward), the child shuts down as if it got SIGTERM.
-pub const EXIT_WITH_PARENT: &str = "WARREN_EXIT_WITH_PARENT";
+/// Set by `warren dev` and the chaos experiment on their children (through
+/// `warren_harness::Launch::exit_with_parent`): when the parent goes away
+/// (even by SIGKILL, which it cannot forward), the child shuts down as if it
+/// got SIGTERM.
+use warren_harness::EXIT_WITH_PARENT;
 
 async fn exit_with_parent() {
     let parent = nix::unistd::getppid();

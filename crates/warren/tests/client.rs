@@ -119,14 +119,14 @@ async fn a_create_retried_through_the_second_gateway_yields_one_sandbox() {
         .backoff(Duration::from_millis(50))
         .build()
         .expect("client");
-    c.gateways[0].signal(libc::SIGSTOP);
+    c.gateways[0].signal(nix::sys::signal::Signal::SIGSTOP);
     let created = client
         .create(&tagged("frozen"), "key-frozen")
         .await
         .expect("create through the second gateway");
     assert_eq!(created.attempts, 2, "{created:?}");
     assert_eq!(created.entry, gws[1]);
-    c.gateways[0].signal(libc::SIGCONT);
+    c.gateways[0].signal(nix::sys::signal::Signal::SIGCONT);
 
     // Gateway 0 killed: the connection is refused, the retry goes through gateway 1.
     c.gateways[0].kill9().await;

@@ -880,7 +880,7 @@ async fn sigterm_drains_in_flight_requests() {
         .expect("stream")
         .expect("first event");
     drop(first);
-    c.gateways[0].signal(15);
+    c.gateways[0].signal(nix::sys::signal::Signal::SIGTERM);
 
     // Readiness turns false and new connections are refused while the
     // in-flight stream is still running.
@@ -936,7 +936,7 @@ async fn sigterm_drains_in_flight_requests() {
     );
     assert_eq!(code, Some(0));
     assert_eq!(
-        c.gateways[0].terminate(Duration::from_secs(15)).await,
+        c.gateways[0].terminate(Duration::from_secs(15)).await.code,
         Some(0),
         "gateway exits 0 after draining"
     );

@@ -71,7 +71,7 @@ struct Cluster {
 }
 
 async fn start_node(sched_url: &str, data_dir: &Path, runtime: Runtime, node_id: &str) -> Proc {
-    let node = Proc::spawn(
+    let node = warren_test_support::spawn(
         bin(),
         &[
             "node",
@@ -120,7 +120,7 @@ async fn start_node(sched_url: &str, data_dir: &Path, runtime: Runtime, node_id:
 
 async fn cluster(runtime: Runtime) -> Cluster {
     let dir = temp_dir();
-    let scheduler = Proc::spawn(
+    let scheduler = warren_test_support::spawn(
         bin(),
         &[
             "scheduler",
@@ -1043,7 +1043,7 @@ async fn bwrap_sandboxes_are_isolated() {
         .parse()
         .unwrap();
     assert!(n < 10, "{n} processes visible");
-    let host_pid = c.node.pid();
+    let host_pid = c.node.pid().expect("the node runs");
     let probe = run(&ca, &format!("cat /proc/{host_pid}/cmdline")).await;
     assert!(
         !String::from_utf8_lossy(&probe.stdout).contains("node"),
@@ -1223,7 +1223,7 @@ async fn sandboxes_do_not_outlive_their_node() {
     spawn(&c.process(&first), &format!("exec {tag1}")).await;
     assert_eq!(host_pids_with(&tag1).len(), 1);
     assert_eq!(
-        c.node.terminate(Duration::from_secs(15)).await,
+        c.node.terminate(Duration::from_secs(15)).await.code,
         Some(0),
         "SIGTERM exits 0"
     );

@@ -29,7 +29,7 @@ fn warren() -> &'static Path {
 
 /// A scheduler replica on `url`, sweeping every 50 ms.
 async fn replica(url: &str) -> Proc {
-    Proc::spawn(
+    warren_test_support::spawn(
         warren(),
         &[
             "scheduler",
