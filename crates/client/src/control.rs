@@ -40,7 +40,7 @@ impl NewSandbox {
 }
 
 /// A sandbox as create, list and get describe it (fields they share).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 pub struct Sandbox {
     #[serde(rename = "sandboxID")]
     pub sandbox_id: String,
@@ -55,6 +55,12 @@ pub struct Sandbox {
     pub metadata: HashMap<String, String>,
     #[serde(default)]
     pub state: Option<String>,
+    /// RFC 3339 (list and get).
+    #[serde(rename = "startedAt", default)]
+    pub started_at: Option<String>,
+    /// RFC 3339: when the sandbox is killed unless its timeout is changed.
+    #[serde(rename = "endAt", default)]
+    pub end_at: Option<String>,
 }
 
 /// A create's result and how it got there.
@@ -297,6 +303,14 @@ impl Client {
         } else {
             Killed::Killed
         })
+    }
+
+    /// `GET path` answered with JSON, retried like the other reads: for
+    /// warren's own endpoints beyond E2B's (`/nodes`,
+    /// `/_warren/v1/routes/{id}`).
+    pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
+        let a = self.call(Method::GET, path, &[], None).await?;
+        parse(&a)
     }
 
     /// `GET /health` on the sandbox's envd through the data plane: tells a
