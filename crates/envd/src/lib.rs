@@ -22,6 +22,9 @@
 //! - [`relay`]: the port relay socket.
 //! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
 //!   `warren_core::body::error`).
+// Dev-dependencies are for the integration tests under tests/; this crate's
+// own unit-test build sees them too.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
 
 pub mod config;
 pub mod entry;

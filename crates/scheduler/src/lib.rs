@@ -21,6 +21,9 @@
 //! - [`error`]: the error type and its gRPC status mapping.
 //! - this file: [`main`] (binds, announces, serves until SIGTERM) and [`serve`]
 //!   (the same on listeners passed in, for in-process tests).
+// Dev-dependencies are for the integration tests under tests/; this crate's
+// own unit-test build sees them too.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
 
 pub mod config;
 pub mod error;

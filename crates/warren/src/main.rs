@@ -6,6 +6,9 @@
 //!   `warren_core::config`), then runs it. Bad configuration exits with 64.
 //! - `dev.rs`: `warren dev`, a whole local cluster as child processes.
 //! - `cli/`: operator commands (`sandbox`, `node`, `route`) over the gateway's API.
+// Dev-dependencies are for the integration tests under tests/; this crate's
+// own unit-test build sees them too.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
 
 mod cli;
 mod dev;

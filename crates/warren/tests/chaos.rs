@@ -8,6 +8,9 @@
 //!
 //! The runs share the machine's two cores with nothing else of theirs: a
 //! lock runs them one at a time.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -2,6 +2,9 @@
 //! ls | rm`, `warren node ls`, `warren route`), run as a real process against
 //! a real cluster from test-support: exit codes, output, and arguments passed
 //! through exactly.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 use serde_json::Value;

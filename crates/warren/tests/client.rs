@@ -1,6 +1,9 @@
 //! `warren-client` against real processes with two gateways: a command stream survives `kill -9` of the gateway it runs
 //! through, and a create retried through the second gateway yields exactly
 //! one sandbox.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use std::time::Duration;
 use warren_client::{ClientBuilder, Command, NewSandbox, StreamEvent};

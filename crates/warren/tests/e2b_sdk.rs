@@ -4,6 +4,9 @@
 //! The checks themselves live in `tests/e2b/test_sdk.py`; this test starts the
 //! cluster, runs the script with the exports `warren dev` prints, and fails with
 //! the script's report if any check failed.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use std::time::Duration;
 use warren_test_support::{e2b_python, temp_dir, workspace_root};

@@ -1,6 +1,9 @@
 //! `warren gateway` against real processes: a scheduler, `--runtime process`
 //! nodes and a gateway, all on 127.0.0.1:0, driven with plain HTTP, the
 //! envd Connect client and a WebSocket client — what an e2b SDK user does.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};

@@ -6,6 +6,9 @@
 //! Every check runs for the `process` runtime and, where bubblewrap works,
 //! for `bwrap` too. If bwrap cannot run here the bwrap tests fail loudly;
 //! set `WARREN_TEST_SKIP_BWRAP=1` to skip them on purpose.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 use bytes::Bytes;

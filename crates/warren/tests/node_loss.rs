@@ -8,6 +8,9 @@
 //! node with the same id cleans what it must not serve; a delayed DELETE from
 //! before a re-assignment changes nothing; a black-holed node costs a request
 //! at most about the connect timeout.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use http::{Method, StatusCode};
 use serde_json::json;

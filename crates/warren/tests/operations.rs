@@ -1,6 +1,9 @@
 //! What an operator does: list nodes with an operator key, and replace a
 //! gateway gracefully (readiness first, keep serving for `--shutdown-delay`,
 //! then close and drain).
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use http::{Method, StatusCode};
 use std::time::Duration;

@@ -5,6 +5,9 @@
 //! gateways' `/metrics` tell how often the scheduler was asked; the
 //! gateways' `GET /_warren/v1/routes/{id}` (what `warren route` prints)
 //! tells what each one has cached.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use bytes::Bytes;
 use http::{Method, StatusCode};

@@ -1,6 +1,9 @@
 //! `warren scheduler` as a real process: it announces its listeners, answers
 //! gRPC and the admin endpoints, refuses bad configuration with exit code 64,
 //! and exits 0 on SIGTERM.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
