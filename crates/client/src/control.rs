@@ -354,11 +354,6 @@ impl Client {
         self.run(sandbox, command).await?.collect().await
     }
 
-    /// How many entry points there are.
-    pub fn entry_points(&self) -> usize {
-        self.inner.entries.len()
-    }
-
     /// One request through the entry points in turn, retried while the
     /// failure is one another entry point may not have.
     async fn call(

@@ -34,7 +34,7 @@ pub struct ForkRequest {
 }
 
 /// Most forks one request may ask for.
-pub const MAX_FORK_COUNT: u32 = 10;
+const MAX_FORK_COUNT: u32 = 10;
 
 fn bad(message: String) -> ApiError {
     ApiError::bad_request("invalid_body", message)

@@ -10,7 +10,7 @@ use warren_proto::client::Scheduler;
 
 /// envd version reported for a sandbox whose node cannot be asked right now
 /// (the lowest the e2b SDK accepts; it only gates optional SDK features).
-pub const FALLBACK_ENVD_VERSION: &str = "0.1.0";
+const FALLBACK_ENVD_VERSION: &str = "0.1.0";
 
 /// Shared gateway state.
 pub struct App {

@@ -96,7 +96,7 @@ fn created(
 }
 
 /// Maps a registry error onto its status (docs/internals.md "Control API").
-pub fn node_error(e: NodeError) -> Response<Body> {
+fn node_error(e: NodeError) -> Response<Body> {
     let status = match &e {
         NodeError::BadRequest(_) => StatusCode::BAD_REQUEST,
         NodeError::NotHosted { .. } => return not_found_marker(e.to_string()),

@@ -106,7 +106,7 @@ impl Cluster {
     }
 
     /// Starts `node-{i}` (1-based) on its own data dir; used again to restart it.
-    pub async fn spawn_node(&self, i: usize) -> anyhow::Result<Proc> {
+    async fn spawn_node(&self, i: usize) -> anyhow::Result<Proc> {
         let id = format!("node-{i}");
         let data = self.dir.path().join(&id).display().to_string();
         let mut args: Vec<String> = [

@@ -172,15 +172,9 @@ where
         std::env::remove_var(EXIT_WITH_PARENT);
     }
     logging::init(log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match runtime(true) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     if watch_parent {
         rt.spawn(exit_with_parent());
@@ -195,4 +189,18 @@ where
             }
         }
     }
+}
+
+/// The async runtime for one command (multi-threaded for the parts, one
+/// thread for the operator commands), or the exit code when it cannot start.
+fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("warren: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
 }

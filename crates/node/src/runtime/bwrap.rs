@@ -28,9 +28,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 /// Where the envd binary appears inside the sandbox.
-pub const ENVD_IN_SANDBOX: &str = "/opt/warren/bin/warren";
+const ENVD_IN_SANDBOX: &str = "/opt/warren/bin/warren";
 /// Where the socket dir appears inside the sandbox.
-pub const RUN_IN_SANDBOX: &str = "/run/warren";
+const RUN_IN_SANDBOX: &str = "/run/warren";
 
 /// See the module doc.
 pub struct Bwrap {

@@ -80,15 +80,9 @@ impl ApiArgs {
 /// Runs `warren <sub> ...` for the operator subcommands.
 pub fn run(sub: &str, args: Vec<OsString>, log_format: LogFormat) -> ExitCode {
     logging::init(log_format);
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match crate::runtime(false) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let result = rt.block_on(async move {
         match sub {
