@@ -10,7 +10,8 @@
 //! - [`node_api`]: the node control API's JSON types, paths and `ENVD_VERSION`.
 //! - [`upgrade`]: HTTP/1.1 upgrade detection and splicing for proxies.
 //! - [`backoff`]: the one retry pause policy (capped exponential, jittered).
-//! - [`server`]: the shared HTTP accept loop with graceful drain.
+//! - [`server`]: the one HTTP server loop every listener runs, generic over
+//!   how connections are accepted, with the same timeouts and graceful drain.
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.

@@ -2,9 +2,11 @@
 //! process harness the binary shares).
 //!
 //! # Layout
-//! - [`Proc`], [`Launch`], [`free_port`], [`postgres`]: from `warren-harness`
+//! - [`Proc`], [`Launch`], [`postgres`]: re-exported from `warren-harness`
 //!   (real `warren` processes whose announced listeners are parsed, so every
 //!   test can bind `127.0.0.1:0`; a private PostgreSQL server).
+//! - [`free_port`]: a loopback port nothing listens on (dead replicas,
+//!   closed ports).
 //! - [`spawn`]: starts a process and waits for its announce lines.
 //! - [`wait_until`]: polls a condition with a deadline instead of sleeping,
 //!   failing the test when it never holds.

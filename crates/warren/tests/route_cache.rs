@@ -327,7 +327,7 @@ async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached()
     let c = Rig::start(&[]).await;
     let (id, _) = c.create(0).await;
 
-    // Invariant 3: create taught gateway 0 the route, so its first
+    // "Positive caching only": create taught gateway 0 the route, so its first
     // data-plane request asks the scheduler nothing.
     let before = c.lookups(0).await;
     assert_eq!(c.health(0, &id).await.status, StatusCode::NO_CONTENT);

@@ -141,7 +141,7 @@ async fn forward(
     match send(app, outgoing.into_request(&fresh, full(bytes))?, &fresh).await? {
         Attempt::Answered(resp) => finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => {
-            // Wrong twice in a row: no second retry (invariant 7).
+            // Wrong twice in a row: no second retry ("Retry only what is safe").
             app.resolver.evict(&fresh, EvictReason::Stale).await;
             Err(match signal {
                 Signal::Unreachable => ApiError::upstream_unreachable(),

@@ -2,7 +2,7 @@
 //!
 //! A moka future cache `sandbox id → (route, inserted at)`:
 //!
-//! - **Positive only** (invariant 3): filled by a successful `LookupNode`
+//! - **Positive only** (ARCHITECTURE.md, "Positive caching only"): filled by a successful `LookupNode`
 //!   or by [`Resolver::learn`] (create, fork, a refetch that found a move).
 //!   NotFound and errors are never stored: moka's `try_get_with` does not
 //!   cache an `Err`.
