@@ -173,30 +173,34 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
         assert_eq!(a.str("error_code"), "node_down", "{id}: {:?}", a.json);
     }
 
-    // The gateway learned of the loss from its watch, and measured how long
-    // after the lease expired (one observation per lost sandbox).
-    let metrics = http
-        .send(
-            Method::GET,
-            &c.gateways[0].addr("gateway admin"),
-            "/metrics",
-            &[],
-            None,
-        )
-        .await
-        .expect("gateway metrics")
-        .json;
-    let metrics = metrics.as_str().unwrap_or_default().to_string();
-    let count: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("warren_gateway_node_loss_eviction_seconds_count "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no node-loss histogram in:\n{metrics}"));
-    assert!(
-        count >= on1.len() as f64,
-        "{count} observations for {} lost sandboxes",
-        on1.len()
-    );
+    // The gateway learns of the loss from its watch, and measures how long
+    // after the lease expired (one observation per lost sandbox). The watch
+    // may deliver after the lookups above already answered node-down, so
+    // the count is waited for.
+    let admin = c.gateways[0].addr("gateway admin");
+    wait_until(
+        "one node-loss observation per lost sandbox",
+        Duration::from_secs(10),
+        || {
+            let (http, admin) = (http.clone(), admin.clone());
+            let lost = on1.len() as f64;
+            async move {
+                let metrics = http
+                    .send(Method::GET, &admin, "/metrics", &[], None)
+                    .await
+                    .ok()?
+                    .json;
+                let count: f64 = metrics.as_str()?.lines().find_map(|l| {
+                    l.strip_prefix("warren_gateway_node_loss_eviction_seconds_count ")?
+                        .trim()
+                        .parse()
+                        .ok()
+                })?;
+                (count >= lost).then_some(())
+            }
+        },
+    )
+    .await;
 
     // New sandboxes avoid the dead node.
     for _ in 0..3 {
