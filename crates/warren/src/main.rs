@@ -80,10 +80,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Set by `warren dev` and the chaos experiment on their children (through
-/// `warren_harness::Launch::exit_with_parent`): when the parent goes away
-/// (even by SIGKILL, which it cannot forward), the child shuts down as if it
-/// got SIGTERM.
+// Set by `warren dev` and the chaos experiment on their children (through
+// `warren_harness::Launch::exit_with_parent`): when the parent goes away
+// (even by SIGKILL, which it cannot forward), the child shuts down as if it
+// got SIGTERM.
 use warren_harness::EXIT_WITH_PARENT;
 
 async fn exit_with_parent() {

@@ -10,7 +10,9 @@
 use serde_json::Value;
 use std::path::Path;
 use std::process::Output;
+use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::wait_until;
 
 const KEY: &str = "key-cli";
 const TEAM: &str = "team-cli";
@@ -72,6 +74,13 @@ fn expect(o: &Output, code: i32) -> String {
     stdout(o)
 }
 
+/// `warren sandbox exec <id> -- argv...`.
+fn exec(c: &Cluster, id: &str, argv: &[&str]) -> Output {
+    let mut args = vec!["sandbox", "exec", id, "--"];
+    args.extend_from_slice(argv);
+    warren(c, &args)
+}
+
 /// `warren sandbox create ...` → the new id (the only thing printed).
 fn create(c: &Cluster, extra: &[&str]) -> String {
     let mut args = vec!["sandbox", "create"];
@@ -98,43 +107,19 @@ async fn sandbox_create_exec_ls_rm() {
     );
 
     // exec: the arguments arrive exactly as given, quoting and all.
-    let out = warren(
-        &c,
-        &[
-            "sandbox",
-            "exec",
-            &id,
-            "--",
-            "sh",
-            "-c",
-            "echo hi; echo \"a  b\"",
-        ],
-    );
+    let out = exec(&c, &id, &["sh", "-c", "echo hi; echo \"a  b\""]);
     assert_eq!(expect(&out, 0), "hi\na  b\n");
-    let out = warren(
-        &c,
-        &[
-            "sandbox", "exec", &id, "--", "printf", "%s|", "a b", "\"q\"", "", "-n",
-        ],
-    );
+    let out = exec(&c, &id, &["printf", "%s|", "a b", "\"q\"", "", "-n"]);
     assert_eq!(expect(&out, 0), "a b|\"q\"||-n|");
+    // One argument is a shell command line.
+    let out = exec(&c, &id, &["echo one; echo 'two  words'"]);
+    assert_eq!(expect(&out, 0), "one\ntwo  words\n");
     // Its exit code and its stderr are the command's own.
-    let out = warren(
-        &c,
-        &[
-            "sandbox",
-            "exec",
-            &id,
-            "--",
-            "sh",
-            "-c",
-            "echo oops >&2; exit 3",
-        ],
-    );
+    let out = exec(&c, &id, &["sh", "-c", "echo oops >&2; exit 3"]);
     assert_eq!(expect(&out, 3), "");
     assert_eq!(stderr(&out), "oops\n");
     // A program that does not exist fails the command, not the CLI.
-    let out = warren(&c, &["sandbox", "exec", &id, "--", "/no/such/program"]);
+    let out = exec(&c, &id, &["/no/such/program"]);
     assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
 
     // ls: a table with both sandboxes, and the JSON form.
@@ -170,7 +155,7 @@ async fn sandbox_create_exec_ls_rm() {
     let out = warren(&c, &["sandbox", "rm", &id]);
     expect(&out, 1);
     assert!(stderr(&out).contains("not found"), "{}", stderr(&out));
-    let out = warren(&c, &["sandbox", "exec", &id, "--", "true"]);
+    let out = exec(&c, &id, &["true"]);
     expect(&out, 1);
     assert_eq!(
         expect(&warren(&c, &["sandbox", "ls", "--json"]), 0).trim(),
@@ -182,7 +167,14 @@ async fn sandbox_create_exec_ls_rm() {
 async fn node_ls_and_route() {
     let c = cluster().await;
 
-    // node ls: the operator key sees the node, as a table and as JSON.
+    // node ls: the operator key sees the node, as a table and as JSON, once
+    // it has registered (it announces its listeners before that).
+    wait_until("node-1 to register", Duration::from_secs(10), || async {
+        let out = warren(&c, &["node", "ls", "--json"]);
+        let nodes: Value = serde_json::from_str(&expect(&out, 0)).ok()?;
+        (nodes[0]["nodeID"] == "node-1").then_some(())
+    })
+    .await;
     let table = expect(&warren(&c, &["node", "ls"]), 0);
     assert!(table.starts_with("NODE ID"), "{table}");
     let row = table

@@ -47,8 +47,9 @@ enum Action {
     Exec {
         /// The sandbox.
         sandbox_id: String,
-        /// The program and its arguments, passed exactly as given (no shell:
-        /// for one, run `-- sh -c '...'`).
+        /// One argument: a shell command line, run with `/bin/sh -c`.
+        /// Several: the program and its arguments, passed exactly as given
+        /// (`-- sh -c 'echo hi; id -un'` runs `sh` with those two arguments).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
@@ -138,7 +139,8 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Runs `argv` (exactly as given: no shell, no re-joining) through envd's
+/// Runs `argv` (one argument: a `/bin/sh -c` line; several: exactly as
+/// given, never re-joined into one line) through envd's
 /// `process.Process/Start`, over the sandbox traffic path (E2b-Sandbox-Id /
 /// E2b-Sandbox-Port headers), streaming output. `--sandbox-url` may name
 /// several entry points (comma-separated): when the stream is cut,
@@ -154,11 +156,15 @@ async fn exec(
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let sandbox = client.get(sandbox_id).await?;
     let data = args.sandbox_client()?;
-    let cmd = argv.remove(0);
-    let command = warren_client::Command {
-        cmd,
-        args: argv,
-        ..Default::default()
+    let command = if argv.len() == 1 {
+        warren_client::Command::shell(argv.remove(0))
+    } else {
+        let cmd = argv.remove(0);
+        warren_client::Command {
+            cmd,
+            args: argv,
+            ..Default::default()
+        }
     };
     let mut stream = data
         .run(&sandbox, command)
