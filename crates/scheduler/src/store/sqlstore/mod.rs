@@ -304,7 +304,26 @@ fn binding_from_row(r: &AnyRow) -> Result<BindingRow> {
 
 /// The scheduler's storage operations, each one transaction. Cheap to share
 /// behind an `Arc` and safe to call concurrently.
+///
+/// Every write runs to completion on its own task ([`SqlStore::detached`]):
+/// an RPC whose caller goes away (a gateway killed mid-request) is dropped
+/// by tonic, and a transaction dropped half-way would go back to the pool
+/// still open, failing the next writes on that connection.
 impl SqlStore {
+    /// Runs `op` on its own task, so dropping the caller cannot cut a
+    /// transaction short.
+    async fn detached<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnOnce(SqlStore) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        match tokio::spawn(op(self.clone())).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Internal(format!("store task ended early: {e}"))),
+        }
+    }
+
     /// Registers (or re-registers) a node and reconciles its roster: with a new
     /// incarnation, its bindings missing from the roster are removed (fenced);
     /// LOST bindings in the roster come back RUNNING.
@@ -313,7 +332,8 @@ impl SqlStore {
         reg: NodeRegistration,
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        nodes::register(self, reg, timing).await
+        self.detached(|s| async move { nodes::register(&s, reg, timing).await })
+            .await
     }
 
     /// Renews a node's lease (fenced on its incarnation) and reconciles its
@@ -326,17 +346,24 @@ impl SqlStore {
         roster: &[SandboxRef],
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        nodes::heartbeat(self, node_id, incarnation, roster, timing).await
+        let (node_id, roster) = (node_id.to_string(), roster.to_vec());
+        self.detached(|s| async move {
+            nodes::heartbeat(&s, &node_id, incarnation, &roster, timing).await
+        })
+        .await
     }
 
     /// Places a new sandbox (or returns the one its idempotency key names).
     pub async fn place(&self, spec: PlaceSpec) -> Result<Placed> {
-        bindings::place(self, spec).await
+        self.detached(|s| async move { bindings::place(&s, spec).await })
+            .await
     }
 
     /// Moves a sandbox to a (new) node: new generation, CREATING, emits MOVED.
     pub async fn reassign(&self, sandbox_id: &str, node_id: Option<&str>) -> Result<BindingRow> {
-        bindings::reassign(self, sandbox_id, node_id).await
+        let (id, node) = (sandbox_id.to_string(), node_id.map(str::to_string));
+        self.detached(|s| async move { bindings::reassign(&s, &id, node.as_deref()).await })
+            .await
     }
 
     /// CREATING → RUNNING at exactly `(node_id, generation)`; idempotent.
@@ -346,12 +373,18 @@ impl SqlStore {
         node_id: &str,
         generation: u64,
     ) -> Result<BindingRow> {
-        bindings::record_assignment(self, sandbox_id, node_id, generation).await
+        let (id, node) = (sandbox_id.to_string(), node_id.to_string());
+        self.detached(
+            |s| async move { bindings::record_assignment(&s, &id, &node, generation).await },
+        )
+        .await
     }
 
     /// Applies one node-reported event, fenced on `(node_id, generation)`.
     pub async fn apply_event(&self, node_id: &str, event: &NodeEvent) -> Result<EventOutcome> {
-        bindings::apply_event(self, node_id, event).await
+        let (node, event) = (node_id.to_string(), event.clone());
+        self.detached(|s| async move { bindings::apply_event(&s, &node, &event).await })
+            .await
     }
 
     /// The highest generation ever issued: anything above it is from the future.
@@ -385,7 +418,9 @@ impl SqlStore {
 
     /// Sets a sandbox's end; an end in the past makes it EXPIRING.
     pub async fn set_end_at(&self, sandbox_id: &str, end_at_ms: i64) -> Result<BindingRow> {
-        bindings::set_end_at(self, sandbox_id, end_at_ms).await
+        let id = sandbox_id.to_string();
+        self.detached(|s| async move { bindings::set_end_at(&s, &id, end_at_ms).await })
+            .await
     }
 
     /// The oldest retained and the newest revision in the change log.
