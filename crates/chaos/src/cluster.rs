@@ -4,139 +4,54 @@
 //! after its fault comes back at the same address the others and HAProxy
 //! know.
 
-use anyhow::Context;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-
-/// Set on children so they stop when this process dies, even by SIGKILL
-/// (the binary's `EXIT_WITH_PARENT`; `warren dev` uses it the same way).
-const EXIT_WITH_PARENT: &str = "WARREN_EXIT_WITH_PARENT";
-
-/// How long a part may take to announce its listeners.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+use warren_harness::{free_port, Exit, Launch, Proc};
 
 /// One replica: how to start it, and the running process if any.
 pub struct Part {
     /// `scheduler-1`, `node-2`, `gateway-1`, ...
     pub name: String,
-    /// Arguments to the `warren` binary (the same on every restart).
-    args: Vec<String>,
-    /// Announce lines to wait for (`"gateway http"`, ...).
-    wait_for: Vec<&'static str>,
-    /// Where its stderr goes (appended across restarts).
-    log: PathBuf,
-    pub child: Option<Child>,
-    /// `"<component> <name>"` → address, from its announce lines.
-    pub addrs: HashMap<String, String>,
-    /// Other lines it printed on stdout (e.g. `node runtime bwrap`).
-    pub lines: Arc<Mutex<Vec<String>>>,
+    /// How it is started (the same arguments and ports on every restart;
+    /// stderr appended to its log).
+    launch: Launch,
+    /// The running process, if any.
+    pub proc: Option<Proc>,
 }
 
 impl Part {
     /// Starts (or restarts) the process and waits for its announce lines.
-    pub async fn start(&mut self, exe: &Path) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log)
-            .with_context(|| format!("cannot open {}", self.log.display()))?;
-        let mut child = Command::new(exe)
-            .args(&self.args)
-            .env(EXIT_WITH_PARENT, "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("cannot start {}", self.name))?;
-        let stdout = child
-            .stdout
-            .take()
-            .with_context(|| format!("no stdout from {}", self.name))?;
-        let mut lines = BufReader::new(stdout).lines();
-        let mut addrs = HashMap::new();
-        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
-        while !self.wait_for.iter().all(|w| addrs.contains_key(*w)) {
-            let line = match tokio::time::timeout_at(deadline, lines.next_line()).await {
-                Err(_) => anyhow::bail!("{} did not come up within {START_TIMEOUT:?}", self.name),
-                Ok(Err(e)) => anyhow::bail!("reading {}'s output: {e}", self.name),
-                Ok(Ok(None)) => {
-                    let status = child.wait().await?;
-                    anyhow::bail!(
-                        "{} exited ({status}) while starting; see {}",
-                        self.name,
-                        self.log.display()
-                    );
-                }
-                Ok(Ok(Some(line))) => line,
-            };
-            match warren_core::parse_announce(&line) {
-                Some((what, addr)) => {
-                    addrs.insert(what.to_string(), addr.to_string());
-                }
-                None => push(&self.lines, line),
-            }
-        }
-        let sink = self.lines.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(line)) = lines.next_line().await {
-                push(&sink, line);
-            }
-        });
-        self.addrs = addrs;
-        self.child = Some(child);
+    pub async fn start(&mut self) -> anyhow::Result<()> {
+        self.proc = Some(self.launch.spawn().await?);
         Ok(())
     }
 
     /// Sends `signal` (no wait).
     pub fn signal(&self, signal: nix::sys::signal::Signal) {
-        if let Some(pid) = self.child.as_ref().and_then(Child::id) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
+        if let Some(p) = &self.proc {
+            p.signal(signal);
         }
     }
 
     /// Waits up to `within` for the process to exit; SIGKILLs it after that.
     /// Returns how long it took and whether it exited on its own.
     pub async fn wait_exit(&mut self, within: Duration) -> (Duration, bool) {
-        let started = tokio::time::Instant::now();
-        let Some(child) = self.child.as_mut() else {
+        let Some(mut p) = self.proc.take() else {
             return (Duration::ZERO, true);
         };
-        let on_its_own = tokio::time::timeout(within, child.wait()).await.is_ok();
-        if !on_its_own {
-            let _ = child.kill().await;
-        }
-        self.child = None;
-        (started.elapsed(), on_its_own)
+        let Exit {
+            took, on_its_own, ..
+        } = p.wait_exit(within).await;
+        (took, on_its_own)
     }
 
-    /// The address announced as `what`.
+    /// The address announced as `what`, while it runs.
     pub fn addr(&self, what: &str) -> anyhow::Result<String> {
-        self.addrs
-            .get(what)
-            .cloned()
-            .with_context(|| format!("{} announced no {what:?}", self.name))
+        self.proc
+            .as_ref()
+            .and_then(|p| p.addrs.get(what).cloned())
+            .ok_or_else(|| anyhow::anyhow!("{} announced no {what:?}", self.name))
     }
-}
-
-fn push(lines: &Arc<Mutex<Vec<String>>>, line: String) {
-    if let Ok(mut v) = lines.lock() {
-        if v.len() < 1000 {
-            v.push(line);
-        }
-    }
-}
-
-/// A free loopback port (bound and released; the part binds it right after).
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 /// Settings the cluster is started with.
@@ -153,7 +68,6 @@ pub struct ClusterSpec {
 
 /// The running parts, in start order.
 pub struct Cluster {
-    exe: PathBuf,
     pub schedulers: Vec<Part>,
     pub nodes: Vec<Part>,
     pub gateways: Vec<Part>,
@@ -176,7 +90,6 @@ impl Cluster {
             }
         };
         let mut c = Cluster {
-            exe: exe.to_path_buf(),
             schedulers: Vec::new(),
             nodes: Vec::new(),
             gateways: Vec::new(),
@@ -200,6 +113,7 @@ impl Cluster {
             ]);
             args.extend(delay("scheduler"));
             c.schedulers.push(part(
+                exe,
                 &format!("scheduler-{i}"),
                 args,
                 &["scheduler grpc", "scheduler admin"],
@@ -227,7 +141,7 @@ impl Cluster {
             ]);
             args.extend(delay("node"));
             c.nodes
-                .push(part(&name, args, &["node http", "node admin"], &logs));
+                .push(part(exe, &name, args, &["node http", "node admin"], &logs));
         }
         for i in 1..=2 {
             let (port, admin) = (free_port()?, free_port()?);
@@ -246,6 +160,7 @@ impl Cluster {
             ]);
             args.extend(delay("gateway"));
             c.gateways.push(part(
+                exe,
                 &format!("gateway-{i}"),
                 args,
                 &["gateway http", "gateway admin"],
@@ -258,15 +173,14 @@ impl Cluster {
             .chain(c.nodes.iter_mut())
             .chain(c.gateways.iter_mut())
         {
-            p.start(exe).await?;
+            p.start().await?;
         }
         Ok(c)
     }
 
     /// Restarts a part that was stopped (same arguments and ports).
     pub async fn restart(&mut self, component: Component, index: usize) -> anyhow::Result<()> {
-        let exe = self.exe.clone();
-        self.part_mut(component, index).start(&exe).await
+        self.part_mut(component, index).start().await
     }
 
     pub fn part_mut(&mut self, component: Component, index: usize) -> &mut Part {
@@ -281,7 +195,8 @@ impl Cluster {
     pub fn node_runtime(&self) -> String {
         self.nodes
             .first()
-            .and_then(|n| n.lines.lock().ok().map(|l| l.clone()))
+            .and_then(|n| n.proc.as_ref())
+            .map(Proc::lines)
             .into_iter()
             .flatten()
             .find_map(|l| l.strip_prefix("node runtime ").map(str::to_string))
@@ -295,7 +210,7 @@ impl Cluster {
             let Ok(admin) = s.addr("scheduler admin") else {
                 continue;
             };
-            if let Ok(text) = crate::http::get_text(&admin, "/metrics").await {
+            if let Ok(text) = warren_harness::http::get_text(&admin, "/metrics").await {
                 let leads = text
                     .lines()
                     .filter(|l| l.starts_with("warren_scheduler_leader"))
@@ -341,15 +256,15 @@ impl std::fmt::Display for Component {
     }
 }
 
-fn part(name: &str, args: Vec<String>, wait_for: &[&'static str], logs: &Path) -> Part {
+fn part(exe: &Path, name: &str, args: Vec<String>, wait_for: &[&str], logs: &Path) -> Part {
     Part {
         name: name.to_string(),
-        args,
-        wait_for: wait_for.to_vec(),
-        log: logs.join(format!("{name}.log")),
-        child: None,
-        addrs: HashMap::new(),
-        lines: Arc::new(Mutex::new(Vec::new())),
+        launch: Launch::new(exe, &args)
+            .label(name)
+            .exit_with_parent()
+            .wait_for(wait_for)
+            .log_to(&logs.join(format!("{name}.log"))),
+        proc: None,
     }
 }
 

@@ -114,7 +114,8 @@ pub async fn run(config: Config, exe: &Path) -> anyhow::Result<Summary> {
         Some(u) => u.clone(),
         None => {
             eprintln!("chaos: starting a private PostgreSQL server");
-            let server = tokio::task::spawn_blocking(crate::postgres::PgServer::start).await??;
+            let server =
+                tokio::task::spawn_blocking(warren_harness::postgres::PgServer::start).await??;
             let url = server.create_database("warren")?;
             pg = Some(server);
             url
@@ -435,19 +436,21 @@ async fn target_on(client: &Client, node: &str, run: &str, label: &str) -> anyho
     }
     drop(stream);
     let check = Command::shell("cat $HOME/.chaos-counter");
-    for _ in 0..50 {
-        if let Ok(out) = client.run_to_end(&sandbox, check.clone()).await {
-            if out.exit.exit_code == 0 {
-                return Ok(Target {
-                    node: node.to_string(),
-                    sandbox,
-                    lost: false,
-                });
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    anyhow::bail!("the counter in {} never started", sandbox.sandbox_id)
+    let started = warren_harness::poll_until(Duration::from_secs(5), || async {
+        let out = client.run_to_end(&sandbox, check.clone()).await.ok()?;
+        (out.exit.exit_code == 0).then_some(())
+    })
+    .await;
+    anyhow::ensure!(
+        started.is_some(),
+        "the counter in {} never started",
+        sandbox.sandbox_id
+    );
+    Ok(Target {
+        node: node.to_string(),
+        sandbox,
+        lost: false,
+    })
 }
 
 fn copy_logs(work: &Path, out: &Path) {

@@ -58,7 +58,7 @@ impl Balancer {
                 Mode::L7 => L7_CONFIG,
             },
         )?;
-        let port = crate::cluster::free_port()?;
+        let port = warren_harness::free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let log = std::fs::File::create(
             dir.join("logs")

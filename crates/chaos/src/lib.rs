@@ -24,14 +24,13 @@
 //! - [`record`]: every probe's result and the phase it fell in.
 //! - [`reconcile`]: the final listing: duplicates, unsettled workflows, cleanup.
 //! - [`report`]: probes.json/.csv, summary.md/.json, timeline.svg.
-//! - [`postgres`]: a private PostgreSQL server on loopback (also used by tests).
-//! - `http`: plain GETs for admin endpoints.
+//!
+//! Processes, ports, the private PostgreSQL server and admin GETs come from
+//! `warren-harness`, shared with `warren dev` and the tests.
 
 pub mod cluster;
 pub mod failover;
 pub mod haproxy;
-mod http;
-pub mod postgres;
 pub mod probes;
 pub mod reconcile;
 pub mod record;

@@ -158,7 +158,7 @@ pub async fn command_loop(ctx: Ctx, name: String, client: Client, targets: Targe
 
 /// A refusal that tells the truth about a sandbox that is gone: its node
 /// is down or unreachable, or it no longer exists.
-pub fn is_clear_refusal(e: &ClientError) -> bool {
+fn is_clear_refusal(e: &ClientError) -> bool {
     matches!(e, ClientError::NodeDown { .. })
         || matches!(
             e.kind().as_str(),

@@ -19,6 +19,7 @@ use connectrpc::{ConnectError, ErrorCode};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use warren_core::backoff::Backoff;
 use warren_envd_proto::process::{
     process_event, process_selector, ConnectRequest, ConnectResponse, ConnectResponseView,
     ProcessClient, ProcessConfig, ProcessEvent, ProcessSelector, StartRequest, StartResponse,
@@ -316,10 +317,11 @@ impl CommandStream {
     async fn reattach(&mut self) -> Result<(), ClientError> {
         let inner = self.client.inner.clone();
         let mut last: Option<ClientError> = None;
+        // Capped lower than other retries: a stream's reader is waiting.
+        let mut backoff = Backoff::new(inner.backoff, Duration::from_secs(2));
         for attempt in 0..inner.resume_attempts {
             if attempt > 0 {
-                let pause = (inner.backoff * attempt).min(Duration::from_secs(2));
-                tokio::time::sleep(pause).await;
+                tokio::time::sleep(backoff.next_pause()).await;
                 // Repeated failures: ask the data plane whether the sandbox
                 // is lost for good, so a dead node is not retried forever.
                 if attempt % 2 == 0 {

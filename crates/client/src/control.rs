@@ -14,6 +14,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_core::backoff::Backoff;
 
 /// What to create (E2B's `NewSandbox`, the fields warren uses).
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -39,7 +40,7 @@ impl NewSandbox {
 }
 
 /// A sandbox as create, list and get describe it (fields they share).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, serde::Serialize)]
 pub struct Sandbox {
     #[serde(rename = "sandboxID")]
     pub sandbox_id: String,
@@ -54,6 +55,12 @@ pub struct Sandbox {
     pub metadata: HashMap<String, String>,
     #[serde(default)]
     pub state: Option<String>,
+    /// RFC 3339 (list and get).
+    #[serde(rename = "startedAt", default)]
+    pub started_at: Option<String>,
+    /// RFC 3339: when the sandbox is killed unless its timeout is changed.
+    #[serde(rename = "endAt", default)]
+    pub end_at: Option<String>,
 }
 
 /// A create's result and how it got there.
@@ -153,7 +160,8 @@ impl ClientBuilder {
         self
     }
 
-    /// Pause before attempt `n` is `n × backoff` (default 200 ms).
+    /// The first pause between attempts (default 200 ms); later pauses
+    /// double, jittered (`warren_core::backoff`).
     pub fn backoff(mut self, d: Duration) -> Self {
         self.backoff = d;
         self
@@ -297,6 +305,14 @@ impl Client {
         })
     }
 
+    /// `GET path` answered with JSON, retried like the other reads: for
+    /// warren's own endpoints beyond E2B's (`/nodes`,
+    /// `/_warren/v1/routes/{id}`).
+    pub async fn get_json(&self, path: &str) -> Result<serde_json::Value, ClientError> {
+        let a = self.call(Method::GET, path, &[], None).await?;
+        parse(&a)
+    }
+
     /// `GET /health` on the sandbox's envd through the data plane: tells a
     /// lost node (`node_down`) from one that cannot be reached right now.
     pub async fn health(&self, sandbox: &Sandbox) -> Result<Health, ClientError> {
@@ -338,11 +354,6 @@ impl Client {
         self.run(sandbox, command).await?.collect().await
     }
 
-    /// How many entry points there are.
-    pub fn entry_points(&self) -> usize {
-        self.inner.entries.len()
-    }
-
     /// One request through the entry points in turn, retried while the
     /// failure is one another entry point may not have.
     async fn call(
@@ -356,9 +367,10 @@ impl Client {
         let start = inner.entries.start();
         let mut earlier_unknown = false;
         let mut last = None;
+        let mut backoff = Backoff::new(inner.backoff, warren_core::backoff::MAX);
         for attempt in 0..inner.attempts {
             if attempt > 0 {
-                tokio::time::sleep(inner.backoff * attempt).await;
+                tokio::time::sleep(backoff.next_pause()).await;
             }
             let entry = inner.entries.get(start + attempt as usize);
             match self.send(entry, &method, path, hs, body.clone()).await {

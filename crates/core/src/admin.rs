@@ -7,7 +7,6 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,31 +85,14 @@ impl Admin {
         }
     }
 
-    /// Serves the admin endpoints on `listener` until `shutdown` resolves.
+    /// Serves the admin endpoints on `listener` until `shutdown` resolves,
+    /// with the limits every listener has.
     pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
-        tokio::pin!(shutdown);
-        loop {
-            let (stream, _) = tokio::select! {
-                _ = &mut shutdown => return,
-                r = listener.accept() => match r {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "admin accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            let admin = self.clone();
-            tokio::spawn(async move {
-                let svc = hyper::service::service_fn(move |req| {
-                    let resp = admin.respond(&req);
-                    async move { Ok::<_, std::convert::Infallible>(resp) }
-                });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
+        let handler = move |_peer, req: Request<Incoming>| {
+            let resp = self.respond(&req);
+            async move { resp }
+        };
+        let limits = crate::server::Limits::with_drain(std::time::Duration::from_secs(1));
+        crate::server::serve(listener, handler, shutdown, limits).await;
     }
 }

@@ -33,6 +33,16 @@ pub const ENVD_PORT: u16 = 49983;
 
 use http::header::{self, HeaderMap, HeaderName};
 
+/// Whether an answer is a node's "I do not host that sandbox at that
+/// generation" ([`ROUTE`]: [`ROUTE_NOT_FOUND`], any case): the stale-route
+/// signal, on the data plane and the control API alike.
+pub fn is_not_hosted(h: &HeaderMap) -> bool {
+    h.get(ROUTE).is_some_and(|v| {
+        v.as_bytes()
+            .eq_ignore_ascii_case(ROUTE_NOT_FOUND.as_bytes())
+    })
+}
+
 /// Hop-by-hop headers (RFC 9110 §7.6.1 and the usual legacy ones): they
 /// describe one connection and are never forwarded.
 const HOP_BY_HOP: [HeaderName; 9] = [

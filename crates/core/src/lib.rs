@@ -8,21 +8,30 @@
 //! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
 //!   validated before any socket is bound; bad config exits with code 64.
 //! - [`admin`]: the admin listener (`/metrics`, `/healthz`, `/readyz`).
-//! - [`server`]: the shared HTTP accept loop with graceful drain.
+//! - [`body`]: the one response body type, JSON/empty builders, bounded reads.
+//! - [`node_api`]: the node control API's JSON types, paths and `ENVD_VERSION`.
+//! - [`upgrade`]: HTTP/1.1 upgrade detection and splicing for proxies.
+//! - [`backoff`]: the one retry pause policy (capped exponential, jittered).
+//! - [`server`]: the one HTTP server loop every listener runs, generic over
+//!   how connections are accepted, with the same timeouts and graceful drain.
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.
 
 pub mod admin;
+pub mod backoff;
+pub mod body;
 pub mod config;
 pub mod env;
 pub mod headers;
 pub mod id;
 pub mod logging;
 pub mod network;
+pub mod node_api;
 pub mod server;
 pub mod shutdown;
 pub mod time;
+pub mod upgrade;
 
 /// Prints `"{component} {name} listening on {addr}"` to stdout and flushes.
 ///

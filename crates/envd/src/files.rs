@@ -13,7 +13,6 @@
 //! ignored: every file belongs to the user envd runs as.
 
 use crate::paths::{Follow, Jail};
-use crate::reply::{self, Body};
 use crate::rpc_error::{http_status, path_error};
 use futures_util::TryStreamExt;
 use http::{header, Method, Request, Response, StatusCode};
@@ -22,6 +21,7 @@ use hyper::body::{Frame, Incoming};
 use std::collections::HashMap;
 use std::io::Write;
 use tokio::io::AsyncWriteExt;
+use warren_core::body::{self as reply, Body};
 
 /// The query of a `/files` request.
 #[derive(Debug, Default)]

@@ -20,7 +20,11 @@
 //! - [`filesystem`]: `filesystem.Filesystem`; [`entry`] builds `EntryInfo`.
 //! - [`paths`]: client paths → host paths, never leaving the root.
 //! - [`relay`]: the port relay socket.
-//! - [`rpc_error`] and [`reply`]: errors as Connect codes and E2B's HTTP JSON.
+//! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
+//!   `warren_core::body::error`).
+// Dev-dependencies are for the integration tests under tests/; this crate's
+// own unit-test build sees them too.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
 
 pub mod config;
 pub mod entry;
@@ -29,7 +33,6 @@ pub mod filesystem;
 pub mod paths;
 pub mod process;
 pub mod relay;
-pub mod reply;
 pub mod rpc_error;
 pub mod server;
 pub mod users;
@@ -42,15 +45,9 @@ use std::path::Path;
 use tokio::net::{TcpListener, UnixListener};
 use warren_core::config::ConfigError;
 
-/// The envd version the node reports to the SDK as `envdVersion`.
-///
-/// The e2b SDK (2.63) gates features on it (`e2b/envd/versions.py`):
-/// 0.3.0 `stdin` on Start, 0.4.0 default user (no `username` sent), 0.5.2
-/// CloseStdin, 0.5.7 `application/octet-stream` (and gzip) uploads — all of
-/// which warren envd implements. 0.6.2 adds file metadata (xattrs via
-/// `X-Metadata-*`) and 0.6.3/0.6.4 watcher options, which it does not, so
-/// the SDK refuses those up front instead of failing half-way.
-pub const ENVD_VERSION: &str = "0.5.7";
+/// The envd version the node reports to the SDK as `envdVersion` (what it
+/// means: `warren_core::node_api::ENVD_VERSION`).
+pub use warren_core::node_api::ENVD_VERSION;
 
 /// The listening sockets the node passed down (API, relay), taken once at
 /// start, before any thread exists (the `LISTEN_FDS` variables are removed).

@@ -116,7 +116,7 @@ impl Jail {
     }
 
     /// The host path of a normalized client path, without touching the disk.
-    pub fn host_of(&self, client: &str) -> PathBuf {
+    fn host_of(&self, client: &str) -> PathBuf {
         let rel = client.trim_start_matches('/');
         if rel.is_empty() {
             self.root.clone()
@@ -126,7 +126,7 @@ impl Jail {
     }
 
     /// The client's name for a host path inside the root, if it is inside.
-    pub fn client_of(&self, host: &Path) -> Option<String> {
+    fn client_of(&self, host: &Path) -> Option<String> {
         let rel = host.strip_prefix(&self.root).ok()?;
         let mut out = String::from("/");
         out.push_str(&rel.to_string_lossy());
@@ -135,7 +135,7 @@ impl Jail {
 
     /// The client's path made absolute and normalized: `~` and relative
     /// paths start at home, `.` and empty components vanish, `..` climbs.
-    pub fn normalize(&self, path: &str) -> Result<String, PathError> {
+    fn normalize(&self, path: &str) -> Result<String, PathError> {
         if path.contains('\0') {
             return Err(PathError::Nul(path.to_string()));
         }

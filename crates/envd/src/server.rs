@@ -1,5 +1,7 @@
-//! The envd HTTP server: one hyper listener (HTTP/1.1 and h2c) that routes
-//! `/health`, `/files` and everything else to the Connect router.
+//! The envd HTTP server: the shared `warren_core::server` loop (HTTP/1.1 and
+//! h2c, header-read timeout, drain) on a TCP or Unix listener, routing
+//! `/health`, `/files` and everything else to the Connect router. The
+//! listener is created apart from serving (`crate::bind_api`).
 //!
 //! Every request but `GET /health` needs the access token when one is set:
 //! `X-Access-Token`, or for `/files` a presigned signature. Without it,
@@ -12,18 +14,18 @@ use crate::filesystem::FilesystemService;
 use crate::paths::Jail;
 use crate::process::manager::Manager;
 use crate::process::ProcessService;
-use crate::reply::{self, Body};
 use connectrpc::{ConnectError, ConnectRpcService, Limits, Router};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
+use warren_core::body::{self as reply, Body};
+use warren_core::server::{self as http_server, Accept};
 
 /// The largest Connect message envd accepts (a SendInput chunk, say). Larger
 /// ones are refused with `resource_exhausted` before they are buffered.
@@ -102,66 +104,52 @@ pub async fn serve(
         connect,
     });
 
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    tokio::pin!(shutdown);
-    loop {
-        let io: Box<dyn Io> = tokio::select! {
-            _ = &mut shutdown => break,
-            accepted = accept(&listener) => match accepted {
-                Ok(io) => io,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "accepting an envd connection failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    // A Unix socket's path outlives the listener; it is removed at the end.
+    let unix_path = match &listener {
+        ApiListener::Unix(_, path) => Some(path.clone()),
+        ApiListener::Tcp(_) | ApiListener::Inherited(_) => None,
+    };
+    let handler = move |_peer, req| {
         let app = app.clone();
-        let service = hyper::service::service_fn(move |req| {
-            let app = app.clone();
-            async move { Ok::<_, std::convert::Infallible>(route(&app, req).await) }
-        });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(io), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "envd connection ended with an error");
-            }
-        });
-    }
-    tracing::info!("envd shutting down");
-    // Killing first lets every open process stream end properly (with its
-    // end event) instead of being cut off when the drain times out.
-    manager.kill_all();
-    if tokio::time::timeout(DRAIN, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::debug!("envd connections still open after the drain timeout");
-    }
-    if let ApiListener::Unix(_, path) = &listener {
+        async move { route(&app, req).await }
+    };
+    // Killing when shutdown is asked for, before the drain, lets every open
+    // process stream end properly (with its end event) instead of being cut
+    // off when the drain times out.
+    let stop = async move {
+        shutdown.await;
+        tracing::info!("envd shutting down");
+        manager.kill_all();
+    };
+    warren_core::server::serve(
+        listener,
+        handler,
+        stop,
+        http_server::Limits::with_drain(DRAIN),
+    )
+    .await;
+    if let Some(path) = unix_path {
         let _ = std::fs::remove_file(path);
     }
     Ok(())
 }
 
 /// A connection of either kind.
-trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
-async fn accept(listener: &ApiListener) -> std::io::Result<Box<dyn Io>> {
-    Ok(match listener {
-        ApiListener::Tcp(l) => {
-            let (s, _) = l.accept().await?;
-            let _ = s.set_nodelay(true);
-            Box::new(s)
-        }
-        ApiListener::Unix(l, _) | ApiListener::Inherited(l) => Box::new(l.accept().await?.0),
-    })
+impl Accept for ApiListener {
+    type Io = Box<dyn Io>;
+    type Peer = ();
+
+    async fn accept(&self) -> std::io::Result<(Box<dyn Io>, ())> {
+        Ok(match self {
+            ApiListener::Tcp(l) => (Box::new(Accept::accept(l).await?.0), ()),
+            ApiListener::Unix(l, _) | ApiListener::Inherited(l) => {
+                (Box::new(Accept::accept(l).await?.0), ())
+            }
+        })
+    }
 }
 
 async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {

@@ -1,6 +1,9 @@
 //! The real e2b Python SDK (the final word on what clients send) against an
 //! in-process envd: commands, stdin, reattach, kill, file upload/download in
 //! every encoding the SDK uses, and the filesystem calls.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 mod common;
 

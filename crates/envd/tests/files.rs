@@ -1,5 +1,8 @@
 //! `/files`, `filesystem.Filesystem`, the sandbox root boundary and the
 //! access token.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 mod common;
 

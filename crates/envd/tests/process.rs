@@ -1,5 +1,8 @@
 //! `process.Process` through the generated Connect client: start and stream,
 //! reattach with and without an offset, stdin, signals, listing, errors.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 mod common;
 

@@ -1,4 +1,7 @@
 //! envd over a Unix socket (as the node reaches it) and the port relay.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 mod common;
 

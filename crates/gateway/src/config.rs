@@ -156,35 +156,8 @@ impl Config {
     /// Checks everything that can be checked without the network.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let invalid = |m: String| ConfigError::Invalid(m);
-        let mut schedulers = Vec::new();
-        for raw in self
-            .scheduler
-            .iter()
-            .map(|s| s.trim())
-            .filter(|s| !s.is_empty())
-        {
-            let url = if raw.contains("://") {
-                raw.to_string()
-            } else {
-                format!("http://{raw}")
-            };
-            let uri: http::Uri = url
-                .parse()
-                .map_err(|e| invalid(format!("--scheduler {raw:?} is not a URL: {e}")))?;
-            // The scheduler API is plaintext gRPC (h2c) on a private network;
-            // TLS is not built in, so `https://` would only fail later.
-            if uri.scheme_str() != Some("http") || uri.host().is_none() {
-                return Err(invalid(format!(
-                    "--scheduler {raw:?} must be http://host:port (or host:port)"
-                )));
-            }
-            schedulers.push(url);
-        }
-        if schedulers.is_empty() {
-            return Err(invalid(
-                "--scheduler: at least one scheduler URL is required".into(),
-            ));
-        }
+        let schedulers = warren_proto::client::parse_urls(&self.scheduler)
+            .map_err(|e| invalid(format!("--scheduler: {e}")))?;
 
         let domain = self
             .domain

@@ -4,11 +4,12 @@
 //! "message": "..."}`: `code` and `message` are what the e2b SDK reads (its
 //! `Error` model), `error_code` is E2B's machine-readable field, a stable
 //! string a client can branch on (e.g. `node_down` vs `upstream_unreachable`,
-//! both 502). Distinct causes get distinct messages (DESIGN.md's error table).
+//! both 502). Distinct causes get distinct messages; the table is in
+//! docs/internals.md ("Gateway errors").
 
-use crate::response::{json, Body};
 use http::{header, HeaderValue, Response, StatusCode};
 use tonic::Code;
+use warren_core::body::{json, Body};
 use warren_proto::{REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY};
 
 /// Seconds a client is told to wait before retrying a 503.

@@ -17,15 +17,17 @@
 //!   `--route-cache-capacity 0` one `LookupNode` per request.
 //! - [`proxy`]: the data plane, streaming both ways, WebSocket splicing, and
 //!   the stale-route path (evict, one refetch, a replay-safe retry).
-//! - [`scheduler`]: scheduler gRPC client with replica failover.
+//! - the scheduler client with replica failover is `warren_proto::client`,
+//!   shared with the node.
 //! - [`node_client`]: the pooled HTTP client to nodes and their control API.
 //! - [`error`]: JSON errors (`code`, `error_code`, `message`);
-//!   [`response`]: the body type and builders; [`metrics`]: Prometheus.
+//!   bodies are `warren_core::body`; [`metrics`]: Prometheus.
 //! - [`state`]: [`App`](state::App), what handlers share.
 //!
 //! # Route cache
 //! Each gateway keeps its own bounded, positive-only cache of sandbox routes
-//! (DESIGN.md invariants 3-7), so steady sandbox traffic costs the scheduler
+//! (ARCHITECTURE.md invariants "Positive caching only" through "Retry only
+//! what is safe"), so steady sandbox traffic costs the scheduler
 //! nothing:
 //! - `--route-cache-capacity` (default 100000 routes; `0` turns the cache
 //!   off and every data-plane request makes a `LookupNode`);
@@ -52,8 +54,6 @@ pub mod models;
 pub mod node_client;
 mod proxy;
 pub mod resolver;
-pub mod response;
-pub mod scheduler;
 mod server;
 pub mod state;
 pub mod target;
@@ -89,11 +89,14 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let admin = Admin::new("warren_gateway");
     let metrics = metrics::Metrics::register(&admin);
-    let scheduler = Arc::new(scheduler::Scheduler::new(
-        &settings.schedulers,
-        settings.connect_timeout,
-        settings.request_timeout,
-    )?);
+    let scheduler = Arc::new(
+        warren_proto::client::Scheduler::new(
+            &settings.schedulers,
+            settings.connect_timeout,
+            settings.request_timeout,
+        )
+        .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--scheduler: {e}")))?,
+    );
     let source = Arc::new(resolver::LookupNode::new(
         scheduler.clone(),
         metrics.clone(),

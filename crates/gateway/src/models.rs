@@ -17,6 +17,9 @@ pub struct NewSandbox {
     pub timeout_secs: u64,
     pub metadata: HashMap<String, String>,
     pub env_vars: HashMap<String, String>,
+    /// `allow_internet_access` and `network.allowOut`/`denyOut`; None when
+    /// the request says nothing (open internet).
+    pub network: Option<warren_core::network::NetworkPolicy>,
 }
 
 /// `ConnectSandbox` / `ConnectSandboxV2`, `SandboxTimeoutRequest`,
@@ -34,7 +37,7 @@ pub struct ForkRequest {
 }
 
 /// Most forks one request may ask for.
-pub const MAX_FORK_COUNT: u32 = 10;
+const MAX_FORK_COUNT: u32 = 10;
 
 fn bad(message: String) -> ApiError {
     ApiError::bad_request("invalid_body", message)
@@ -94,6 +97,47 @@ fn string_map(obj: &Map<String, Value>, field: &str) -> Result<HashMap<String, S
     }
 }
 
+/// A list of strings at `obj[field]`.
+fn string_list(obj: &Map<String, Value>, field: &str) -> Result<Vec<String>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(bad(format!("field {field:?} must be a list of strings"))),
+            })
+            .collect(),
+        Some(_) => Err(bad(format!("field {field:?} must be a list of strings"))),
+    }
+}
+
+/// E2B's `allow_internet_access` and `network` (allowOut, denyOut).
+fn network_policy(
+    obj: &Map<String, Value>,
+) -> Result<Option<warren_core::network::NetworkPolicy>, ApiError> {
+    let allow_internet = match obj.get("allow_internet_access") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return Err(bad("field \"allow_internet_access\" must be a boolean".into())),
+    };
+    let (allow_out, deny_out) = match obj.get("network") {
+        None | Some(Value::Null) => (Vec::new(), Vec::new()),
+        Some(Value::Object(n)) => (string_list(n, "allowOut")?, string_list(n, "denyOut")?),
+        Some(_) => return Err(bad("field \"network\" must be an object".into())),
+    };
+    if allow_internet.is_none() && allow_out.is_empty() && deny_out.is_empty() {
+        return Ok(None);
+    }
+    let policy = warren_core::network::NetworkPolicy {
+        allow_internet: allow_internet.unwrap_or(true),
+        allow_out,
+        deny_out,
+    };
+    policy.validate().map_err(bad)?;
+    Ok(Some(policy))
+}
+
 impl NewSandbox {
     /// Parses `NewSandbox`; `default_timeout` differs between v1 and v2.
     pub fn parse(bytes: &[u8], default_timeout: u64) -> Result<Self, ApiError> {
@@ -108,6 +152,7 @@ impl NewSandbox {
             template_id,
             timeout_secs: timeout_field(&obj)?.unwrap_or(default_timeout),
             metadata: string_map(&obj, "metadata")?,
+            network: network_policy(&obj)?,
             env_vars: {
                 let vars = string_map(&obj, "envVars")?;
                 warren_core::env::check_vars(&vars)

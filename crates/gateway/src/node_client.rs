@@ -1,16 +1,17 @@
 //! HTTP towards nodes: one pooled hyper-util client shared by the data-plane
 //! proxy and the node control API (`/_warren/v1/...`, docs/internals.md).
 
-use crate::response::{full, Body};
 use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use std::collections::HashMap;
 use std::time::Duration;
-use warren_core::headers::{ROUTE, ROUTE_NOT_FOUND};
+use warren_core::body::{full, Body};
+use warren_core::headers::is_not_hosted;
+use warren_core::node_api::{self, ErrorBody, ForkSandbox, SandboxList};
+pub use warren_core::node_api::{CreateSandbox, SandboxInfo};
 
 /// The pooled HTTP/1.1 client for node traffic.
 pub type HttpClient = Client<HttpConnector, Body>;
@@ -28,50 +29,6 @@ pub fn http_client(connect_timeout: Duration) -> HttpClient {
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
         .build(connector)
-}
-
-/// `CreateSandbox` of the node control API.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct CreateSandbox {
-    pub sandbox_id: String,
-    pub generation: u64,
-    pub template_id: String,
-    pub env_vars: HashMap<String, String>,
-    pub metadata: HashMap<String, String>,
-    pub access_token: Option<String>,
-    pub timeout_secs: Option<u64>,
-}
-
-/// `SandboxInfo` of the node control API.
-#[derive(Debug, Clone, serde::Deserialize)]
-pub struct SandboxInfo {
-    pub sandbox_id: String,
-    pub generation: u64,
-    #[serde(default)]
-    pub template_id: String,
-    #[serde(default)]
-    pub node_id: String,
-    #[serde(default)]
-    pub started_at_ms: i64,
-    #[serde(default)]
-    pub envd_version: String,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct Roster {
-    #[serde(default)]
-    sandboxes: Vec<SandboxInfo>,
-}
-
-#[derive(serde::Serialize)]
-struct ForkBody<'a> {
-    generation: u64,
-    child: &'a CreateSandbox,
-}
-
-#[derive(serde::Deserialize)]
-struct NodeErrorBody {
-    message: String,
 }
 
 /// A failed node control-API call.
@@ -125,7 +82,7 @@ impl NodeClient {
             .send(
                 endpoint,
                 Method::POST,
-                "/_warren/v1/sandboxes".into(),
+                node_api::SANDBOXES.into(),
                 Some(body),
             )
             .await?;
@@ -140,19 +97,19 @@ impl NodeClient {
         parent_generation: u64,
         child: &CreateSandbox,
     ) -> Result<SandboxInfo, NodeError> {
-        let body = serde_json::to_vec(&ForkBody {
+        let body = serde_json::to_vec(&ForkSandbox {
             generation: parent_generation,
-            child,
+            child: child.clone(),
         })
         .unwrap_or_default();
-        let path = format!("/_warren/v1/sandboxes/{parent}/fork");
+        let path = node_api::fork_path(parent);
         let (_, bytes) = self.send(endpoint, Method::POST, path, Some(body)).await?;
         parse(endpoint, &bytes)
     }
 
     /// `DELETE /_warren/v1/sandboxes/{id}?generation=g`.
     pub async fn delete(&self, endpoint: &str, id: &str, generation: u64) -> Result<(), NodeError> {
-        let path = format!("/_warren/v1/sandboxes/{id}?generation={generation}");
+        let path = format!("{}?generation={generation}", node_api::sandbox_path(id));
         self.send(endpoint, Method::DELETE, path, None)
             .await
             .map(|_| ())
@@ -161,9 +118,9 @@ impl NodeClient {
     /// `GET /_warren/v1/sandboxes`: what the node hosts now.
     pub async fn list(&self, endpoint: &str) -> Result<Vec<SandboxInfo>, NodeError> {
         let (_, bytes) = self
-            .send(endpoint, Method::GET, "/_warren/v1/sandboxes".into(), None)
+            .send(endpoint, Method::GET, node_api::SANDBOXES.into(), None)
             .await?;
-        parse::<Roster>(endpoint, &bytes).map(|r| r.sandboxes)
+        parse::<SandboxList>(endpoint, &bytes).map(|r| r.sandboxes)
     }
 
     async fn send(
@@ -196,17 +153,14 @@ impl NodeClient {
                     source,
                 })?;
             let status = resp.status();
-            let not_hosted = resp
-                .headers()
-                .get(ROUTE)
-                .is_some_and(|v| v.as_bytes() == ROUTE_NOT_FOUND.as_bytes());
+            let not_hosted = is_not_hosted(resp.headers());
             let bytes = Limited::new(resp.into_body(), MAX_NODE_ANSWER)
                 .collect()
                 .await
                 .map_err(|e| protocol(format!("reading the answer: {e}")))?
                 .to_bytes();
             if !status.is_success() {
-                let message = serde_json::from_slice::<NodeErrorBody>(&bytes)
+                let message = serde_json::from_slice::<ErrorBody>(&bytes)
                     .map(|b| b.message)
                     .unwrap_or_else(|_| {
                         String::from_utf8_lossy(&bytes).chars().take(300).collect()

@@ -3,7 +3,6 @@
 //! or data plane, and graceful draining at shutdown.
 
 use crate::metrics::Plane;
-use crate::response::Body;
 use crate::state::App;
 use crate::{control, proxy, target};
 use http::{Request, Response};
@@ -13,6 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use warren_core::body::Body;
+use warren_core::server::Limits;
 
 /// Answers one request on either plane and records its metrics.
 async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
@@ -36,5 +37,5 @@ pub async fn serve(
     drain: Duration,
 ) {
     let handler = move |peer, req| handle(app.clone(), peer, req);
-    warren_core::server::serve(listener, handler, shutdown, drain).await;
+    warren_core::server::serve(listener, handler, shutdown, Limits::with_drain(drain)).await;
 }

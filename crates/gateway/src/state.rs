@@ -4,13 +4,13 @@ use crate::config::Settings;
 use crate::metrics::Metrics;
 use crate::node_client::{HttpClient, NodeClient};
 use crate::resolver::Resolver;
-use crate::scheduler::Scheduler;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_proto::client::Scheduler;
 
 /// envd version reported for a sandbox whose node cannot be asked right now
 /// (the lowest the e2b SDK accepts; it only gates optional SDK features).
-pub const FALLBACK_ENVD_VERSION: &str = "0.1.0";
+const FALLBACK_ENVD_VERSION: &str = "0.1.0";
 
 /// Shared gateway state.
 pub struct App {

@@ -38,13 +38,15 @@ pub struct Config {
     /// Admin listener (/metrics, /healthz, /readyz).
     #[arg(long, env = "WARREN_NODE_ADMIN_LISTEN", default_value = "127.0.0.1:0")]
     pub admin_listen: SocketAddr,
-    /// Scheduler gRPC endpoint URL(s), comma-separated; the first that answers is used.
+    /// Scheduler gRPC URL(s), `host:port` or `http://host:port`,
+    /// comma-separated; calls fail over to the next on transport errors.
     #[arg(
         long,
         env = "WARREN_NODE_SCHEDULER",
-        default_value = "http://127.0.0.1:50051"
+        default_value = "http://127.0.0.1:50051",
+        value_delimiter = ','
     )]
-    pub scheduler: String,
+    pub scheduler: Vec<String>,
     /// Where sandboxes' files and state live; default ./.warren/node-<id>.
     #[arg(long, env = "WARREN_NODE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -191,26 +193,8 @@ impl Config {
         };
         warren_core::id::validate_node_id(&node_id)
             .map_err(|e| invalid(format!("--node-id: {e}")))?;
-        let schedulers: Vec<String> = self
-            .scheduler
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect();
-        if schedulers.is_empty() {
-            return Err(invalid("--scheduler: at least one endpoint URL is needed"));
-        }
-        for s in &schedulers {
-            let uri: http::Uri = s
-                .parse()
-                .map_err(|e| invalid(format!("--scheduler: {s:?} is not a URL: {e}")))?;
-            if !matches!(uri.scheme_str(), Some("http") | Some("https")) || uri.host().is_none() {
-                return Err(invalid(format!(
-                    "--scheduler: {s:?} must look like http://host:port"
-                )));
-            }
-        }
+        let schedulers = warren_proto::client::parse_urls(&self.scheduler)
+            .map_err(|e| invalid(format!("--scheduler: {e}")))?;
         if let Some(a) = &self.advertise {
             let ok = a
                 .rsplit_once(':')
@@ -342,7 +326,7 @@ mod tests {
     fn rejects_bad_values() {
         let bad: &[&[&str]] = &[
             &["--node-id", "Bad_Id"],
-            &["--scheduler", "127.0.0.1:50051"],
+            &["--scheduler", "https://127.0.0.1:50051"],
             &["--scheduler", " , "],
             &["--advertise", "nohost"],
             &["--capacity", "0"],
@@ -360,7 +344,7 @@ mod tests {
             "--envd-bin",
             "/bin/sh",
             "--scheduler",
-            "http://a:1, http://b:2",
+            "http://a:1, b:2",
         ])
         .unwrap();
         assert_eq!(s.schedulers, vec!["http://a:1", "http://b:2"]);

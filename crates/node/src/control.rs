@@ -1,15 +1,14 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
 //! create, fork, delete, list under `/_warren/v1/sandboxes`.
 
-use crate::http::{error, json, not_found_marker, Body, Shared};
+use crate::http::{not_found_marker, Shared};
 use crate::sandbox::state::{CreateSandbox, ForkSandbox};
 use crate::sandbox::NodeError;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use warren_core::body::{error, json, Body};
 
-/// Where the control API lives.
-pub const PREFIX: &str = "/_warren/v1/";
+pub use warren_core::node_api::PREFIX;
 
 /// Control request bodies are small JSON documents; anything bigger is a mistake.
 const MAX_BODY: usize = 1 << 20;
@@ -17,7 +16,7 @@ const MAX_BODY: usize = 1 << 20;
 pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let rest = path
-        .strip_prefix("/_warren/v1/sandboxes")
+        .strip_prefix(warren_core::node_api::SANDBOXES)
         .unwrap_or("\u{0}");
     let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
     let method = req.method().clone();
@@ -44,11 +43,7 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
                 .delete(id, generation, "deleted by the API")
                 .await
             {
-                Ok(_) => {
-                    let mut r = Response::new(crate::http::full(""));
-                    *r.status_mut() = StatusCode::NO_CONTENT;
-                    r
-                }
+                Ok(_) => warren_core::body::status(StatusCode::NO_CONTENT),
                 Err(e) => node_error(e),
             }
         }
@@ -101,7 +96,7 @@ fn created(
 }
 
 /// Maps a registry error onto its status (docs/internals.md "Control API").
-pub fn node_error(e: NodeError) -> Response<Body> {
+fn node_error(e: NodeError) -> Response<Body> {
     let status = match &e {
         NodeError::BadRequest(_) => StatusCode::BAD_REQUEST,
         NodeError::NotHosted { .. } => return not_found_marker(e.to_string()),
@@ -131,16 +126,9 @@ fn query_generation(query: Option<&str>) -> Result<Option<u64>, String> {
 async fn read_json<T: serde::de::DeserializeOwned>(
     req: Request<Incoming>,
 ) -> Result<T, Response<Body>> {
-    let bytes = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
+    let bytes = warren_core::body::read_limited(req.into_body(), MAX_BODY)
         .await
-        .map_err(|e| {
-            error(
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the request body (limit {MAX_BODY} bytes): {e}"),
-            )
-        })?
-        .to_bytes();
+        .map_err(|e| error(e.status(), e))?;
     serde_json::from_slice(&bytes)
         .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
 }

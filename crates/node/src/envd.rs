@@ -10,10 +10,6 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
-/// The envd API version the node reports for its sandboxes (`envd_version`
-/// in `SandboxInfo`; the e2b SDK turns features on by it).
-pub const ENVD_VERSION: &str = "0.5.7";
-
 /// Why a relay connection to a sandbox port failed.
 #[derive(Debug, thiserror::Error)]
 pub enum RelayError {

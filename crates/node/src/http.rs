@@ -4,17 +4,13 @@
 
 use crate::metrics::Metrics;
 use crate::sandbox::Registry;
-use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Incoming;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-
-/// Every response body the node sends: streamed from envd or a small JSON.
-pub type Body = BoxBody<Bytes, hyper::Error>;
+use warren_core::body::{error, Body};
 
 /// What every request handler shares.
 pub struct Shared {
@@ -24,33 +20,8 @@ pub struct Shared {
     pub incarnation: u64,
 }
 
-/// A complete body.
-pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into())
-        .map_err(|never| match never {})
-        .boxed()
-}
-
-/// A JSON error `{"code": <status>, "message": ...}`.
-pub fn error(status: StatusCode, message: impl Into<String>) -> Response<Body> {
-    let body = serde_json::json!({"code": status.as_u16(), "message": message.into()});
-    json(status, &body)
-}
-
-/// A JSON response.
-pub fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<Body> {
-    let bytes = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    let mut r = Response::new(full(bytes));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
 /// The stale-route answer: 404, `X-Warren-Route: not-found`, JSON.
-pub fn not_found_marker(message: impl Into<String>) -> Response<Body> {
+pub fn not_found_marker(message: impl std::fmt::Display) -> Response<Body> {
     let mut r = error(StatusCode::NOT_FOUND, message);
     r.headers_mut().insert(
         warren_core::headers::ROUTE,
@@ -82,5 +53,6 @@ pub async fn serve(
     drain: Duration,
 ) {
     let handler = move |_peer, req| route(shared.clone(), req);
-    warren_core::server::serve(listener, handler, shutdown, drain).await;
+    let limits = warren_core::server::Limits::with_drain(drain);
+    warren_core::server::serve(listener, handler, shutdown, limits).await;
 }

@@ -239,6 +239,12 @@ pub async fn run(
             break n;
         }
     };
+    let scheduler = warren_proto::client::Scheduler::new(
+        &settings.schedulers,
+        warren_proto::client::CONNECT_TIMEOUT,
+        warren_proto::client::CALL_TIMEOUT,
+    )
+    .map_err(|e| ConfigError::Invalid(format!("--scheduler: {e}")))?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let link = link::Link::new(
         link::NodeIdentity {
@@ -247,7 +253,7 @@ pub async fn run(
             capacity: settings.capacity,
             incarnation,
         },
-        settings.schedulers.clone(),
+        scheduler,
         registry.clone(),
         metrics.clone(),
         admin.clone(),

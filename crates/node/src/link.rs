@@ -4,23 +4,24 @@
 //! forks and deletes after the fact.
 //!
 //! The scheduler being unreachable never stops the node from serving the
-//! sandboxes it has: the link retries with backoff, failing over between the
-//! configured endpoints, and re-registers when a heartbeat says the
+//! sandboxes it has: every call fails over between the configured replicas
+//! (`warren_proto::client`), rounds are retried with `warren_core::backoff`,
+//! and the link re-registers when a heartbeat says the
 //! scheduler does not know this node (or this incarnation) any more.
 
 use crate::metrics::Metrics;
 use crate::sandbox::{Event, EventKind, Registry};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch, Mutex};
-use tonic::transport::{Channel, Endpoint};
+use tokio::sync::{mpsc, watch};
 use tonic::Code;
 use warren_core::admin::Admin;
+use warren_core::backoff::{self, Backoff};
+use warren_proto::client::Scheduler;
 use warren_proto::scheduler::v1 as pb;
-use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
 
-const MIN_BACKOFF: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// First pause after a failed register, heartbeat or event report.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
 /// How often one batch of events is retried before it is logged and dropped.
 const EVENT_ATTEMPTS: u32 = 8;
@@ -38,10 +39,9 @@ pub struct NodeIdentity {
 /// See the module doc.
 pub struct Link {
     me: NodeIdentity,
-    endpoints: Vec<String>,
-    /// The scheduler connection in use (and which endpoint it is), shared by
-    /// the heartbeat loop and the event reporter.
-    conn: Mutex<(usize, Option<SchedulerClient<Channel>>)>,
+    /// The scheduler replicas, shared by the heartbeat loop and the event
+    /// reporter (failover as `warren_proto::client` says).
+    scheduler: Scheduler,
     registry: Arc<Registry>,
     metrics: Metrics,
     admin: Admin,
@@ -51,7 +51,7 @@ pub struct Link {
 impl Link {
     pub fn new(
         me: NodeIdentity,
-        endpoints: Vec<String>,
+        scheduler: Scheduler,
         registry: Arc<Registry>,
         metrics: Metrics,
         admin: Admin,
@@ -59,62 +59,12 @@ impl Link {
     ) -> Arc<Link> {
         Arc::new(Link {
             me,
-            endpoints,
-            conn: Mutex::new((0, None)),
+            scheduler,
             registry,
             metrics,
             admin,
             heartbeat_override,
         })
-    }
-
-    /// The current client, connecting (to the first endpoint that answers,
-    /// starting with the last good one) when there is none.
-    async fn client(&self) -> Result<SchedulerClient<Channel>, tonic::Status> {
-        let mut conn = self.conn.lock().await;
-        if let Some(c) = &conn.1 {
-            return Ok(c.clone());
-        }
-        let mut last = String::new();
-        for step in 0..self.endpoints.len() {
-            let i = (conn.0 + step) % self.endpoints.len();
-            let url = &self.endpoints[i];
-            let endpoint = match Endpoint::from_shared(url.clone()) {
-                Ok(e) => e
-                    .connect_timeout(Duration::from_secs(2))
-                    .timeout(Duration::from_secs(10)),
-                Err(e) => {
-                    last = format!("{url}: {e}");
-                    continue;
-                }
-            };
-            match endpoint.connect().await {
-                Ok(channel) => {
-                    let client = SchedulerClient::new(channel);
-                    *conn = (i, Some(client.clone()));
-                    tracing::info!(scheduler = %url, "connected to the scheduler");
-                    return Ok(client);
-                }
-                Err(e) => last = format!("{url}: {e}"),
-            }
-        }
-        Err(tonic::Status::unavailable(format!(
-            "no scheduler endpoint answered (last: {last})"
-        )))
-    }
-
-    /// Forgets the connection after a transport-level failure, moving on to
-    /// the next endpoint.
-    async fn failed(&self, status: &tonic::Status) {
-        if matches!(
-            status.code(),
-            Code::Unavailable | Code::DeadlineExceeded | Code::Unknown | Code::Cancelled
-        ) {
-            let mut conn = self.conn.lock().await;
-            if conn.1.take().is_some() && self.endpoints.len() > 1 {
-                conn.0 = (conn.0 + 1) % self.endpoints.len();
-            }
-        }
     }
 
     fn roster(&self) -> Vec<pb::SandboxRef> {
@@ -129,7 +79,6 @@ impl Link {
     }
 
     async fn register(&self) -> Result<pb::RegisterNodeResponse, tonic::Status> {
-        let mut client = self.client().await?;
         let req = pb::RegisterNodeRequest {
             node_id: self.me.node_id.clone(),
             endpoint: self.me.endpoint.clone(),
@@ -137,29 +86,26 @@ impl Link {
             incarnation: self.me.incarnation,
             roster: self.roster(),
         };
-        match client.register_node(req).await {
-            Ok(r) => Ok(r.into_inner()),
-            Err(s) => {
-                self.failed(&s).await;
-                Err(s)
-            }
-        }
+        self.scheduler
+            .call("RegisterNode", |mut c| {
+                let req = req.clone();
+                async move { c.register_node(req).await }
+            })
+            .await
     }
 
     async fn heartbeat(&self) -> Result<pb::HeartbeatResponse, tonic::Status> {
-        let mut client = self.client().await?;
         let req = pb::HeartbeatRequest {
             node_id: self.me.node_id.clone(),
             incarnation: self.me.incarnation,
             roster: self.roster(),
         };
-        match client.heartbeat(req).await {
-            Ok(r) => Ok(r.into_inner()),
-            Err(s) => {
-                self.failed(&s).await;
-                Err(s)
-            }
-        }
+        self.scheduler
+            .call("Heartbeat", |mut c| {
+                let req = req.clone();
+                async move { c.heartbeat(req).await }
+            })
+            .await
     }
 
     /// Kills sandboxes the scheduler says must go, each in its own task so a
@@ -183,7 +129,7 @@ impl Link {
 
     /// Registers, then heartbeats until `shutdown` turns true.
     pub async fn run_heartbeats(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let mut backoff = MIN_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, backoff::MAX);
         let mut registered = false;
         let mut interval = self.heartbeat_override.unwrap_or(DEFAULT_HEARTBEAT);
         loop {
@@ -193,7 +139,7 @@ impl Link {
             let wait = if registered {
                 match self.heartbeat().await {
                     Ok(resp) => {
-                        backoff = MIN_BACKOFF;
+                        backoff.reset();
                         self.kill(resp.orphans, "orphan (scheduler)");
                         self.kill(resp.expired, "expired (scheduler)");
                         interval
@@ -205,17 +151,15 @@ impl Link {
                     }
                     Err(s) => {
                         self.metrics.scheduler_errors.inc();
-                        tracing::warn!(status = %s, retry_in = ?backoff, "heartbeat failed; still serving hosted sandboxes");
-                        let w = backoff.min(interval);
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        w
+                        tracing::warn!(status = %s, retry_in = ?backoff.peek(), "heartbeat failed; still serving hosted sandboxes");
+                        backoff.next_pause().min(interval)
                     }
                 }
             } else {
                 match self.register().await {
                     Ok(resp) => {
                         registered = true;
-                        backoff = MIN_BACKOFF;
+                        backoff.reset();
                         interval = self.heartbeat_override.unwrap_or_else(|| {
                             match resp.heartbeat_interval_ms {
                                 0 => DEFAULT_HEARTBEAT,
@@ -236,10 +180,8 @@ impl Link {
                     }
                     Err(s) => {
                         self.metrics.scheduler_errors.inc();
-                        tracing::warn!(status = %s, retry_in = ?backoff, "cannot register with the scheduler");
-                        let w = backoff;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
-                        w
+                        tracing::warn!(status = %s, retry_in = ?backoff.peek(), "cannot register with the scheduler");
+                        backoff.next_pause()
                     }
                 }
             };
@@ -277,22 +219,24 @@ impl Link {
                     })
                     .collect(),
             };
-            let mut backoff = MIN_BACKOFF;
+            let mut backoff = Backoff::new(FIRST_BACKOFF, backoff::MAX);
             for attempt in 1..=EVENT_ATTEMPTS {
-                let result = match self.client().await {
-                    Ok(mut c) => c.report_sandbox_event(req.clone()).await,
-                    Err(s) => Err(s),
-                };
+                let result = self
+                    .scheduler
+                    .call("ReportSandboxEvent", |mut c| {
+                        let req = req.clone();
+                        async move { c.report_sandbox_event(req).await }
+                    })
+                    .await;
                 match result {
                     Ok(resp) => {
-                        for r in resp.into_inner().results.iter().filter(|r| !r.applied) {
+                        for r in resp.results.iter().filter(|r| !r.applied) {
                             tracing::debug!(sandbox_id = %r.sandbox_id, reason = %r.reason, "event not applied by the scheduler");
                         }
                         break;
                     }
                     Err(s) => {
                         self.metrics.scheduler_errors.inc();
-                        self.failed(&s).await;
                         if s.code() == Code::InvalidArgument {
                             // The scheduler never issued that binding (e.g. a
                             // sandbox created directly on the node); retrying
@@ -304,8 +248,7 @@ impl Link {
                             tracing::error!(status = %s, events = batch.len(), "giving up reporting sandbox events");
                             break;
                         }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        tokio::time::sleep(backoff.next_pause()).await;
                     }
                 }
             }

@@ -15,13 +15,14 @@
 //! upgraded connections are spliced.
 
 use crate::envd::{self, RelayError};
-use crate::http::{error, not_found_marker, Body, Shared};
+use crate::http::{not_found_marker, Shared};
 use crate::metrics::Outcome;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use warren_core::body::{error, Body};
 use warren_core::headers as wh;
 
 /// Headers that describe one hop's connection, never forwarded (RFC 9110 §7.6.1).
@@ -70,7 +71,7 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
         }
     };
 
-    let upgrade = wants_upgrade(&req);
+    let upgrade = warren_core::upgrade::protocol(&req).is_some();
     // Must be taken from the request before it is consumed below.
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
@@ -109,23 +110,15 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         if let Some(client_side) = client_side {
             let upstream_side = hyper::upgrade::on(&mut resp);
-            tokio::spawn(async move {
-                match tokio::try_join!(client_side, upstream_side) {
-                    Ok((a, b)) => {
-                        let (mut a, mut b) = (TokioIo::new(a), TokioIo::new(b));
-                        let _ = tokio::io::copy_bidirectional(&mut a, &mut b).await;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "upgrade failed"),
-                }
-            });
+            warren_core::upgrade::splice(client_side, upstream_side, id.to_string());
             wh::strip_internal(resp.headers_mut());
-            return resp.map(|_| crate::http::full(""));
+            return resp.map(|_| warren_core::body::empty());
         }
     }
     // Everything here came from inside the sandbox: `X-Warren-*` (the
     // stale-route marker above all) is the node's alone to send.
     strip_hop_by_hop(resp.headers_mut(), true);
-    resp.map(|b| b.boxed())
+    resp.map(warren_core::body::boxed)
 }
 
 /// How much of an unwanted request body is read and thrown away after an
@@ -187,10 +180,6 @@ fn identity(h: &HeaderMap) -> Result<(String, u16, u64), String> {
             )
         })?;
     Ok((id.to_string(), port, generation))
-}
-
-fn wants_upgrade(req: &Request<Incoming>) -> bool {
-    req.version() == Version::HTTP_11 && req.headers().contains_key(header::UPGRADE)
 }
 
 /// Turns whatever arrived (HTTP/1.1 or h2) into an HTTP/1.1 request head for envd.

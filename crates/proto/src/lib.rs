@@ -4,8 +4,12 @@
 //! - [`scheduler::v1`]: messages, the tonic client (`scheduler_client`) and
 //!   server (`scheduler_server`), generated from
 //!   `proto/warren/scheduler/v1/scheduler.proto` at build time.
+//! - [`client`]: the scheduler client gateways and nodes share (`--scheduler`
+//!   syntax, replica failover, timeouts).
 //! - [`REASON_METADATA`]: the gRPC metadata key that refines a status code
 //!   (e.g. `node-down` on `FAILED_PRECONDITION` from `LookupNode`).
+
+pub mod client;
 
 pub mod scheduler {
     pub mod v1 {

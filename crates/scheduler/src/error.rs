@@ -32,6 +32,10 @@ pub enum Error {
     /// A stored row could not be read back (a bug or a hand-edited database).
     #[error("corrupt stored data: {0}")]
     Corrupt(String),
+    /// A store operation's task ended without an answer (it panicked, or the
+    /// runtime is shutting down).
+    #[error("store operation failed: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -74,6 +78,10 @@ impl From<Error> for Status {
             Error::Corrupt(m) => {
                 tracing::error!(problem = %m, "corrupt stored data");
                 Status::internal(format!("corrupt stored data: {m}"))
+            }
+            Error::Internal(m) => {
+                tracing::error!(problem = %m, "store operation failed");
+                Status::internal(format!("store operation failed: {m}"))
             }
         }
     }

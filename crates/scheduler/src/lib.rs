@@ -8,8 +8,7 @@
 //!
 //! # Layout
 //! - [`config`]: flags/env/TOML, validated before anything binds.
-//! - [`store`]: the [`store::Store`] trait and its one implementation,
-//!   [`store::SqlStore`], on SQLite (embedded, one replica) or PostgreSQL
+//! - [`store`]: [`store::SqlStore`], the store, on SQLite (embedded, one replica) or PostgreSQL
 //!   (many replicas: writers serialize on an advisory lock, changes fan out
 //!   with LISTEN/NOTIFY, the sweep runs under an advisory-lock lease).
 //!   **Invariant:** fenced writes are single conditional statements, and
@@ -22,6 +21,9 @@
 //! - [`error`]: the error type and its gRPC status mapping.
 //! - this file: [`main`] (binds, announces, serves until SIGTERM) and [`serve`]
 //!   (the same on listeners passed in, for in-process tests).
+// Dev-dependencies are for the integration tests under tests/; this crate's
+// own unit-test build sees them too.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
 
 pub mod config;
 pub mod error;
@@ -38,7 +40,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use store::postgres::{AdvisoryLease, ReplicaLease};
-use store::{SqlStore, Store as _, SweepSettings};
+use store::{SqlStore, SweepSettings};
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use warren_core::admin::Admin;

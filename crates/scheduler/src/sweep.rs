@@ -13,7 +13,7 @@
 //! `warren_scheduler_leader` is 1 on the replica that sweeps.
 
 use crate::metrics::Metrics;
-use crate::store::{Store, SweepSettings};
+use crate::store::{SqlStore, SweepSettings};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,8 +51,8 @@ pub struct SweepTiming {
 }
 
 /// Runs sweeps until `shutdown` flips to true.
-pub async fn run<S: Store, L: LeaderLease>(
-    store: Arc<S>,
+pub async fn run<L: LeaderLease>(
+    store: Arc<SqlStore>,
     leader: L,
     timing: SweepTiming,
     metrics: Metrics,

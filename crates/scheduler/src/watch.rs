@@ -20,7 +20,7 @@
 
 use crate::metrics::Metrics;
 use crate::service::convert;
-use crate::store::{Change, ChangeBounds, Store};
+use crate::store::{Change, ChangeBounds, SqlStore};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc, watch};
@@ -53,8 +53,8 @@ impl Hub {
     /// Reads the head of the log, then starts the tail task from there; it
     /// stops when `shutdown` flips to true. Call before serving: a
     /// subscriber must never see a head older than the hub's starting point.
-    pub async fn start<S: Store>(
-        store: Arc<S>,
+    pub async fn start(
+        store: Arc<SqlStore>,
         shutdown: watch::Receiver<bool>,
     ) -> crate::error::Result<(Hub, tokio::task::JoinHandle<()>)> {
         let head = store.change_bounds().await?.head;
@@ -65,9 +65,9 @@ impl Hub {
     }
 
     /// A stream for one `WatchBindings` call.
-    pub fn subscribe<S: Store>(
+    pub fn subscribe(
         &self,
-        store: Arc<S>,
+        store: Arc<SqlStore>,
         from_revision: u64,
         metrics: Metrics,
         shutdown: watch::Receiver<bool>,
@@ -92,8 +92,8 @@ impl Hub {
     }
 }
 
-async fn tail<S: Store>(
-    store: Arc<S>,
+async fn tail(
+    store: Arc<SqlStore>,
     tx: broadcast::Sender<Arc<Change>>,
     mut cursor: u64,
     mut shutdown: watch::Receiver<bool>,
@@ -103,7 +103,7 @@ async fn tail<S: Store>(
         if *shutdown.borrow() {
             return;
         }
-        let pause = match forward_new(&*store, &tx, &mut cursor).await {
+        let pause = match forward_new(&store, &tx, &mut cursor).await {
             Ok(()) => POLL_BACKSTOP,
             Err(e) => {
                 tracing::warn!(error = %e, "watch hub cannot read the change log");
@@ -118,8 +118,8 @@ async fn tail<S: Store>(
     }
 }
 
-async fn forward_new<S: Store>(
-    store: &S,
+async fn forward_new(
+    store: &SqlStore,
     tx: &broadcast::Sender<Arc<Change>>,
     cursor: &mut u64,
 ) -> crate::error::Result<()> {
@@ -163,8 +163,8 @@ impl From<crate::error::Error> for Ended {
     }
 }
 
-struct Subscriber<S> {
-    store: Arc<S>,
+struct Subscriber {
+    store: Arc<SqlStore>,
     /// Live rows from the hub.
     live: broadcast::Receiver<Arc<Change>>,
     /// Towards tonic; closed when the client goes away.
@@ -174,7 +174,7 @@ struct Subscriber<S> {
     metrics: Metrics,
 }
 
-impl<S: Store> Subscriber<S> {
+impl Subscriber {
     async fn run(&mut self, from: u64) -> Result<(), Ended> {
         let bounds = self.store.change_bounds().await?;
         let resync = from != 0 && needs_resync(from, bounds);

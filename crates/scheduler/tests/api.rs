@@ -1,6 +1,9 @@
 //! The scheduler's main request paths against a real server and SQLite file:
 //! place → record → lookup, fenced deletes, idempotent places, capacity,
 //! listing, timeouts, node events, and durability across a restart.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 mod common;

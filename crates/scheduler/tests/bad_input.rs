@@ -2,6 +2,9 @@
 //! that are 0 or from the future. Each gets INVALID_ARGUMENT or
 //! FAILED_PRECONDITION with a message naming the problem, and nothing is
 //! written (the listings are unchanged afterwards).
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -1,5 +1,8 @@
 //! Node liveness: leases, LOST bindings, incarnations, roster reconciliation
 //! and the stuck-create sweep, with a 300ms lease so they run quickly.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 mod common;

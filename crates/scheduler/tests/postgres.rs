@@ -8,6 +8,9 @@
 //!   re-reads the log once reconnected;
 //! - exactly one replica sweeps, and another takes over when it stops; a
 //!   replica that loses its lease session stops sweeping.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -1,5 +1,8 @@
 //! WatchBindings: live changes, resuming from a revision, and resync when the
 //! revision is no longer retained.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 mod common;

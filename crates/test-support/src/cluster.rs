@@ -106,7 +106,7 @@ impl Cluster {
     }
 
     /// Starts `node-{i}` (1-based) on its own data dir; used again to restart it.
-    pub async fn spawn_node(&self, i: usize) -> anyhow::Result<Proc> {
+    async fn spawn_node(&self, i: usize) -> anyhow::Result<Proc> {
         let id = format!("node-{i}");
         let data = self.dir.path().join(&id).display().to_string();
         let mut args: Vec<String> = [
@@ -245,6 +245,5 @@ async fn spawn_scheduler(
 }
 
 async fn spawn(bin: &Path, args: &[String], wait_for: &[&str]) -> anyhow::Result<Proc> {
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Proc::spawn(bin, &args, &[], wait_for).await
+    crate::spawn(bin, args, &[], wait_for).await
 }

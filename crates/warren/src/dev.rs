@@ -12,15 +12,13 @@
 //! A child that dies on its own is reported and left dead.
 
 use anyhow::Context;
-use std::collections::HashMap;
+use nix::sys::signal::Signal;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 use warren_core::config::ConfigError;
+use warren_harness::{Launch, Proc};
 
 /// Flags for `warren dev`.
 #[derive(Debug, clap::Parser)]
@@ -89,14 +87,8 @@ pub struct Config {
 /// The team every `warren dev` key belongs to.
 const DEV_TEAM: &str = "dev";
 
-/// One running child.
-struct Part {
-    /// `scheduler`, `node-1`, `gateway-1`, ...
-    name: String,
-    child: Child,
-    /// `"<component> <name>"` → address, from its announce lines.
-    addrs: HashMap<String, String>,
-}
+/// One running child, labelled `scheduler`, `node-1`, `gateway-1`, ...
+type Part = Proc;
 
 pub async fn main(config: Config) -> anyhow::Result<()> {
     if !matches!(config.runtime.as_str(), "auto" | "bwrap" | "process") {
@@ -145,8 +137,8 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     // point of running the parts as separate processes.
     let mut watchers = Vec::new();
     for part in &mut parts {
-        let Some(pid) = part.child.id() else { continue };
-        let name = part.name.clone();
+        let Some(pid) = part.pid() else { continue };
+        let name = part.label.clone();
         let tx = exited_tx.clone();
         watchers.push(tokio::spawn(async move {
             loop {
@@ -164,7 +156,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         tokio::select! {
             _ = &mut shutdown => break,
             Some(name) = exited_rx.recv() => {
-                if let Some(p) = parts.iter_mut().find(|p| p.name == name) {
+                if let Some(p) = parts.iter_mut().find(|p| p.label == name) {
                     let status = p.child.try_wait().ok().flatten();
                     eprintln!("warren dev: {name} exited ({}); the rest keep running", status.map(|s| s.to_string()).unwrap_or_else(|| "gone".into()));
                 }
@@ -217,7 +209,7 @@ async fn start_all(
         &["scheduler grpc", "scheduler admin"],
     )
     .await?;
-    let sched_url = format!("http://{}", sched.addrs["scheduler grpc"]);
+    let sched_url = format!("http://{}", sched.addr("scheduler grpc"));
     parts.push(sched);
 
     for i in 1..=config.nodes {
@@ -264,57 +256,26 @@ async fn start_all(
     Ok(())
 }
 
-/// Starts `exe args`, and waits until it announced every listener in `wait_for`.
+/// Starts `exe args` as `name`, and waits until it announced every
+/// listener in `wait_for`.
 async fn spawn_part(
     exe: &Path,
     name: &str,
     args: &[String],
     wait_for: &[&str],
 ) -> anyhow::Result<Part> {
-    let mut child = Command::new(exe)
-        .args(args)
-        .env(crate::EXIT_WITH_PARENT, "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
+    Launch::new(exe, args)
+        .label(name)
+        .exit_with_parent()
+        .wait_for(wait_for)
         .spawn()
-        .with_context(|| format!("cannot start {name}"))?;
-    let stdout = child
-        .stdout
-        .take()
-        .with_context(|| format!("no stdout from {name}"))?;
-    let mut lines = BufReader::new(stdout).lines();
-    let mut addrs = HashMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while !wait_for.iter().all(|w| addrs.contains_key(*w)) {
-        let line = match tokio::time::timeout_at(deadline, lines.next_line()).await {
-            Err(_) => anyhow::bail!("{name} did not come up within 60s"),
-            Ok(Err(e)) => anyhow::bail!("reading {name}'s output: {e}"),
-            Ok(Ok(None)) => {
-                let status = child.wait().await?;
-                anyhow::bail!("{name} exited ({status}) while starting; its log is above");
-            }
-            Ok(Ok(Some(line))) => line,
-        };
-        if let Some((what, addr)) = warren_core::parse_announce(&line) {
-            addrs.insert(what.to_string(), addr.to_string());
-        }
-    }
-    // Keep draining its stdout (later announce lines, e.g. admin) so it never
-    // blocks on a full pipe; remember nothing more.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(Part {
-        name: name.to_string(),
-        child,
-        addrs,
-    })
+        .await
 }
 
 fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path) {
     let gw = parts
         .iter()
-        .find(|p| p.name == "gateway-1")
+        .find(|p| p.label == "gateway-1")
         .and_then(|p| p.addrs.get("gateway http"))
         .cloned()
         .unwrap_or_else(|| config.listen.to_string());
@@ -334,7 +295,7 @@ fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path
     println!();
     println!("Components (kill any of them to see what happens):");
     for p in parts {
-        let pid = p.child.id().unwrap_or(0);
+        let pid = p.pid().unwrap_or(0);
         let mut addrs: Vec<_> = p.addrs.iter().collect();
         addrs.sort();
         let shown: Vec<String> = addrs
@@ -348,14 +309,14 @@ fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path
                 }
             })
             .collect();
-        println!("  {:<10} pid {:<7} {}", p.name, pid, shown.join("  "));
+        println!("  {:<10} pid {:<7} {}", p.label, pid, shown.join("  "));
     }
     println!();
     println!("Ctrl-C stops everything.");
     // Machine-readable lines for scripts and tests, in the same form every part uses.
-    for p in parts.iter().filter(|p| p.name.starts_with("gateway")) {
+    for p in parts.iter().filter(|p| p.label.starts_with("gateway")) {
         if let Some(addr) = p.addrs.get("gateway http") {
-            warren_core::announce("dev", &p.name, addr);
+            warren_core::announce("dev", &p.label, addr);
         }
     }
 }
@@ -365,26 +326,17 @@ async fn stop_all(parts: &mut [Part], timeout: Duration) {
     for prefix in ["gateway", "node", "scheduler"] {
         let group: Vec<&mut Part> = parts
             .iter_mut()
-            .filter(|p| p.name.starts_with(prefix))
+            .filter(|p| p.label.starts_with(prefix))
             .collect();
         for p in &group {
-            if let Some(pid) = p.child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
+            p.signal(Signal::SIGTERM);
         }
         for p in group {
-            match tokio::time::timeout(timeout, p.child.wait()).await {
-                Ok(_) => {}
-                Err(_) => {
-                    eprintln!(
-                        "warren dev: {} did not stop within {timeout:?}; killing it",
-                        p.name
-                    );
-                    let _ = p.child.kill().await;
-                }
+            if !p.wait_exit(timeout).await.on_its_own {
+                eprintln!(
+                    "warren dev: {} did not stop within {timeout:?}; killed it",
+                    p.label
+                );
             }
         }
     }

@@ -6,6 +6,9 @@
 //!   `warren_core::config`), then runs it. Bad configuration exits with 64.
 //! - `dev.rs`: `warren dev`, a whole local cluster as child processes.
 //! - `cli/`: operator commands (`sandbox`, `node`, `route`) over the gateway's API.
+// Dev-dependencies are for the integration tests under tests/; this crate's
+// own unit-test build sees them too.
+#![cfg_attr(test, allow(unused_crate_dependencies))]
 
 mod cli;
 mod dev;
@@ -100,9 +103,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// Set by `warren dev` on its children: when the parent goes away (even by
-/// SIGKILL, which it cannot forward), the child shuts down as if it got SIGTERM.
-pub const EXIT_WITH_PARENT: &str = "WARREN_EXIT_WITH_PARENT";
+// Set by `warren dev` and the chaos experiment on their children (through
+// `warren_harness::Launch::exit_with_parent`): when the parent goes away
+// (even by SIGKILL, which it cannot forward), the child shuts down as if it
+// got SIGTERM.
+use warren_harness::EXIT_WITH_PARENT;
 
 async fn exit_with_parent() {
     let parent = nix::unistd::getppid();
@@ -182,20 +187,19 @@ where
             return ExitCode::from(EX_CONFIG as u8);
         }
     };
-    logging::init(log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if std::env::var_os(EXIT_WITH_PARENT).is_some() {
-        // Only this process watches its parent; what it starts does not inherit the duty.
+    // Only this process watches its parent; what it starts does not inherit
+    // the duty. Read and cleared before the runtime starts any thread:
+    // changing the environment while other threads may read it is unsound.
+    let watch_parent = std::env::var_os(EXIT_WITH_PARENT).is_some();
+    if watch_parent {
         std::env::remove_var(EXIT_WITH_PARENT);
+    }
+    logging::init(log_format);
+    let rt = match runtime(true) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    if watch_parent {
         rt.spawn(exit_with_parent());
     }
     match rt.block_on(run(cfg)) {
@@ -208,4 +212,18 @@ where
             }
         }
     }
+}
+
+/// The async runtime for one command (multi-threaded for the parts, one
+/// thread for the operator commands), or the exit code when it cannot start.
+fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("warren: cannot start the async runtime: {e}");
+        ExitCode::FAILURE
+    })
 }

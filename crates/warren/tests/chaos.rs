@@ -1,4 +1,4 @@
-//! `warren chaos failover`, short runs for each component (issue 7): two
+//! `warren chaos failover`, short runs for each component: two
 //! scheduler replicas on a private PostgreSQL server the command starts, two
 //! gateways, two nodes, HAProxy L4 and L7. Each run kills one replica and
 //! must lose no data: no idempotency key with two sandboxes, every command
@@ -8,6 +8,9 @@
 //!
 //! The runs share the machine's two cores with nothing else of theirs: a
 //! lock runs them one at a time.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use std::collections::BTreeSet;
 use std::path::Path;

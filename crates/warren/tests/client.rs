@@ -1,7 +1,9 @@
-//! `warren-client` against real processes with two gateways (issue 7, items
-//! 4 and 5): a command stream survives `kill -9` of the gateway it runs
+//! `warren-client` against real processes with two gateways: a command stream survives `kill -9` of the gateway it runs
 //! through, and a create retried through the second gateway yields exactly
 //! one sandbox.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use std::time::Duration;
 use warren_client::{ClientBuilder, Command, NewSandbox, StreamEvent};
@@ -120,14 +122,14 @@ async fn a_create_retried_through_the_second_gateway_yields_one_sandbox() {
         .backoff(Duration::from_millis(50))
         .build()
         .expect("client");
-    c.gateways[0].signal(libc::SIGSTOP);
+    c.gateways[0].signal(nix::sys::signal::Signal::SIGSTOP);
     let created = client
         .create(&tagged("frozen"), "key-frozen")
         .await
         .expect("create through the second gateway");
     assert_eq!(created.attempts, 2, "{created:?}");
     assert_eq!(created.entry, gws[1]);
-    c.gateways[0].signal(libc::SIGCONT);
+    c.gateways[0].signal(nix::sys::signal::Signal::SIGCONT);
 
     // Gateway 0 killed: the connection is refused, the retry goes through gateway 1.
     c.gateways[0].kill9().await;

@@ -4,9 +4,12 @@
 //! The checks themselves live in `tests/e2b/test_sdk.py`; this test starts the
 //! cluster, runs the script with the exports `warren dev` prints, and fails with
 //! the script's report if any check failed.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use std::time::Duration;
-use warren_test_support::{e2b_python, temp_dir, workspace_root, Proc};
+use warren_test_support::{e2b_python, temp_dir, workspace_root};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2b_python_sdk_end_to_end_against_warren_dev() {
@@ -19,7 +22,7 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
     let data = temp_dir();
     let api_key = "warren_e2e_key_dev";
     let other_key = "warren_e2e_key_other";
-    let mut dev = Proc::spawn(
+    let mut dev = warren_test_support::spawn(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         &[
             "dev",
@@ -67,5 +70,5 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
     );
     assert!(stdout.contains(" 0 failed"), "{stdout}");
     // A clean stop: `warren dev` stops every part it started and exits 0.
-    assert_eq!(dev.terminate(Duration::from_secs(30)).await, Some(0));
+    assert_eq!(dev.terminate(Duration::from_secs(30)).await.code, Some(0));
 }

@@ -1,6 +1,9 @@
 //! `warren gateway` against real processes: a scheduler, `--runtime process`
 //! nodes and a gateway, all on 127.0.0.1:0, driven with plain HTTP, the
 //! envd Connect client and a WebSocket client — what an e2b SDK user does.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
@@ -880,7 +883,7 @@ async fn sigterm_drains_in_flight_requests() {
         .expect("stream")
         .expect("first event");
     drop(first);
-    c.gateways[0].signal(15);
+    c.gateways[0].signal(nix::sys::signal::Signal::SIGTERM);
 
     // Readiness turns false and new connections are refused while the
     // in-flight stream is still running.
@@ -936,7 +939,7 @@ async fn sigterm_drains_in_flight_requests() {
     );
     assert_eq!(code, Some(0));
     assert_eq!(
-        c.gateways[0].terminate(Duration::from_secs(15)).await,
+        c.gateways[0].terminate(Duration::from_secs(15)).await.code,
         Some(0),
         "gateway exits 0 after draining"
     );

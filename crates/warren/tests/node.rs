@@ -6,12 +6,15 @@
 //! Every check runs for the `process` runtime and, where bubblewrap works,
 //! for `bwrap` too. If bwrap cannot run here the bwrap tests fail loudly;
 //! set `WARREN_TEST_SKIP_BWRAP=1` to skip them on purpose.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 use bytes::Bytes;
 use connectrpc::client::{ClientConfig, HttpClient};
-use http::{HeaderMap, Method, StatusCode};
-use http_body_util::{BodyExt, Full, StreamBody};
+use http::{Method, StatusCode};
+use http_body_util::StreamBody;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
@@ -24,7 +27,9 @@ use warren_envd_proto::process::{
 use warren_envd_proto::process::{ConnectResponse, ProcessClient, StartResponse};
 use warren_proto::scheduler::v1 as pb;
 use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
-use warren_test_support::{temp_dir, wait_until, Proc};
+use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::http::{Answer, Http};
+use warren_test_support::{free_port, wait_until, Proc};
 
 const ENVD: u16 = 49983;
 const TEAM: &str = "team-node-tests";
@@ -57,46 +62,30 @@ fn skip(runtime: Runtime) -> bool {
     false
 }
 
-/// A scheduler and one node.
-struct Cluster {
-    /// Kept alive for the cluster's lifetime.
-    _scheduler: Proc,
-    node: Proc,
+/// A scheduler and one node (`node-1`), from test-support's cluster.
+struct Rig {
+    c: Cluster,
+    /// The node's id, as the scheduler knows it.
     node_id: String,
     /// `host:port` of the node's listener.
     node_http: String,
-    sched_url: String,
+    /// The node's data dir (kept across restarts).
     data_dir: PathBuf,
-    dir: tempfile::TempDir,
+    http: Http,
+    runtime: Runtime,
 }
 
-async fn start_node(sched_url: &str, data_dir: &Path, runtime: Runtime, node_id: &str) -> Proc {
-    let node = Proc::spawn(
-        bin(),
-        &[
-            "node",
-            "--node-id",
-            node_id,
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--scheduler",
-            sched_url,
-            "--data-dir",
-            &data_dir.display().to_string(),
-            "--runtime",
-            runtime.name(),
-            "--heartbeat-interval",
-            "200ms",
-        ],
-        &[],
-        &["node http", "node admin"],
-    )
-    .await
-    .unwrap_or_else(|e| {
+async fn cluster(runtime: Runtime) -> Rig {
+    let spec = Spec {
+        nodes: 1,
+        gateways: 0,
+        runtime: runtime.name().into(),
+        node_args: vec!["--heartbeat-interval".into(), "200ms".into()],
+        ..Spec::default()
+    };
+    let c = Cluster::start(bin(), spec).await.unwrap_or_else(|e| {
         panic!(
-            "warren node --runtime {} did not start: {e:#}{}",
+            "a scheduler and a node --runtime {} did not start: {e:#}{}",
             runtime.name(),
             if runtime == Runtime::Bwrap {
                 "\n(bubblewrap must work for this test; set WARREN_TEST_SKIP_BWRAP=1 to skip it)"
@@ -105,110 +94,43 @@ async fn start_node(sched_url: &str, data_dir: &Path, runtime: Runtime, node_id:
             }
         )
     });
-    // Ready means registered: placements on this node work from here on.
-    let admin = node.addr("node admin");
-    wait_until("the node to register", Duration::from_secs(10), || {
-        let admin = admin.clone();
-        async move {
-            (http(&admin, Method::GET, "/readyz", &[], None).await.status == StatusCode::OK)
-                .then_some(())
-        }
-    })
-    .await;
-    node
-}
-
-async fn cluster(runtime: Runtime) -> Cluster {
-    let dir = temp_dir();
-    let scheduler = Proc::spawn(
-        bin(),
-        &[
-            "scheduler",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--data-dir",
-            &dir.path().join("scheduler").display().to_string(),
-        ],
-        &[],
-        &["scheduler grpc", "scheduler admin"],
-    )
-    .await
-    .expect("scheduler starts");
-    let sched_url = format!("http://{}", scheduler.addr("scheduler grpc"));
-    let node_id = format!("node-{}", runtime.name());
-    let data_dir = dir.path().join("node");
-    let node = start_node(&sched_url, &data_dir, runtime, &node_id).await;
-    let node_http = node.addr("node http");
-    let c = Cluster {
-        _scheduler: scheduler,
-        node,
-        node_id,
-        node_http,
-        sched_url,
-        data_dir,
-        dir,
+    let rig = Rig {
+        node_id: "node-1".into(),
+        node_http: c.node(1),
+        data_dir: c.dir().join("node-1"),
+        c,
+        http: Http::default(),
+        runtime,
     };
-    let listed = c.control(Method::GET, "/_warren/v1/sandboxes", None).await;
+    rig.node_ready().await;
+    let listed = rig
+        .control(Method::GET, "/_warren/v1/sandboxes", None)
+        .await;
     assert_eq!(
-        listed.json()["runtime"],
+        listed.expect_json()["runtime"],
         runtime.name(),
         "the node runs the runtime asked for"
     );
-    c
+    rig
 }
 
-/// A response, its body collected.
-struct Resp {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: Bytes,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "not JSON ({e}): {} {:?}",
-                self.status,
-                String::from_utf8_lossy(&self.body)
-            )
-        })
-    }
-
-    fn is_not_found_marker(&self) -> bool {
-        self.status == StatusCode::NOT_FOUND
-            && self.headers.get("x-warren-route").map(|v| v.as_bytes()) == Some(b"not-found")
-    }
-}
-
+/// One request, answered within the client's timeout.
 async fn http(
     addr: &str,
     method: Method,
     path: &str,
     headers: &[(&str, &str)],
     body: Option<Bytes>,
-) -> Resp {
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"));
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req.body(Full::new(body.unwrap_or_default())).unwrap();
-    let res = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+) -> Answer {
+    Http::default()
+        .send_raw(method, addr, path, headers, body.unwrap_or_default())
         .await
-        .expect("answer within 30s")
-        .expect("HTTP request");
-    let (parts, body) = res.into_parts();
-    let body = body.collect().await.expect("body").to_bytes();
-    Resp {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    }
+        .unwrap_or_else(|e| panic!("{path} on {addr}: {e:#}"))
+}
+
+/// The node's "not hosted here" answer: 404 with the route marker.
+fn is_not_found_marker(r: &Answer) -> bool {
+    r.status == StatusCode::NOT_FOUND && warren_core::headers::is_not_hosted(&r.headers)
 }
 
 /// A sandbox as the tests hold it.
@@ -230,23 +152,51 @@ impl Sbx {
     }
 }
 
-impl Cluster {
-    async fn control(&self, method: Method, path: &str, body: Option<Value>) -> Resp {
-        let body = body.map(|b| Bytes::from(serde_json::to_vec(&b).unwrap()));
-        http(
-            &self.node_http,
-            method,
-            path,
-            &[("content-type", "application/json")],
-            body,
-        )
-        .await
+impl Rig {
+    async fn control(&self, method: Method, path: &str, body: Option<Value>) -> Answer {
+        self.http
+            .send(method, &self.node_http, path, &[], body)
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {e:#}"))
     }
 
     async fn scheduler(&self) -> SchedulerClient<tonic::transport::Channel> {
-        SchedulerClient::connect(self.sched_url.clone())
+        SchedulerClient::connect(self.c.scheduler_url())
             .await
             .expect("scheduler connects")
+    }
+
+    /// The running node process.
+    fn node(&self) -> &Proc {
+        self.c.nodes[0].as_ref().expect("node-1 runs")
+    }
+
+    fn node_mut(&mut self) -> &mut Proc {
+        self.c.nodes[0].as_mut().expect("node-1 runs")
+    }
+
+    /// Starts the node again on the same data dir and waits until it registered.
+    async fn restart_node(&mut self) {
+        let runtime = self.runtime.name();
+        self.c
+            .restart_node(1)
+            .await
+            .unwrap_or_else(|e| panic!("node --runtime {runtime} restarts: {e:#}"));
+        self.node_http = self.c.node(1);
+        self.node_ready().await;
+    }
+
+    /// Ready means registered: placements on this node work from here on.
+    async fn node_ready(&self) {
+        let admin = self.node().addr("node admin");
+        wait_until("the node to register", Duration::from_secs(10), || {
+            let admin = admin.clone();
+            async move {
+                (http(&admin, Method::GET, "/readyz", &[], None).await.status == StatusCode::OK)
+                    .then_some(())
+            }
+        })
+        .await;
     }
 
     /// Place (scheduler) → create (node control API) → RecordAssignment, as a gateway does.
@@ -300,7 +250,7 @@ impl Cluster {
         path: &str,
         body: Option<Bytes>,
         extra: &[(&str, &str)],
-    ) -> Resp {
+    ) -> Answer {
         let owned = sbx.headers(port);
         let mut headers: Vec<(&str, &str)> = owned
             .iter()
@@ -414,13 +364,6 @@ async fn spawn(client: &ProcessClient<HttpClient>, command: &str) -> u32 {
     }
     // Dropping the stream detaches; the process keeps running.
     out.pid.unwrap_or(0)
-}
-
-/// A port nothing listens on right now (for servers inside `process` sandboxes,
-/// which share the host's network).
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
 }
 
 fn random_bytes(n: usize) -> Vec<u8> {
@@ -690,8 +633,8 @@ async fn envd_api_through_the_node(runtime: Runtime) {
         )
         .await;
     assert_eq!(again.status, StatusCode::OK);
-    assert_eq!(again.json()["sandbox_id"], sbx.id.as_str());
-    assert_eq!(again.json()["generation"], sbx.generation);
+    assert_eq!(again.expect_json()["sandbox_id"], sbx.id.as_str());
+    assert_eq!(again.expect_json()["generation"], sbx.generation);
     let other = c
         .control(
             Method::POST,
@@ -708,7 +651,10 @@ async fn envd_api_through_the_node(runtime: Runtime) {
         )
         .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    assert!(bad.json()["message"].as_str().unwrap().contains("python"));
+    assert!(bad.expect_json()["message"]
+        .as_str()
+        .unwrap()
+        .contains("python"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -740,8 +686,8 @@ async fn routing_relay_fork_delete(runtime: Runtime) {
     let r = c
         .data(&unknown, ENVD, Method::GET, "/health", None, &[])
         .await;
-    assert!(r.is_not_found_marker(), "{} {:?}", r.status, r.headers);
-    assert!(r.json()["message"]
+    assert!(is_not_found_marker(&r), "{} {:?}", r.status, r.headers);
+    assert!(r.expect_json()["message"]
         .as_str()
         .unwrap()
         .contains("nosuchsandbox"));
@@ -752,7 +698,7 @@ async fn routing_relay_fork_delete(runtime: Runtime) {
         let mut old = sbx.clone();
         old.generation = g;
         let r = c.data(&old, ENVD, Method::GET, "/health", None, &[]).await;
-        assert!(r.is_not_found_marker(), "generation {g}: {}", r.status);
+        assert!(is_not_found_marker(&r), "generation {g}: {}", r.status);
     }
     // ...even with a body that never ends: the answer cannot wait for it.
     {
@@ -825,7 +771,7 @@ async fn routing_relay_fork_delete(runtime: Runtime) {
     let closed = c.data(&sbx, closed_port, Method::GET, "/", None, &[]).await;
     assert_eq!(closed.status, StatusCode::BAD_GATEWAY);
     assert_eq!(
-        closed.json()["message"],
+        closed.expect_json()["message"],
         format!("port {closed_port} is not open in sandbox {}", sbx.id).as_str()
     );
 
@@ -908,7 +854,7 @@ async fn routing_relay_fork_delete(runtime: Runtime) {
             Some(json!({"generation": sbx.generation + 5, "child": create_body("otherchild", 1, "t")})),
         )
         .await;
-    assert!(stale.is_not_found_marker());
+    assert!(is_not_found_marker(&stale));
 
     // The scheduler lists this node with both sandboxes.
     let nodes = s
@@ -984,7 +930,7 @@ async fn routing_relay_fork_delete(runtime: Runtime) {
         "files removed"
     );
     let gone = c.data(&sbx, ENVD, Method::GET, "/health", None, &[]).await;
-    assert!(gone.is_not_found_marker());
+    assert!(is_not_found_marker(&gone));
     let again = c
         .control(
             Method::DELETE,
@@ -995,7 +941,7 @@ async fn routing_relay_fork_delete(runtime: Runtime) {
             None,
         )
         .await;
-    assert!(again.is_not_found_marker());
+    assert!(is_not_found_marker(&again));
     // The scheduler heard about the delete.
     wait_until(
         "the scheduler to drop the binding",
@@ -1061,7 +1007,7 @@ async fn bwrap_sandboxes_are_isolated() {
         .parse()
         .unwrap();
     assert!(n < 10, "{n} processes visible");
-    let host_pid = c.node.pid();
+    let host_pid = c.node().pid().expect("the node runs");
     let probe = run(&ca, &format!("cat /proc/{host_pid}/cmdline")).await;
     assert!(
         !String::from_utf8_lossy(&probe.stdout).contains("node"),
@@ -1180,7 +1126,7 @@ async fn orphans_and_concurrent_creates(runtime: Runtime) {
         let c = &c;
         async move {
             let r = c.control(Method::GET, "/_warren/v1/sandboxes", None).await;
-            r.json()["sandboxes"]
+            r.expect_json()["sandboxes"]
                 .as_array()
                 .is_some_and(|a| a.is_empty())
                 .then_some(())
@@ -1193,17 +1139,19 @@ async fn orphans_and_concurrent_creates(runtime: Runtime) {
         async move { gone.then_some(()) }
     })
     .await;
-    let metrics = http(
-        &c.node.addr("node admin"),
-        Method::GET,
-        "/metrics",
-        &[],
-        None,
-    )
+    // The delete is counted when it has finished, which may be a moment
+    // after the sandbox left the list and its files went: wait for it.
+    let admin = c.node().addr("node admin");
+    let text = wait_until("the delete to be counted", Duration::from_secs(10), || {
+        let admin = admin.clone();
+        async move {
+            let metrics = http(&admin, Method::GET, "/metrics", &[], None).await;
+            let text = String::from_utf8_lossy(&metrics.body).into_owned();
+            text.contains("warren_node_deletes_total 1").then_some(text)
+        }
+    })
     .await;
-    let text = String::from_utf8_lossy(&metrics.body).into_owned();
     assert!(text.contains("warren_node_creates_total 1"), "{text}");
-    assert!(text.contains("warren_node_deletes_total 1"), "{text}");
     assert!(text.contains("warren_node_sandboxes 0"), "{text}");
 }
 
@@ -1230,7 +1178,7 @@ async fn sandboxes_do_not_outlive_their_node() {
     spawn(&c.process(&first), &format!("exec {tag1}")).await;
     assert_eq!(host_pids_with(&tag1).len(), 1);
     assert_eq!(
-        c.node.terminate(Duration::from_secs(15)).await,
+        c.node_mut().terminate(Duration::from_secs(15)).await.code,
         Some(0),
         "SIGTERM exits 0"
     );
@@ -1240,8 +1188,7 @@ async fn sandboxes_do_not_outlive_their_node() {
     );
     assert!(!c.data_dir.join("sandboxes").join(&first.id).exists());
 
-    c.node = start_node(&c.sched_url, &c.data_dir, Runtime::Process, &c.node_id).await;
-    c.node_http = c.node.addr("node http");
+    c.restart_node().await;
     let second = c.sandbox().await;
     let tag2 = format!("sleep 8{}", rand::random::<u32>() % 1_000_000);
     spawn(&c.process(&second), &format!("exec {tag2}")).await;
@@ -1250,7 +1197,7 @@ async fn sandboxes_do_not_outlive_their_node() {
         1,
         "found envd before the kill"
     );
-    c.node.kill9().await;
+    c.node_mut().kill9().await;
     // envd dies with the node (parent-death signal); what it started is orphaned...
     wait_until("envd to die with its node", Duration::from_secs(5), || {
         let gone = envd_pids_of(&second.id).is_empty();
@@ -1258,8 +1205,7 @@ async fn sandboxes_do_not_outlive_their_node() {
     })
     .await;
     // ...until the next node process cleans up.
-    c.node = start_node(&c.sched_url, &c.data_dir, Runtime::Process, &c.node_id).await;
-    c.node_http = c.node.addr("node http");
+    c.restart_node().await;
     assert!(
         host_pids_with(&tag2).is_empty(),
         "leftovers are killed at start"
@@ -1268,7 +1214,7 @@ async fn sandboxes_do_not_outlive_their_node() {
     let listed = c
         .control(Method::GET, "/_warren/v1/sandboxes", None)
         .await
-        .json();
+        .expect_json();
     assert_eq!(listed["sandboxes"], json!([]));
     for id in [&first.id, &second.id] {
         let err = s
@@ -1279,14 +1225,13 @@ async fn sandboxes_do_not_outlive_their_node() {
             .expect_err("the scheduler dropped the binding");
         assert_eq!(err.code(), tonic::Code::NotFound);
     }
-    let _ = &c.dir;
 }
 
 #[tokio::test]
 async fn bad_configuration_exits_64() {
     for args in [
         &["node", "--node-id", "Not_Valid"][..],
-        &["node", "--scheduler", "127.0.0.1:50051"][..],
+        &["node", "--scheduler", "https://127.0.0.1:50051"][..],
         &["node", "--capacity", "0"][..],
     ] {
         let out = tokio::process::Command::new(bin())

@@ -1,6 +1,9 @@
 //! What an operator does: list nodes with an operator key, and replace a
 //! gateway gracefully (readiness first, keep serving for `--shutdown-delay`,
 //! then close and drain).
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 
 use http::{Method, StatusCode};
 use std::time::Duration;
@@ -117,7 +120,7 @@ async fn sigterm_turns_readiness_false_first_and_keeps_serving_for_the_delay() {
     })
     .await;
 
-    c.gateways[0].signal(15);
+    c.gateways[0].signal(nix::sys::signal::Signal::SIGTERM);
     wait_until("readiness to turn false", Duration::from_secs(5), || {
         let (http, admin) = (http.clone(), admin.clone());
         async move { (ready(http, admin).await == Some(StatusCode::SERVICE_UNAVAILABLE)).then_some(()) }
@@ -137,7 +140,7 @@ async fn sigterm_turns_readiness_false_first_and_keeps_serving_for_the_delay() {
         .expect("still serving during the shutdown delay");
     assert_eq!(a.status, StatusCode::OK, "{:?}", a.json);
 
-    let code = c.gateways[0].terminate(Duration::from_secs(15)).await;
+    let code = c.gateways[0].terminate(Duration::from_secs(15)).await.code;
     assert_eq!(
         code,
         Some(0),

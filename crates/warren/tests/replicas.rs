@@ -3,6 +3,9 @@
 //! within milliseconds (LISTEN/NOTIFY), `LookupNode` answers the same on
 //! either, and when the replica that sweeps is SIGKILLed the other one takes
 //! the sweep lease (`warren_scheduler_leader`) and keeps detecting dead nodes.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -29,7 +32,7 @@ fn warren() -> &'static Path {
 
 /// A scheduler replica on `url`, sweeping every 50 ms.
 async fn replica(url: &str) -> Proc {
-    Proc::spawn(
+    warren_test_support::spawn(
         warren(),
         &[
             "scheduler",

@@ -1,13 +1,16 @@
 //! `warren scheduler` as a real process: it announces its listeners, answers
 //! gRPC and the admin endpoints, refuses bad configuration with exit code 64,
 //! and exits 0 on SIGTERM.
+// Each file under tests/ is its own crate and sees every dependency of the
+// package; the ones only the library or other test files use are not unused.
+#![allow(unused_crate_dependencies)]
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
 use std::time::Duration;
 use warren_proto::scheduler::v1 as pb;
 use warren_proto::scheduler::v1::scheduler_client::SchedulerClient;
-use warren_test_support::{temp_dir, wait_until, Proc};
+use warren_test_support::{temp_dir, wait_until};
 
 fn warren() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_warren"))
@@ -31,7 +34,7 @@ async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
     let dir = temp_dir();
     let data = dir.path().join("sched");
     let data = data.to_str().unwrap();
-    let mut p = Proc::spawn(
+    let mut p = warren_test_support::spawn(
         warren(),
         &[
             "scheduler",
@@ -93,7 +96,7 @@ async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
         "{metrics}"
     );
 
-    assert_eq!(p.terminate(Duration::from_secs(15)).await, Some(0));
+    assert_eq!(p.terminate(Duration::from_secs(15)).await.code, Some(0));
 }
 
 /// Runs `warren scheduler ARGS` to completion: (exit code, stderr).

@@ -1,6 +1,6 @@
 //! Creating sandboxes: `POST /sandboxes`, `POST /v2/sandboxes` and forks.
 //!
-//! Both follow DESIGN.md's create path: scheduler `Place` (binding
+//! Both follow the create path (ARCHITECTURE.md, "The create path"): scheduler `Place` (binding
 //! CREATING, id and generation allocated; the idempotency key maps a retry
 //! to the same sandbox) → node create (or fork) → scheduler
 //! `RecordAssignment` (RUNNING). When the node step fails the gateway
@@ -14,10 +14,10 @@ use crate::error::ApiError;
 use crate::models::{ForkError, ForkRequest, ForkResult, NewSandbox, Sandbox};
 use crate::node_client::{CreateSandbox, NodeError, SandboxInfo};
 use crate::resolver::Route;
-use crate::response::Body;
 use crate::state::App;
 use http::{HeaderMap, Response, StatusCode};
 use std::sync::Arc;
+use warren_core::body::Body;
 use warren_core::headers::IDEMPOTENCY_KEY;
 use warren_proto::scheduler::v1::{
     Binding, BindingState, EventType, PlaceRequest, Placement, RecordAssignmentRequest,
@@ -84,10 +84,11 @@ pub(super) async fn create(
         sandbox_id: placement.sandbox_id.clone(),
         generation: placement.generation,
         template_id: new.template_id.clone(),
-        env_vars: new.env_vars,
-        metadata: new.metadata,
+        env_vars: new.env_vars.into_iter().collect(),
+        metadata: new.metadata.into_iter().collect(),
         access_token: non_empty(&binding.access_token),
         timeout_secs: Some(new.timeout_secs),
+        network: new.network.clone(),
     };
     let created = app.nodes.create(&placement.endpoint, &child).await;
     let info = finish(app, &placement, created).await?;
@@ -184,10 +185,12 @@ async fn fork_one(
         sandbox_id: placement.sandbox_id.clone(),
         generation: placement.generation,
         template_id: parent.template_id.clone(),
-        env_vars: parent.env_vars.clone(),
-        metadata: parent.metadata.clone(),
+        env_vars: parent.env_vars.clone().into_iter().collect(),
+        metadata: parent.metadata.clone().into_iter().collect(),
         access_token: non_empty(&binding.access_token),
         timeout_secs: Some(timeout_secs),
+        // The node gives a fork its parent's egress policy.
+        network: None,
     };
     let forked = app
         .nodes

@@ -18,12 +18,12 @@ mod sandboxes;
 
 use crate::auth::Team;
 use crate::error::ApiError;
-use crate::response::{json, no_content, Body};
 use crate::state::App;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use warren_core::body::{json, status as no_content, Body};
 use warren_core::id::validate_sandbox_id;
 use warren_proto::scheduler::v1::{Binding, GetSandboxRequest};
 

@@ -6,10 +6,10 @@
 use super::reply;
 use crate::auth::Team;
 use crate::error::ApiError;
-use crate::response::Body;
 use crate::state::App;
 use http::{Response, StatusCode};
 use serde_json::json;
+use warren_core::body::Body;
 use warren_proto::scheduler::v1::{ListNodesRequest, NodeState};
 
 pub(super) async fn list(app: &App, team: &Team) -> Result<Response<Body>, ApiError> {

@@ -10,10 +10,10 @@
 use super::reply;
 use crate::auth::Team;
 use crate::error::ApiError;
-use crate::response::Body;
 use crate::state::App;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
+use warren_core::body::Body;
 use warren_proto::scheduler::v1::{Binding, BindingState, GetSandboxRequest};
 
 pub(super) async fn show(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {

@@ -6,10 +6,10 @@ use crate::auth::Team;
 use crate::error::ApiError;
 use crate::models::{parse_metadata_filter, Sandbox, SandboxDetail, Timeout};
 use crate::node_client::NodeError;
-use crate::response::{no_content, Body};
 use crate::state::App;
 use http::{header, HeaderValue, Response, StatusCode};
 use std::collections::HashMap;
+use warren_core::body::{status as no_content, Body};
 use warren_core::time::{now_ms, rfc3339_ms};
 use warren_proto::scheduler::v1::{
     Binding, BindingState, EventType, ListSandboxesRequest, ReportSandboxEventRequest,
@@ -227,7 +227,7 @@ pub(super) async fn list_v2(
     )
     .await?;
     let kept: Vec<Binding> = page.into_iter().filter(|b| local.keeps(b)).collect();
-    let mut r = crate::response::json(StatusCode::OK, &listed(app, &kept).await);
+    let mut r = warren_core::body::json(StatusCode::OK, &listed(app, &kept).await);
     if !next.is_empty() {
         if let Ok(v) = HeaderValue::from_str(&next) {
             r.headers_mut().insert("x-next-token", v);
@@ -383,7 +383,7 @@ pub(super) async fn connect(
         envd_access_token: (!b.access_token.is_empty()).then(|| b.access_token.clone()),
         domain: app.settings.domain.clone(),
     };
-    let mut r = crate::response::json(StatusCode::OK, &json);
+    let mut r = warren_core::body::json(StatusCode::OK, &json);
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(r)

@@ -8,13 +8,13 @@
 
 use crate::error::ApiError;
 use crate::resolver::Route;
-use crate::response::Body;
 use crate::target::Target;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{request, Method, Request, Version};
 use std::net::SocketAddr;
+use warren_core::body::Body;
 use warren_core::headers::{
-    E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, ROUTE, ROUTE_NOT_FOUND, SANDBOX_ID, SANDBOX_PORT,
+    E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, SANDBOX_ID, SANDBOX_PORT,
 };
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
@@ -112,30 +112,6 @@ impl Outgoing {
     }
 }
 
-/// The `Upgrade` protocol of an HTTP/1.1 upgrade request (`Connection: upgrade`).
-pub(super) fn upgrade_protocol<B>(req: &Request<B>) -> Option<HeaderValue> {
-    if req.version() != Version::HTTP_11 {
-        return None;
-    }
-    let asks = req
-        .headers()
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    asks.then(|| req.headers().get(header::UPGRADE).cloned())
-        .flatten()
-}
-
-/// The node's "I do not host this sandbox at this generation" answer.
-pub(super) fn is_stale_marker(headers: &HeaderMap) -> bool {
-    headers.get(ROUTE).is_some_and(|v| {
-        v.as_bytes()
-            .eq_ignore_ascii_case(ROUTE_NOT_FOUND.as_bytes())
-    })
-}
-
 fn append_forwarded_for(h: &mut HeaderMap, peer: SocketAddr) {
     let ip = peer.ip().to_string();
     let value = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
@@ -201,7 +177,9 @@ mod tests {
             state: warren_proto::scheduler::v1::BindingState::Running,
             team_id: "t".into(),
         };
-        let sent = out.into_request(&route, crate::response::empty()).unwrap();
+        let sent = out
+            .into_request(&route, warren_core::body::empty())
+            .unwrap();
         assert_eq!(sent.uri(), "http://127.0.0.1:9/files?path=/a");
         assert_eq!(sent.method(), Method::POST);
         let h = sent.headers();

@@ -9,7 +9,9 @@
 //! (WebSocket) is forwarded, and after the node's `101` both upgraded
 //! connections are spliced.
 //!
-//! # Stale routes (DESIGN.md invariants 4, 6, 7)
+//! # Stale routes
+//! (ARCHITECTURE.md invariants "Nodes check identity", "Heal, don't wait"
+//! and "Retry only what is safe".)
 //! A node answering `404` with `X-Warren-Route: not-found`, or no HTTP
 //! answer at all (refused, reset, connect timeout), means the route was
 //! wrong. The gateway then evicts it (`reason="stale"`), makes ONE uncached
@@ -33,17 +35,15 @@ mod replay;
 use crate::error::ApiError;
 use crate::metrics::RefetchOutcome;
 use crate::resolver::{EvictReason, Route};
-use crate::response::{full, Body, BoxError};
 use crate::state::App;
 use crate::target::Target;
 use headers::Outgoing;
 use http::{Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 use replay::Prepared;
 use std::net::SocketAddr;
+use warren_core::body::{boxed, full, Body};
 use warren_proto::scheduler::v1::BindingState;
 
 /// Proxies one data-plane request; every failure is a JSON error.
@@ -84,7 +84,7 @@ async fn forward(
 ) -> Result<Response<Body>, ApiError> {
     let id = target.sandbox_id.as_str();
     let route = app.resolver.resolve(id).await?;
-    let upgrade = headers::upgrade_protocol(&req);
+    let upgrade = warren_core::upgrade::protocol(&req);
     // Taken before the request is taken apart: the pending client-side
     // upgrade lives in the request's extensions.
     let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut req));
@@ -97,7 +97,7 @@ async fn forward(
     // pay for keeping them.
     let (body, replay) = match prepared {
         Prepared::Replayable(bytes) => (full(bytes.clone()), Some((outgoing.clone(), bytes))),
-        Prepared::Streaming(body) => (body.map_err(|e| -> BoxError { Box::new(e) }).boxed(), None),
+        Prepared::Streaming(body) => (boxed(body), None),
     };
     let signal = match send(app, outgoing.into_request(&route, body)?, &route).await? {
         Attempt::Answered(resp) => return finish(resp, client_upgrade, id),
@@ -141,7 +141,7 @@ async fn forward(
     match send(app, outgoing.into_request(&fresh, full(bytes))?, &fresh).await? {
         Attempt::Answered(resp) => finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => {
-            // Wrong twice in a row: no second retry (invariant 7).
+            // Wrong twice in a row: no second retry ("Retry only what is safe").
             app.resolver.evict(&fresh, EvictReason::Stale).await;
             Err(match signal {
                 Signal::Unreachable => ApiError::upstream_unreachable(),
@@ -156,7 +156,7 @@ async fn send(app: &App, req: Request<Body>, route: &Route) -> Result<Attempt, A
     match app.http.request(req).await {
         Ok(resp)
             if resp.status() == StatusCode::NOT_FOUND
-                && headers::is_stale_marker(resp.headers()) =>
+                && warren_core::headers::is_not_hosted(resp.headers()) =>
         {
             Ok(Attempt::Stale(Signal::NotHosted))
         }
@@ -202,24 +202,11 @@ fn finish(
             ));
         };
         let upstream_upgrade = hyper::upgrade::on(&mut resp);
-        let sandbox = id.to_string();
-        tokio::spawn(async move {
-            match tokio::try_join!(client_upgrade, upstream_upgrade) {
-                Ok((client, upstream)) => {
-                    let mut client = TokioIo::new(client);
-                    let mut upstream = TokioIo::new(upstream);
-                    if let Err(e) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await
-                    {
-                        tracing::debug!(sandbox = %sandbox, error = %e, "upgraded connection ended");
-                    }
-                }
-                Err(e) => tracing::debug!(sandbox = %sandbox, error = %e, "upgrade failed"),
-            }
-        });
+        warren_core::upgrade::splice(client_upgrade, upstream_upgrade, id.to_string());
         headers::strip_internal(resp.headers_mut());
-        return Ok(resp.map(|_| crate::response::empty()));
+        return Ok(resp.map(|_| warren_core::body::empty()));
     }
     headers::strip_hop_by_hop(resp.headers_mut());
     headers::strip_internal(resp.headers_mut());
-    Ok(resp.map(|b| b.map_err(|e| -> BoxError { Box::new(e) }).boxed()))
+    Ok(resp.map(boxed))
 }

@@ -1,4 +1,5 @@
-//! Which requests may be sent twice (DESIGN.md invariant 7), and keeping
+//! Which requests may be sent twice (ARCHITECTURE.md invariant "Retry only
+//! what is safe"), and keeping
 //! their bodies so they can be.
 //!
 //! A request is replay-safe when its method is GET, HEAD, DELETE or OPTIONS

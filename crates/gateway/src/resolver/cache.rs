@@ -2,7 +2,7 @@
 //!
 //! A moka future cache `sandbox id → (route, inserted at)`:
 //!
-//! - **Positive only** (invariant 3): filled by a successful `LookupNode`
+//! - **Positive only** (ARCHITECTURE.md, "Positive caching only"): filled by a successful `LookupNode`
 //!   or by [`Resolver::learn`] (create, fork, a refetch that found a move).
 //!   NotFound and errors are never stored: moka's `try_get_with` does not
 //!   cache an `Err`.
@@ -245,7 +245,9 @@ impl Resolver for CachedResolver {
 }
 
 /// `warren_gateway_route_cache_entries`, computed at scrape time so it
-/// never drifts from the cache.
+/// never drifts from the cache. moka's count is eventually consistent: an
+/// insert is counted once the cache's pending housekeeping has run, so a
+/// scrape right after a create may still show the old number.
 struct EntriesGauge(Cache<String, Entry>);
 
 impl std::fmt::Debug for EntriesGauge {

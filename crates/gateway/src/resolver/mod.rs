@@ -3,9 +3,10 @@
 //! The data plane asks a [`Resolver`]. With `--route-cache-capacity 0` that
 //! is [`UncachedResolver`] (one scheduler `LookupNode` per request);
 //! otherwise [`CachedResolver`]: a bounded, positive-only TTL cache with
-//! coalesced misses (DESIGN.md invariant 3), kept honest by the scheduler's
-//! `WatchBindings` stream ([`watch`], invariant 5) and by the stale-route
-//! signals the proxy feeds back through [`Resolver::evict`] (invariant 4).
+//! coalesced misses (ARCHITECTURE.md invariant "Positive caching only"),
+//! kept honest by the scheduler's `WatchBindings` stream ([`watch`],
+//! "Bounded staleness") and by the stale-route signals the proxy feeds back
+//! through [`Resolver::evict`] ("Nodes check identity").
 //!
 //! # Layout
 //! - this file: [`Route`], [`ResolveError`], the [`Resolver`] trait, the
@@ -21,10 +22,10 @@ pub use cache::{CacheSettings, CachedResolver};
 
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::scheduler::Scheduler;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
+use warren_proto::client::Scheduler;
 use warren_proto::scheduler::v1::{BindingState, LookupNodeRequest};
 use warren_proto::{REASON_METADATA, REASON_NODE_DOWN};
 

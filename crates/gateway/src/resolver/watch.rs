@@ -1,5 +1,5 @@
 //! Following the scheduler's `WatchBindings` stream to keep the route cache
-//! honest across gateways (DESIGN.md invariant 5).
+//! honest across gateways (ARCHITECTURE.md invariant "Bounded staleness").
 //!
 //! One task per gateway. It subscribes from the last revision it applied
 //! (0 the first time: "from now"), so a reconnect replays what it missed.
@@ -13,20 +13,19 @@
 //!
 //! When the stream breaks the gateway keeps serving cached routes within
 //! their TTL (the bound on staleness while blind), and reconnects with
-//! capped exponential backoff and jitter, moving to the next configured
+//! `warren_core::backoff` (capped exponential, jittered), moving to the next configured
 //! scheduler replica each time.
 
 use super::{CachedResolver, EvictReason, Route};
-use crate::scheduler::Scheduler;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
+use warren_core::backoff::Backoff;
+use warren_proto::client::Scheduler;
 use warren_proto::scheduler::v1::{BindingChange, ChangeKind, WatchBindingsRequest};
 
 /// First pause before reconnecting.
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-/// Longest pause between reconnects.
-const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 
 /// Starts the watch task; abort the handle to stop it.
 pub fn spawn(cache: CachedResolver, scheduler: Arc<Scheduler>) -> JoinHandle<()> {
@@ -38,7 +37,7 @@ async fn run(cache: CachedResolver, scheduler: Arc<Scheduler>) {
     // The last revision applied; 0 until the first HELLO.
     let mut revision = 0u64;
     let mut attempt = 0usize;
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Backoff::new(BACKOFF_FIRST, warren_core::backoff::MAX);
     loop {
         let (url, mut client) = scheduler.replica(attempt);
         match client
@@ -54,7 +53,7 @@ async fn run(cache: CachedResolver, scheduler: Arc<Scheduler>) {
                         Ok(Some(change)) => {
                             if change.kind == ChangeKind::Hello as i32 {
                                 // Connected: the next break starts backing off afresh.
-                                backoff = BACKOFF_MIN;
+                                backoff.reset();
                                 metrics.watch_connected.set(1);
                                 tracing::info!(
                                     scheduler = url,
@@ -87,8 +86,7 @@ async fn run(cache: CachedResolver, scheduler: Arc<Scheduler>) {
         }
         metrics.watch_connected.set(0);
         attempt = attempt.wrapping_add(1);
-        tokio::time::sleep(jitter(backoff)).await;
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        tokio::time::sleep(backoff.next_pause()).await;
     }
 }
 
@@ -135,10 +133,4 @@ pub(crate) async fn apply(cache: &CachedResolver, change: &BindingChange, revisi
         tracing::debug!(sandbox = %change.sandbox_id, ?kind, generation, "route evicted by the watch");
     }
     revision.max(change.revision)
-}
-
-/// `d` ± up to 25%, so gateways restarted together do not reconnect in step.
-fn jitter(d: Duration) -> Duration {
-    let factor = 0.75 + rand::random::<f64>() * 0.5;
-    d.mul_f64(factor)
 }

@@ -332,7 +332,7 @@ pub fn kill(handle: &Handle) -> Result<(), RuntimeError> {
 }
 
 /// The node's own log settings, passed on so envd logs like the node does.
-pub fn log_settings() -> Vec<(String, String)> {
+fn log_settings() -> Vec<(String, String)> {
     ["WARREN_LOG", "WARREN_LOG_FORMAT"]
         .iter()
         .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))

@@ -60,7 +60,7 @@ pub fn children(pid: i32) -> Vec<i32> {
 }
 
 /// True when `pid` is still the process the handle recorded.
-pub fn is_same_process(pid: i32, start_time: u64) -> bool {
+fn is_same_process(pid: i32, start_time: u64) -> bool {
     stat(pid).is_some_and(|s| s.start_time == start_time)
 }
 

@@ -43,6 +43,7 @@ impl Registry {
                         metadata: rec.metadata.clone(),
                         timeout_secs: rec.timeout_secs,
                         ids: None,
+                        network: Default::default(),
                         egress: std::sync::Mutex::new(None),
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");

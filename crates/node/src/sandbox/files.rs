@@ -61,7 +61,7 @@ pub fn remove(paths: &Paths) -> io::Result<()> {
 /// symlinks, never followed), keeping permission bits. Sockets, fifos and
 /// devices are skipped: they belong to running processes, which a fork does
 /// not carry over.
-pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
+fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     std::fs::create_dir_all(to)?;
     let meta = std::fs::symlink_metadata(from)?;
     std::fs::set_permissions(to, meta.permissions())?;

@@ -75,6 +75,8 @@ pub struct Sandbox {
     pub timeout_secs: Option<u64>,
     /// The host id range the sandbox holds (isolated), released when dropped.
     pub ids: Option<runtime::ids::IdRange>,
+    /// Its egress policy (a fork inherits it).
+    pub network: runtime::egress::NetworkPolicy,
     /// Its egress (slirp4netns and nftables table), stopped at delete.
     pub egress: Mutex<Option<runtime::egress::EgressHandle>>,
 }
@@ -292,9 +294,11 @@ impl Registry {
         parent: Option<&Sandbox>,
     ) -> Result<SandboxInfo, NodeError> {
         let paths = Paths::new(&self.sandboxes_dir, &req.sandbox_id);
+        // A fork keeps its parent's policy unless the create says otherwise.
         let network = req
             .network
             .clone()
+            .or_else(|| parent.map(|p| p.network.clone()))
             .unwrap_or_else(runtime::egress::NetworkPolicy::open);
         let spec = LaunchSpec {
             sandbox_id: &req.sandbox_id,
@@ -356,7 +360,7 @@ impl Registry {
             },
             node_id: self.cfg.node_id.clone(),
             started_at_ms: warren_core::time::now_ms(),
-            envd_version: envd::ENVD_VERSION.to_string(),
+            envd_version: warren_core::node_api::ENVD_VERSION.to_string(),
         };
         let record = Record {
             info: info.clone(),
@@ -377,6 +381,7 @@ impl Registry {
             metadata: req.metadata.clone(),
             timeout_secs: req.timeout_secs,
             ids,
+            network: network.clone(),
             egress: Mutex::new(egress),
         });
         self.insert(sandbox);

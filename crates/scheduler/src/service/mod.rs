@@ -8,7 +8,9 @@ pub mod validate;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::store::{ListFilter, NodeEvent, NodeRegistration, NodeTiming, PlaceSpec, State, Store};
+use crate::store::{
+    ListFilter, NodeEvent, NodeRegistration, NodeTiming, PlaceSpec, SqlStore, State,
+};
 use crate::watch::Hub;
 use std::future::Future;
 use std::sync::Arc;
@@ -27,9 +29,9 @@ pub struct ServiceSettings {
     pub heartbeat_interval: Duration,
 }
 
-/// `warren.scheduler.v1.Scheduler` over a [`Store`].
-pub struct SchedulerService<S> {
-    store: Arc<S>,
+/// `warren.scheduler.v1.Scheduler` over the [`SqlStore`].
+pub struct SchedulerService {
+    store: Arc<SqlStore>,
     /// Fans the change log out to `WatchBindings` streams.
     hub: Hub,
     settings: ServiceSettings,
@@ -38,9 +40,9 @@ pub struct SchedulerService<S> {
     shutdown: watch::Receiver<bool>,
 }
 
-impl<S: Store> SchedulerService<S> {
+impl SchedulerService {
     pub fn new(
-        store: Arc<S>,
+        store: Arc<SqlStore>,
         hub: Hub,
         settings: ServiceSettings,
         metrics: Metrics,
@@ -287,7 +289,7 @@ impl<S: Store> SchedulerService<S> {
 }
 
 #[tonic::async_trait]
-impl<S: Store> pb::scheduler_server::Scheduler for SchedulerService<S> {
+impl pb::scheduler_server::Scheduler for SchedulerService {
     async fn register_node(
         &self,
         req: Request<pb::RegisterNodeRequest>,

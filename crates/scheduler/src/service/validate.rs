@@ -8,14 +8,14 @@ use warren_core::id::{validate_node_id, validate_sandbox_id};
 use warren_proto::scheduler::v1 as pb;
 
 /// Default sandbox lifetime when `timeout_secs` is 0 (E2B's default).
-pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+const DEFAULT_TIMEOUT_SECS: u64 = 300;
 /// Longest lifetime accepted, so `now + timeout` stays far from overflow.
 pub const MAX_TIMEOUT_SECS: u64 = 365 * 86_400;
 /// `ListSandboxes` page size when 0 is asked for, and the cap.
-pub const DEFAULT_PAGE_SIZE: u32 = 100;
-pub const MAX_PAGE_SIZE: u32 = 1000;
+const DEFAULT_PAGE_SIZE: u32 = 100;
+const MAX_PAGE_SIZE: u32 = 1000;
 /// Bound on roster and event batch sizes.
-pub const MAX_ROSTER: usize = 100_000;
+const MAX_ROSTER: usize = 100_000;
 pub const MAX_EVENTS: usize = 1000;
 
 const MAX_LABEL: usize = 128;

@@ -56,15 +56,9 @@ pub fn run(mut args: Vec<OsString>, log_format: LogFormat) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match crate::runtime(true) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match rt.block_on(warren_chaos::run(cfg, &exe)) {
         Ok(s) => {

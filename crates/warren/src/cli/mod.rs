@@ -1,8 +1,9 @@
 //! Operator commands, talking to a gateway's public API like any client would.
 //!
 //! # Layout
-//! - `mod.rs`: dispatch, the shared `--api-url`/`--api-key` flags, and [`Api`],
-//!   a tiny JSON-over-HTTP client for the gateway.
+//! - `mod.rs`: dispatch and the shared `--api-url`/`--api-key` flags, which
+//!   build a `warren-client` (retried reads, idempotent creates, resumable
+//!   command streams): the CLI has no HTTP client of its own.
 //! - `sandbox.rs`: `warren sandbox ls | create | exec | rm`.
 //! - `node.rs`: `warren node ls`.
 //! - `route.rs`: `warren route <id>`, a gateway's cached route against the scheduler's.
@@ -17,11 +18,6 @@ mod route;
 mod sandbox;
 pub mod template;
 
-use bytes::Bytes;
-use http::{Method, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -31,7 +27,8 @@ use warren_core::logging::{self, LogFormat};
 /// Where the gateway is and how to authenticate, shared by every operator command.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {
-    /// The gateway's URL (what the e2b SDK calls E2B_API_URL).
+    /// The gateway's URL (what the e2b SDK calls E2B_API_URL); several,
+    /// comma-separated, are tried in turn.
     #[arg(
         long,
         global = true,
@@ -45,23 +42,48 @@ pub struct ApiArgs {
     /// Where sandbox traffic goes (E2B_SANDBOX_URL); defaults to --api-url.
     #[arg(long, global = true, env = "E2B_SANDBOX_URL")]
     pub sandbox_url: Option<String>,
-    /// Per-request timeout for control-plane calls.
+    /// Per-request timeout for calls to the gateway (not a sandbox's
+    /// lifetime: that is `sandbox create --timeout`).
     #[arg(long, global = true, default_value = "30s", value_parser = config::parse_duration)]
-    pub timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+impl ApiArgs {
+    /// A `warren-client` for the control plane (`--api-url`).
+    pub fn client(&self) -> Result<warren_client::Client, ConfigError> {
+        self.client_for(&self.api_url, "--api-url")
+    }
+
+    /// A `warren-client` for sandbox traffic (`--sandbox-url`, else `--api-url`).
+    pub fn sandbox_client(&self) -> Result<warren_client::Client, ConfigError> {
+        match &self.sandbox_url {
+            Some(url) => self.client_for(url, "--sandbox-url"),
+            None => self.client(),
+        }
+    }
+
+    fn client_for(&self, urls: &str, flag: &str) -> Result<warren_client::Client, ConfigError> {
+        let entries: Vec<&str> = urls
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        let mut builder = warren_client::ClientBuilder::new(&entries).timeout(self.request_timeout);
+        if let Some(key) = &self.api_key {
+            builder = builder.api_key(key.clone());
+        }
+        builder
+            .build()
+            .map_err(|e| ConfigError::Invalid(format!("{flag}: {e}")))
+    }
 }
 
 /// Runs `warren <sub> ...` for the operator subcommands.
 pub fn run(sub: &str, args: Vec<OsString>, log_format: LogFormat) -> ExitCode {
     logging::init(log_format);
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match crate::runtime(false) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("warren: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let result = rt.block_on(async move {
         match sub {
@@ -95,93 +117,4 @@ pub fn parse<T: clap::CommandFactory + clap::FromArgMatches>(
     args: Vec<OsString>,
 ) -> Result<T, ConfigError> {
     config::load_from(args, None)
-}
-
-/// A minimal JSON client for the gateway's control plane.
-pub struct Api {
-    base: String,
-    key: Option<String>,
-    timeout: Duration,
-    client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
-}
-
-impl Api {
-    pub fn new(args: &ApiArgs) -> Self {
-        Api {
-            base: args.api_url.trim_end_matches('/').to_string(),
-            key: args.api_key.clone(),
-            timeout: args.timeout,
-            client: Client::builder(TokioExecutor::new()).build_http(),
-        }
-    }
-
-    /// Sends a request; returns the status and the parsed JSON body (Null when empty).
-    pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-        headers: &[(&str, &str)],
-    ) -> anyhow::Result<(StatusCode, serde_json::Value)> {
-        let url = format!("{}{}", self.base, path);
-        let mut req = Request::builder().method(method.clone()).uri(&url);
-        if let Some(key) = &self.key {
-            req = req.header(warren_core::headers::API_KEY, key);
-        }
-        for (name, value) in headers {
-            req = req.header(*name, *value);
-        }
-        let body = match body {
-            Some(v) => {
-                req = req.header(http::header::CONTENT_TYPE, "application/json");
-                Full::new(Bytes::from(serde_json::to_vec(&v)?))
-            }
-            None => Full::new(Bytes::new()),
-        };
-        let req = req.body(body)?;
-        let resp = tokio::time::timeout(self.timeout, self.client.request(req))
-            .await
-            .map_err(|_| anyhow::anyhow!("{method} {url}: no answer within {:?}", self.timeout))?
-            .map_err(|e| anyhow::anyhow!("{method} {url}: cannot reach the gateway: {e}"))?;
-        let status = resp.status();
-        let bytes = resp.into_body().collect().await?.to_bytes();
-        let json = if bytes.is_empty() {
-            serde_json::Value::Null
-        } else {
-            serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-                serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
-            })
-        };
-        Ok((status, json))
-    }
-
-    /// Like [`Api::call`], but a non-2xx status is an error carrying the gateway's message.
-    pub async fn ok(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-    ) -> anyhow::Result<serde_json::Value> {
-        self.ok_with_headers(method, path, body, &[]).await
-    }
-
-    /// [`Api::ok`] with extra request headers.
-    pub async fn ok_with_headers(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<serde_json::Value>,
-        headers: &[(&str, &str)],
-    ) -> anyhow::Result<serde_json::Value> {
-        let (status, json) = self.call(method.clone(), path, body, headers).await?;
-        if status.is_success() {
-            return Ok(json);
-        }
-        let msg = json
-            .get("message")
-            .and_then(|m| m.as_str())
-            .map(str::to_string)
-            .unwrap_or_else(|| json.to_string());
-        anyhow::bail!("{method} {path}: {status}: {msg}")
-    }
 }

@@ -1,8 +1,7 @@
 //! `warren node ls`: the nodes the scheduler knows, through the gateway's
 //! `GET /nodes` (E2B's admin nodes endpoint shape).
 
-use super::{parse, Api, ApiArgs};
-use http::Method;
+use super::{parse, ApiArgs};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -27,9 +26,9 @@ enum Action {
 
 pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
     let cmd: Cmd = parse(args)?;
-    let api = Api::new(&cmd.api);
+    let client = cmd.api.client()?;
     let Action::Ls { json } = cmd.action;
-    let nodes = api.ok(Method::GET, "/nodes", None).await?;
+    let nodes = client.get_json("/nodes").await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&nodes)?);
         return Ok(ExitCode::SUCCESS);

@@ -6,8 +6,7 @@
 //! answers the scheduler side without reading or filling its cache.
 //! Each gateway has its own cache: point `--api-url` at the one to inspect.
 
-use super::{parse, Api, ApiArgs};
-use http::Method;
+use super::{parse, ApiArgs};
 use serde_json::Value;
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -31,9 +30,9 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
     let cmd: Cmd = parse(args)?;
     warren_core::id::validate_sandbox_id(&cmd.sandbox_id)
         .map_err(|e| warren_core::config::ConfigError::Invalid(format!("sandbox id: {e}")))?;
-    let api = Api::new(&cmd.api);
+    let client = cmd.api.client()?;
     let path = format!("/_warren/v1/routes/{}", cmd.sandbox_id);
-    let answer = api.ok(Method::GET, &path, None).await?;
+    let answer = client.get_json(&path).await?;
     if cmd.json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
     } else {

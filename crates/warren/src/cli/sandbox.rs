@@ -1,8 +1,6 @@
 //! `warren sandbox ls | create | exec | rm`.
 
-use super::{parse, Api, ApiArgs};
-use anyhow::Context;
-use http::Method;
+use super::{parse, ApiArgs};
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
@@ -49,7 +47,9 @@ enum Action {
     Exec {
         /// The sandbox.
         sandbox_id: String,
-        /// The command line, run with `/bin/sh -c`.
+        /// One argument: a shell command line, run with `/bin/sh -c`.
+        /// Several: the program and its arguments, passed exactly as given
+        /// (`-- sh -c 'echo hi; id -un'` runs `sh` with those two arguments).
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<String>,
     },
@@ -68,10 +68,10 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 
 pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
     let cmd: Cmd = parse(args)?;
-    let api = Api::new(&cmd.api);
+    let client = cmd.api.client()?;
     match cmd.action {
         Action::Ls { json } => {
-            let list = api.ok(Method::GET, "/sandboxes", None).await?;
+            let list = client.list().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&list)?);
                 return Ok(ExitCode::SUCCESS);
@@ -80,26 +80,18 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
                 "{:<22} {:<10} {:<8} {:<26} {:<26} METADATA",
                 "SANDBOX ID", "TEMPLATE", "STATE", "STARTED", "ENDS"
             );
-            for s in list.as_array().into_iter().flatten() {
-                let field = |k: &str| s.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
-                let meta = s
-                    .get("metadata")
-                    .and_then(|m| m.as_object())
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    })
-                    .unwrap_or_default();
+            let or_dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+            for s in list {
+                let meta: BTreeMap<_, _> = s.metadata.iter().collect();
+                let meta: Vec<String> = meta.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 println!(
                     "{:<22} {:<10} {:<8} {:<26} {:<26} {}",
-                    field("sandboxID"),
-                    field("templateID"),
-                    field("state"),
-                    field("startedAt"),
-                    field("endAt"),
-                    meta
+                    s.sandbox_id,
+                    s.template_id,
+                    or_dash(&s.state),
+                    or_dash(&s.started_at),
+                    or_dash(&s.end_at),
+                    meta.join(",")
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -110,37 +102,30 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
             metadata,
             idempotency_key,
         } => {
-            let metadata: BTreeMap<_, _> = metadata.into_iter().collect();
-            let body = serde_json::json!({
-                "templateID": template,
-                "timeout": timeout,
-                "metadata": metadata,
-            });
-            let created = match idempotency_key {
-                None => api.ok(Method::POST, "/sandboxes", Some(body)).await?,
-                Some(key) => api.ok_with_idempotency(&key, body).await?,
+            let new = warren_client::NewSandbox {
+                template_id: template,
+                timeout,
+                metadata: metadata.into_iter().collect(),
+                ..Default::default()
             };
-            let id = created
-                .get("sandboxID")
-                .and_then(|v| v.as_str())
-                .context("the gateway's answer has no sandboxID")?;
-            println!("{id}");
+            // Always a key, so a retry through another entry point (or after
+            // a lost answer) never makes a second sandbox.
+            let key = idempotency_key.unwrap_or_else(|| warren_core::id::random_token(32));
+            let created = client.create(&new, &key).await?;
+            println!("{}", created.sandbox.sandbox_id);
             Ok(ExitCode::SUCCESS)
         }
         Action::Exec {
             sandbox_id,
             command,
-        } => exec(&api, &cmd.api, &sandbox_id, &command.join(" ")).await,
+        } => exec(&client, &cmd.api, &sandbox_id, command).await,
         Action::Rm { sandbox_ids } => {
             let mut failed = false;
             for id in sandbox_ids {
-                match api
-                    .ok(Method::DELETE, &format!("/sandboxes/{id}"), None)
-                    .await
-                {
+                match client.kill(&id).await {
                     Ok(_) => println!("{id} removed"),
                     Err(e) => {
-                        eprintln!("warren: {e:#}");
+                        eprintln!("warren: {id}: {e}");
                         failed = true;
                     }
                 }
@@ -154,57 +139,35 @@ pub async fn run(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
     }
 }
 
-impl Api {
-    async fn ok_with_idempotency(
-        &self,
-        key: &str,
-        body: serde_json::Value,
-    ) -> anyhow::Result<serde_json::Value> {
-        self.ok_with_headers(
-            Method::POST,
-            "/sandboxes",
-            Some(body),
-            &[(warren_core::headers::IDEMPOTENCY_KEY, key)],
-        )
-        .await
-    }
-}
-
-/// Runs `command` through envd's `process.Process/Start`, over the sandbox
-/// traffic path (E2b-Sandbox-Id / E2b-Sandbox-Port headers), streaming
-/// output. `--sandbox-url` may name several entry points (comma-separated):
-/// when the stream is cut, `warren-client` resumes it through the next one
-/// from the last byte received, so nothing is lost or printed twice.
+/// Runs `argv` (one argument: a `/bin/sh -c` line; several: exactly as
+/// given, never re-joined into one line) through envd's
+/// `process.Process/Start`, over the sandbox traffic path (E2b-Sandbox-Id /
+/// E2b-Sandbox-Port headers), streaming output. `--sandbox-url` may name
+/// several entry points (comma-separated): when the stream is cut,
+/// `warren-client` resumes it through the next one from the last byte
+/// received, so nothing is lost or printed twice.
 async fn exec(
-    api: &Api,
+    client: &warren_client::Client,
     args: &ApiArgs,
     sandbox_id: &str,
-    command: &str,
+    mut argv: Vec<String>,
 ) -> anyhow::Result<ExitCode> {
     warren_core::id::validate_sandbox_id(sandbox_id)
         .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let info = api
-        .ok(Method::GET, &format!("/sandboxes/{sandbox_id}"), None)
-        .await?;
-    let sandbox = warren_client::Sandbox {
-        sandbox_id: sandbox_id.to_string(),
-        envd_access_token: info
-            .get("envdAccessToken")
-            .and_then(|v| v.as_str())
-            .map(str::to_string),
-        ..Default::default()
+    let sandbox = client.get(sandbox_id).await?;
+    let data = args.sandbox_client()?;
+    let command = if argv.len() == 1 {
+        warren_client::Command::shell(argv.remove(0))
+    } else {
+        let cmd = argv.remove(0);
+        warren_client::Command {
+            cmd,
+            args: argv,
+            ..Default::default()
+        }
     };
-    let base = args
-        .sandbox_url
-        .clone()
-        .unwrap_or_else(|| args.api_url.clone());
-    let entries: Vec<&str> = base.split(',').map(str::trim).collect();
-    let client = warren_client::ClientBuilder::new(&entries)
-        .timeout(args.timeout)
-        .build()
-        .map_err(|e| ConfigError::Invalid(format!("--sandbox-url: {e}")))?;
-    let mut stream = client
-        .run(&sandbox, warren_client::Command::shell(command))
+    let mut stream = data
+        .run(&sandbox, command)
         .await
         .map_err(|e| anyhow::anyhow!("starting the command: {e}"))?;
     let mut exit = 1u8;

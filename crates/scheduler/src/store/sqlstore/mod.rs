@@ -3,7 +3,7 @@
 //!
 //! # Layout
 //! - this file: [`SqlStore`], the write transaction helper [`WriteTx`], row
-//!   decoding, and the [`Store`] impl, which delegates to:
+//!   decoding, and the operations, which delegate to:
 //! - `open.rs`: connecting (SQLite file or URL, PostgreSQL URL), pools, migrations.
 //! - `nodes.rs`: registration, heartbeats, roster reconciliation, node choice.
 //! - `bindings.rs`: place, reassign, record, events, reads, timeouts.
@@ -24,7 +24,7 @@ mod sweep;
 pub use open::{redact as redact_url, OpenError};
 
 use super::backend::{Backend, WRITE_LOCK_KEY};
-use super::{sql, types::*, Store};
+use super::{sql, types::*};
 use crate::error::{Error, Result};
 use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
@@ -302,51 +302,103 @@ fn binding_from_row(r: &AnyRow) -> Result<BindingRow> {
     })
 }
 
-impl Store for SqlStore {
-    async fn register_node(&self, reg: NodeRegistration, timing: NodeTiming) -> Result<Reconciled> {
-        nodes::register(self, reg, timing).await
+/// The scheduler's storage operations, each one transaction. Cheap to share
+/// behind an `Arc` and safe to call concurrently.
+///
+/// Every write runs to completion on its own task ([`SqlStore::detached`]):
+/// an RPC whose caller goes away (a gateway killed mid-request) is dropped
+/// by tonic, and a transaction dropped half-way would go back to the pool
+/// still open, failing the next writes on that connection.
+impl SqlStore {
+    /// Runs `op` on its own task, so dropping the caller cannot cut a
+    /// transaction short.
+    async fn detached<T, F, Fut>(&self, op: F) -> Result<T>
+    where
+        F: FnOnce(SqlStore) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+        T: Send + 'static,
+    {
+        match tokio::spawn(op(self.clone())).await {
+            Ok(r) => r,
+            Err(e) => Err(Error::Internal(format!("store task ended early: {e}"))),
+        }
     }
 
-    async fn heartbeat(
+    /// Registers (or re-registers) a node and reconciles its roster: with a new
+    /// incarnation, its bindings missing from the roster are removed (fenced);
+    /// LOST bindings in the roster come back RUNNING.
+    pub async fn register_node(
+        &self,
+        reg: NodeRegistration,
+        timing: NodeTiming,
+    ) -> Result<Reconciled> {
+        self.detached(|s| async move { nodes::register(&s, reg, timing).await })
+            .await
+    }
+
+    /// Renews a node's lease (fenced on its incarnation) and reconciles its
+    /// roster; a RUNNING/PAUSED binding the roster has lacked for
+    /// `timing.roster_grace` is removed (fenced).
+    pub async fn heartbeat(
         &self,
         node_id: &str,
         incarnation: u64,
         roster: &[SandboxRef],
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        nodes::heartbeat(self, node_id, incarnation, roster, timing).await
+        let (node_id, roster) = (node_id.to_string(), roster.to_vec());
+        self.detached(|s| async move {
+            nodes::heartbeat(&s, &node_id, incarnation, &roster, timing).await
+        })
+        .await
     }
 
-    async fn place(&self, spec: PlaceSpec) -> Result<Placed> {
-        bindings::place(self, spec).await
+    /// Places a new sandbox (or returns the one its idempotency key names).
+    pub async fn place(&self, spec: PlaceSpec) -> Result<Placed> {
+        self.detached(|s| async move { bindings::place(&s, spec).await })
+            .await
     }
 
-    async fn reassign(&self, sandbox_id: &str, node_id: Option<&str>) -> Result<BindingRow> {
-        bindings::reassign(self, sandbox_id, node_id).await
+    /// Moves a sandbox to a (new) node: new generation, CREATING, emits MOVED.
+    pub async fn reassign(&self, sandbox_id: &str, node_id: Option<&str>) -> Result<BindingRow> {
+        let (id, node) = (sandbox_id.to_string(), node_id.map(str::to_string));
+        self.detached(|s| async move { bindings::reassign(&s, &id, node.as_deref()).await })
+            .await
     }
 
-    async fn record_assignment(
+    /// CREATING → RUNNING at exactly `(node_id, generation)`; idempotent.
+    pub async fn record_assignment(
         &self,
         sandbox_id: &str,
         node_id: &str,
         generation: u64,
     ) -> Result<BindingRow> {
-        bindings::record_assignment(self, sandbox_id, node_id, generation).await
+        let (id, node) = (sandbox_id.to_string(), node_id.to_string());
+        self.detached(
+            |s| async move { bindings::record_assignment(&s, &id, &node, generation).await },
+        )
+        .await
     }
 
-    async fn apply_event(&self, node_id: &str, event: &NodeEvent) -> Result<EventOutcome> {
-        bindings::apply_event(self, node_id, event).await
+    /// Applies one node-reported event, fenced on `(node_id, generation)`.
+    pub async fn apply_event(&self, node_id: &str, event: &NodeEvent) -> Result<EventOutcome> {
+        let (node, event) = (node_id.to_string(), event.clone());
+        self.detached(|s| async move { bindings::apply_event(&s, &node, &event).await })
+            .await
     }
 
-    async fn issued_generation(&self) -> Result<u64> {
+    /// The highest generation ever issued: anything above it is from the future.
+    pub async fn issued_generation(&self) -> Result<u64> {
         sweep::issued_generation(self).await
     }
 
-    async fn require_node(&self, node_id: &str) -> Result<()> {
+    /// Fails with `FailedPrecondition` unless the node is registered.
+    pub async fn require_node(&self, node_id: &str) -> Result<()> {
         nodes::require(self, node_id).await
     }
 
-    async fn get(&self, sandbox_id: &str) -> Result<Option<BindingRow>> {
+    /// One binding, if it exists.
+    pub async fn get(&self, sandbox_id: &str) -> Result<Option<BindingRow>> {
         let row = sqlx::query(sql::BINDING_BY_ID)
             .bind(sandbox_id)
             .fetch_optional(&self.reader)
@@ -354,35 +406,46 @@ impl Store for SqlStore {
         row.as_ref().map(binding_from_row).transpose()
     }
 
-    async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<String>)> {
+    /// A page of bindings matching `filter`, and the id to continue after.
+    pub async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<String>)> {
         bindings::list(self, filter).await
     }
 
-    async fn list_nodes(&self) -> Result<Vec<NodeRow>> {
+    /// Every node with its sandbox count and lease-derived state.
+    pub async fn list_nodes(&self) -> Result<Vec<NodeRow>> {
         nodes::list(self).await
     }
 
-    async fn set_end_at(&self, sandbox_id: &str, end_at_ms: i64) -> Result<BindingRow> {
-        bindings::set_end_at(self, sandbox_id, end_at_ms).await
+    /// Sets a sandbox's end; an end in the past makes it EXPIRING.
+    pub async fn set_end_at(&self, sandbox_id: &str, end_at_ms: i64) -> Result<BindingRow> {
+        let id = sandbox_id.to_string();
+        self.detached(|s| async move { bindings::set_end_at(&s, &id, end_at_ms).await })
+            .await
     }
 
-    async fn change_bounds(&self) -> Result<ChangeBounds> {
+    /// The oldest retained and the newest revision in the change log.
+    pub async fn change_bounds(&self) -> Result<ChangeBounds> {
         sweep::change_bounds(self).await
     }
 
-    async fn changes_after(&self, after: u64, limit: u32) -> Result<Vec<Change>> {
+    /// Up to `limit` changes with a revision above `after`, oldest first.
+    pub async fn changes_after(&self, after: u64, limit: u32) -> Result<Vec<Change>> {
         sweep::changes_after(self, after, limit).await
     }
 
-    async fn sweep(&self, settings: &SweepSettings) -> Result<SweepReport> {
+    /// One pass of every sweep (see `crate::sweep`).
+    pub async fn sweep(&self, settings: &SweepSettings) -> Result<SweepReport> {
         sweep::run(self, settings).await
     }
 
-    async fn census(&self) -> Result<Census> {
+    /// Counts for the state gauges.
+    pub async fn census(&self) -> Result<Census> {
         sweep::census(self).await
     }
 
-    fn change_signal(&self) -> Arc<Notify> {
+    /// Notified after every commit that wrote to the change log, so the watch
+    /// hub tails the log only when there is something new.
+    pub fn change_signal(&self) -> Arc<Notify> {
         self.changed.clone()
     }
 }

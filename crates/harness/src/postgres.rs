@@ -1,14 +1,12 @@
 //! A private PostgreSQL server: `initdb` into a temp dir, started on a free
 //! loopback port, stopped (and its files removed) when dropped. The failover
 //! experiment runs its scheduler replicas on one (unless given
-//! `--database-url`), and the integration tests use it too (re-exported by
-//! `warren-test-support`).
+//! `--database-url`), and the integration tests use it too.
 //!
 //! It uses Debian's `postgresql` package binaries (`/usr/lib/postgresql/<v>/bin`,
 //! or whatever `pg_config --bindir` says). PostgreSQL refuses to run as root,
 //! so as root the server runs as the `postgres` user via `runuser`.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -59,7 +57,7 @@ impl PgServer {
         let as_postgres = is_root();
         let dir = tempfile::Builder::new().prefix("warren-pg-").tempdir()?;
         let data = dir.path().join("data");
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = crate::free_port()?;
         if as_postgres {
             // The temp dir must be reachable and owned by the server's user.
             let _ = Command::new("chmod").arg("755").arg(dir.path()).status();

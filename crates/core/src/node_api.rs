@@ -1,0 +1,107 @@
+//! The node control API (docs/internals.md "Control API"): the JSON the
+//! gateway sends and the node answers, defined once so both sides compile
+//! against the same types.
+//!
+//! Unknown fields are ignored on both sides, so a part upgraded before the
+//! other keeps working as long as new fields are optional (`#[serde(default)]`).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where the control API lives on the node's listener.
+pub const PREFIX: &str = "/_warren/v1/";
+/// `POST` creates here; `GET` lists.
+pub const SANDBOXES: &str = "/_warren/v1/sandboxes";
+
+/// `DELETE`/`GET` one sandbox: `/_warren/v1/sandboxes/{id}`.
+pub fn sandbox_path(id: &str) -> String {
+    format!("{SANDBOXES}/{id}")
+}
+
+/// `POST` a fork of `parent`: `/_warren/v1/sandboxes/{parent}/fork`.
+pub fn fork_path(parent: &str) -> String {
+    format!("{SANDBOXES}/{parent}/fork")
+}
+
+/// The envd API version nodes report for their sandboxes (`envd_version` in
+/// [`SandboxInfo`], the SDK's `envdVersion`).
+///
+/// The e2b SDK (2.63) gates features on it (`e2b/envd/versions.py`):
+/// 0.3.0 `stdin` on Start, 0.4.0 default user (no `username` sent), 0.5.2
+/// CloseStdin, 0.5.7 `application/octet-stream` (and gzip) uploads — all of
+/// which warren envd implements. 0.6.2 adds file metadata (xattrs via
+/// `X-Metadata-*`) and 0.6.3/0.6.4 watcher options, which it does not, so
+/// the SDK refuses those up front instead of failing half-way.
+pub const ENVD_VERSION: &str = "0.5.7";
+
+/// `POST /_warren/v1/sandboxes` body.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CreateSandbox {
+    pub sandbox_id: String,
+    pub generation: u64,
+    #[serde(default)]
+    pub template_id: String,
+    #[serde(default)]
+    pub env_vars: BTreeMap<String, String>,
+    #[serde(default)]
+    pub metadata: BTreeMap<String, String>,
+    /// envd's access token; kept in memory only, never written to disk.
+    #[serde(default)]
+    pub access_token: Option<String>,
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+    /// Egress policy; absent: open internet (E2B's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::NetworkPolicy>,
+}
+
+/// `POST /_warren/v1/sandboxes/{id}/fork` body.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ForkSandbox {
+    /// The parent's generation, as the caller believes it is hosted.
+    pub generation: u64,
+    pub child: CreateSandbox,
+}
+
+/// A hosted sandbox as the control API reports it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxInfo {
+    pub sandbox_id: String,
+    pub generation: u64,
+    #[serde(default)]
+    pub template_id: String,
+    #[serde(default)]
+    pub node_id: String,
+    #[serde(default)]
+    pub started_at_ms: i64,
+    #[serde(default)]
+    pub envd_version: String,
+}
+
+/// `GET /_warren/v1/sandboxes`: what the node hosts now.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxList {
+    #[serde(default)]
+    pub sandboxes: Vec<SandboxInfo>,
+}
+
+/// Every error answer: E2B's `{"code", "message"}`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    #[serde(default)]
+    pub code: u16,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_create_from_a_newer_gateway_still_parses() {
+        let body = r#"{"sandbox_id":"abc","generation":3,"from_the_future":1}"#;
+        let req: CreateSandbox = serde_json::from_str(body).expect("parses");
+        assert_eq!((req.sandbox_id.as_str(), req.generation), ("abc", 3));
+        assert_eq!(fork_path("abc"), "/_warren/v1/sandboxes/abc/fork");
+    }
+}

@@ -1,0 +1,68 @@
+//! Running `warren` processes: the one harness `warren dev`, the chaos
+//! experiment and the integration tests share.
+//!
+//! # Layout
+//! - [`Launch`]: what to start (binary, arguments, environment, where its
+//!   stderr goes, which announce lines to wait for); [`Launch::spawn`] starts
+//!   it and waits until every listener it waits for is announced
+//!   (`"<component> <name> listening on <addr>"`, `warren_core::announce`),
+//!   so every part can bind port 0.
+//! - [`Proc`]: the running process: its announced addresses, the other
+//!   lines it printed, signals, and stopping with a bounded wait.
+//! - [`free_port`], [`poll_until`]: a loopback port nothing listens on, and
+//!   polling a condition with a deadline instead of sleeping.
+//! - [`http::get_text`]: a plain GET for admin endpoints.
+//! - [`postgres::PgServer`]: a private PostgreSQL server.
+//!
+//! Nothing here is test-only: the binary uses it too.
+
+pub mod http;
+pub mod postgres;
+mod process;
+
+pub use process::{Exit, Launch, Proc, EXIT_WITH_PARENT, START_TIMEOUT};
+
+use std::future::Future;
+use std::time::Duration;
+
+/// A loopback port that was free a moment ago (bound and released; the
+/// process that gets it binds it right after).
+pub fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Polls `check` every 20 ms until it returns `Some`, or gives up (`None`)
+/// after `within`.
+pub async fn poll_until<T, F, Fut>(within: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn private_postgres_starts_and_takes_connections() {
+        let pg = super::postgres::PgServer::start().expect("postgres starts");
+        let url = pg.create_database("probe").expect("createdb");
+        assert!(url.ends_with("/probe"));
+        let out = std::process::Command::new("psql")
+            .args([url.as_str(), "-tAc", "select 40 + 2"])
+            .output()
+            .expect("psql runs");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+    }
+}
