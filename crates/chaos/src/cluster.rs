@@ -191,7 +191,7 @@ impl Cluster {
         }
     }
 
-    /// The runtime the nodes reported (`node runtime bwrap|process`).
+    /// The runtime the nodes reported (`node runtime isolated|process`).
     pub fn node_runtime(&self) -> String {
         self.nodes
             .first()

@@ -54,7 +54,7 @@ pub struct Config {
     /// Seed for the run id and the probes' start jitter (random if unset).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Sandbox runtime for the nodes: auto, bwrap or process.
+    /// Sandbox runtime for the nodes: auto, isolated or process.
     #[arg(long, default_value = "auto")]
     pub runtime: String,
     /// Node lease given to the schedulers (how soon a killed node's sandboxes
@@ -238,7 +238,7 @@ async fn observe(
         interval: config.probe_interval,
         max_probes: config.max_probes,
         timeout: Duration::from_secs(5),
-        bwrap: runtime == "bwrap",
+        bwrap: runtime == "isolated",
         run: run.to_string(),
     };
     let pending: Arc<Mutex<Vec<Pending>>> = Arc::new(Mutex::new(Vec::new()));

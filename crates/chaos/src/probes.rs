@@ -4,7 +4,7 @@
 //!   JSON lists a known sandbox.
 //! - `command`: a command through a pooled client, one attempt, no resume,
 //!   reading a counter a background loop bumps inside a sandbox; ok when the
-//!   answer comes from that sandbox (its id file, and under bwrap its
+//!   answer comes from that sandbox (its id file, and under the isolated runtime its
 //!   hostname, which is its id) and the counter has not gone backwards.
 //! - `workflow`: create (with an `Idempotency-Key`, retried by the client) →
 //!   command → delete; its outcome is always known in the end (see
@@ -31,7 +31,7 @@ pub struct Ctx {
     pub max_probes: u64,
     /// Per-probe timeout (beyond it the probe failed).
     pub timeout: Duration,
-    /// The nodes run bwrap: a sandbox's hostname is its id.
+    /// The nodes run the isolated runtime: a sandbox's hostname is its id.
     pub bwrap: bool,
     /// This run's id (metadata on every sandbox it creates).
     pub run: String,

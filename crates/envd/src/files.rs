@@ -228,17 +228,41 @@ async fn upload(
         ));
     };
     let owner = owner_of(jail, query).map_err(unknown_user)?;
-    let mut sink = Sink::open(jail, path, gzip, owner.as_ref()).await?;
     let mut body = req.into_body();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| {
-            reply::error(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))
-        })?;
-        if let Ok(data) = frame.into_data() {
-            sink.write(&data).await?;
+    let written = async {
+        let mut sink = Sink::open(jail, path, gzip, owner.as_ref()).await?;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                reply::error(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))
+            })?;
+            if let Ok(data) = frame.into_data() {
+                sink.write(&data).await?;
+            }
         }
+        Ok(vec![sink.finish().await?])
     }
-    Ok(vec![sink.finish().await?])
+    .await;
+    if written.is_err() {
+        drain(&mut body).await;
+    }
+    written
+}
+
+/// After an error answer to an upload, reads and discards what the client
+/// is still sending (bounded), so it gets the answer instead of a reset
+/// that could swallow it.
+async fn drain(body: &mut Incoming) {
+    const LIMIT: usize = 256 << 20;
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > LIMIT {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 async fn upload_multipart(

@@ -42,7 +42,7 @@ pub struct Config {
     /// The API key clients use (team `dev`); a random one is generated and printed if unset.
     #[arg(long, env = "WARREN_DEV_API_KEY")]
     pub api_key: Option<String>,
-    /// Sandbox runtime for the nodes: auto (bwrap when it works), bwrap or process.
+    /// Sandbox runtime for the nodes: auto (isolated when it works), isolated or process.
     #[arg(long, env = "WARREN_DEV_RUNTIME", default_value = "auto")]
     pub runtime: String,
     /// The scheduler's gRPC address (default: any free port).
@@ -91,9 +91,9 @@ const DEV_TEAM: &str = "dev";
 type Part = Proc;
 
 pub async fn main(config: Config) -> anyhow::Result<()> {
-    if !matches!(config.runtime.as_str(), "auto" | "bwrap" | "process") {
+    if !matches!(config.runtime.as_str(), "auto" | "isolated" | "bwrap" | "process") {
         return Err(ConfigError::Invalid(format!(
-            "--runtime must be auto, bwrap or process, not {:?}",
+            "--runtime must be auto, isolated or process, not {:?}",
             config.runtime
         ))
         .into());

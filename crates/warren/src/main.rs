@@ -77,7 +77,7 @@ fn main() -> ExitCode {
                 ExitCode::from(EX_CONFIG as u8)
             }
         },
-        // Internal: the first process of a bwrap sandbox, started by the node.
+        // Internal: the first processes of an isolated sandbox, started by the node.
         warren_node::runtime::launch::SUBCOMMAND => {
             warren_node::runtime::launch::main(args.get(1..).unwrap_or_default())
         }

@@ -3,9 +3,10 @@
 //! through the node's control API, and envd driven through the node's data
 //! plane with the generated Connect clients (someone else's wire code).
 //!
-//! Every check runs for the `process` runtime and, where bubblewrap works,
-//! for `bwrap` too. If bwrap cannot run here the bwrap tests fail loudly;
-//! set `WARREN_TEST_SKIP_BWRAP=1` to skip them on purpose.
+//! Every check runs for the `process` runtime and for `isolated` (which
+//! needs root, cgroups and the base template). If it cannot run here those
+//! tests fail loudly;
+//! set `WARREN_TEST_SKIP_ISOLATED=1` to skip them on purpose.
 // Each file under tests/ is its own crate and sees every dependency of the
 // package; the ones only the library or other test files use are not unused.
 #![allow(unused_crate_dependencies)]
@@ -41,22 +42,22 @@ fn bin() -> &'static Path {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Runtime {
     Process,
-    Bwrap,
+    Isolated,
 }
 
 impl Runtime {
     fn name(self) -> &'static str {
         match self {
             Runtime::Process => "process",
-            Runtime::Bwrap => "bwrap",
+            Runtime::Isolated => "isolated",
         }
     }
 }
 
-/// True when the bwrap tests should be skipped (only by explicit request).
+/// True when the isolated-runtime tests should be skipped (only by explicit request).
 fn skip(runtime: Runtime) -> bool {
-    if runtime == Runtime::Bwrap && std::env::var("WARREN_TEST_SKIP_BWRAP").as_deref() == Ok("1") {
-        eprintln!("WARREN_TEST_SKIP_BWRAP=1: skipping a bwrap test");
+    if runtime == Runtime::Isolated && std::env::var("WARREN_TEST_SKIP_ISOLATED").as_deref() == Ok("1") {
+        eprintln!("WARREN_TEST_SKIP_ISOLATED=1: skipping an isolated-runtime test");
         return true;
     }
     false
@@ -87,8 +88,8 @@ async fn cluster(runtime: Runtime) -> Rig {
         panic!(
             "a scheduler and a node --runtime {} did not start: {e:#}{}",
             runtime.name(),
-            if runtime == Runtime::Bwrap {
-                "\n(bubblewrap must work for this test; set WARREN_TEST_SKIP_BWRAP=1 to skip it)"
+            if runtime == Runtime::Isolated {
+                "\n(bubblewrap must work for this test; set WARREN_TEST_SKIP_ISOLATED=1 to skip it)"
             } else {
                 ""
             }
@@ -443,25 +444,30 @@ async fn envd_api_through_the_node(runtime: Runtime) {
     );
     assert_eq!(String::from_utf8_lossy(&out.stderr), "err\n");
     assert_eq!(out.exit, Some(3));
-    let home = run(&client, "pwd; cat ~/README | head -1").await;
+    let home = run(&client, "pwd; cat ~/README 2>/dev/null | head -1; ls -a ~").await;
     let cwd = String::from_utf8_lossy(&home.stdout)
         .lines()
         .next()
         .unwrap_or("")
         .to_string();
     match runtime {
-        Runtime::Bwrap => assert_eq!(cwd, "/home/user"),
+        Runtime::Isolated => assert_eq!(cwd, "/home/user"),
         Runtime::Process => assert!(cwd.ends_with("/fs/home/user"), "{cwd}"),
     }
+    let want = match runtime {
+        // The template's skeleton home (Debian's /etc/skel).
+        Runtime::Isolated => ".bashrc",
+        Runtime::Process => "This is a warren sandbox",
+    };
     assert!(
-        String::from_utf8_lossy(&home.stdout).contains("This is a warren sandbox"),
+        String::from_utf8_lossy(&home.stdout).contains(want),
         "the base template's home: {:?}",
         String::from_utf8_lossy(&home.stdout)
     );
 
     // The memory limit holds under bwrap (512 MiB by default, the
     // sandbox's cgroup); the process runtime limits nothing.
-    if runtime == Runtime::Bwrap {
+    if runtime == Runtime::Isolated {
         let hog = run(
             &client,
             "python3 -c 'b = bytearray(3 << 30); print(len(b))'",
@@ -663,8 +669,8 @@ async fn envd_api_through_the_node_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn envd_api_through_the_node_bwrap() {
-    envd_api_through_the_node(Runtime::Bwrap).await;
+async fn envd_api_through_the_node_isolated() {
+    envd_api_through_the_node(Runtime::Isolated).await;
 }
 
 /// The stale-route marker: wrong id, old generation, and a request whose
@@ -836,7 +842,7 @@ async fn routing_relay_fork_delete(runtime: Runtime) {
             .is_some_and(|c| c.args.iter().any(|a| a.contains("http.server")))),
         "the parent's processes did not come along"
     );
-    if runtime == Runtime::Bwrap {
+    if runtime == Runtime::Isolated {
         let not_carried = c
             .data(&child, port, Method::GET, "/index.html", None, &[])
             .await;
@@ -971,18 +977,18 @@ async fn routing_relay_fork_delete_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn routing_relay_fork_delete_bwrap() {
-    routing_relay_fork_delete(Runtime::Bwrap).await;
+async fn routing_relay_fork_delete_isolated() {
+    routing_relay_fork_delete(Runtime::Isolated).await;
 }
 
 /// With bwrap, a sandbox sees only its own processes and files, cannot read
 /// the host's secrets, and cannot reach another sandbox's ports or the host's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bwrap_sandboxes_are_isolated() {
-    if skip(Runtime::Bwrap) {
+async fn isolated_sandboxes_are_isolated() {
+    if skip(Runtime::Isolated) {
         return;
     }
-    let c = cluster(Runtime::Bwrap).await;
+    let c = cluster(Runtime::Isolated).await;
     let a = c.sandbox().await;
     let b = c.sandbox().await;
     let (ca, cb) = (c.process(&a), c.process(&b));
@@ -1014,7 +1020,7 @@ async fn bwrap_sandboxes_are_isolated() {
         "the node's pid is not visible"
     );
 
-    // Files: nothing of the host beyond the read-only system dirs.
+    // Files: nothing of the host; the template's system dirs are root's.
     let data_dir = c.data_dir.display().to_string();
     let files = run(
         &ca,
@@ -1035,8 +1041,8 @@ async fn bwrap_sandboxes_are_isolated() {
         "{text}"
     );
     assert!(
-        text.contains("Read-only file system"),
-        "system dirs are read-only: {text}"
+        text.contains("touch: cannot touch '/usr/x': Permission denied"),
+        "system dirs are not the user's: {text}"
     );
     assert!(
         !text.trim_end().ends_with("\n0") && text.trim_end() != "0",
@@ -1161,8 +1167,8 @@ async fn orphans_and_concurrent_creates_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orphans_and_concurrent_creates_bwrap() {
-    orphans_and_concurrent_creates(Runtime::Bwrap).await;
+async fn orphans_and_concurrent_creates_isolated() {
+    orphans_and_concurrent_creates(Runtime::Isolated).await;
 }
 
 /// Sandboxes never outlive their node: SIGTERM kills them (and exits 0);
@@ -1254,11 +1260,11 @@ async fn bad_configuration_exits_64() {
 /// would take the next sandbox's envd down with it (seen in the failover
 /// experiment). Delete one while creating the next; the next one must live.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_a_sandbox_never_kills_the_next_one_bwrap() {
-    if skip(Runtime::Bwrap) {
+async fn deleting_a_sandbox_never_kills_the_next_one_isolated() {
+    if skip(Runtime::Isolated) {
         return;
     }
-    let c = cluster(Runtime::Bwrap).await;
+    let c = cluster(Runtime::Isolated).await;
     let mut previous = c.sandbox().await;
     for round in 0..6 {
         // Delete the previous sandbox while the next one is being created:

@@ -182,16 +182,25 @@ impl Egress {
             nft: self.nft.clone(),
             table: Egress::table(slot),
             slirp: None,
+            exit: None,
         };
         if !policy.has_network() {
             return Ok(handle);
         }
-        let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
+        };
+        let (ready_r, ready_w) = pipe()?;
+        // slirp4netns exits when this pipe's write end closes: at detach,
+        // and with the node however it dies.
+        let (exit_r, exit_w) = pipe()?;
+        handle.exit = Some(exit_w);
         let mut cmd = tokio::process::Command::new(&self.setpriv);
         cmd.args([
             format!("--reuid={base}"),
             format!("--regid={base}"),
             "--clear-groups".into(),
+            "--pdeathsig=KILL".into(),
             "--".into(),
         ])
         .arg(&self.slirp)
@@ -201,6 +210,7 @@ impl Egress {
             "--disable-host-loopback".into(),
             "--enable-seccomp".into(),
             "--ready-fd=3".into(),
+            "--exit-fd=4".into(),
             format!("--userns-path=/proc/{pid}/ns/user"),
             "--netns-type=path".into(),
             format!("/proc/{pid}/ns/net"),
@@ -215,10 +225,16 @@ impl Egress {
         {
             use command_fds::{CommandFdExt, FdMapping};
             cmd.as_std_mut()
-                .fd_mappings(vec![FdMapping {
-                    parent_fd: ready_w,
-                    child_fd: 3,
-                }])
+                .fd_mappings(vec![
+                    FdMapping {
+                        parent_fd: ready_w,
+                        child_fd: 3,
+                    },
+                    FdMapping {
+                        parent_fd: exit_r,
+                        child_fd: 4,
+                    },
+                ])
                 .map_err(|_| "descriptor numbers collide".to_string())?;
         }
         handle.slirp = Some(
@@ -245,11 +261,14 @@ pub struct EgressHandle {
     nft: PathBuf,
     table: String,
     slirp: Option<tokio::process::Child>,
+    /// Closing it tells slirp4netns to exit (`--exit-fd`).
+    exit: Option<std::os::fd::OwnedFd>,
 }
 
 impl EgressHandle {
     /// Stops slirp4netns and removes the table.
     pub async fn detach(mut self) {
+        self.exit.take();
         if let Some(mut c) = self.slirp.take() {
             let _ = c.kill().await;
         }

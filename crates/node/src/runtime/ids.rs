@@ -1,4 +1,4 @@
-//! Host id ranges: each live `bwrap` sandbox gets its own range of
+//! Host id ranges: each live isolated sandbox gets its own range of
 //! [`IDS_PER_SANDBOX`] host uids and gids, so no two sandboxes share a host
 //! identity (kernel per-uid state — keyrings, inotify instances, `RLIMIT_NPROC`,
 //! `/proc` access — is never shared) and none is a real account.

@@ -330,36 +330,31 @@ fn mount_root(paths: &Paths, rootfs: &Path, userns: &std::fs::File) -> Result<()
     })?;
     warren_sys::move_mount_to(&tree, &paths.lower)
         .map_err(|e| files(std::io::Error::other(format!("move_mount: {e}"))))?;
-    let opts = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        escape_option(&paths.lower),
-        escape_option(&paths.disk_mnt.join("upper")),
-        escape_option(&paths.disk_mnt.join("work")),
-    );
-    nix::mount::mount(
-        Some("overlay"),
-        &paths.fs,
-        Some("overlay"),
-        nix::mount::MsFlags::MS_NODEV,
-        Some(opts.as_str()),
-    )
-    .map_err(|e| {
-        files(std::io::Error::other(format!(
-            "cannot mount the sandbox's overlay: {e}"
-        )))
-    })
-}
-
-/// Overlay options separate with `,` and `:`; escape them (and `\`).
-fn escape_option(p: &Path) -> String {
-    let mut out = String::new();
-    for c in p.to_string_lossy().chars() {
-        if matches!(c, ',' | ':' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
+    // Relative layer paths, from the sandbox's directory: the overlay's
+    // options are what the sandbox's /proc/self/mountinfo shows for `/`,
+    // and they must name no host path.
+    let out = std::process::Command::new("mount")
+        .current_dir(&paths.dir)
+        .args([
+            "-t",
+            "overlay",
+            "overlay",
+            "-o",
+            "nodev,lowerdir=lower,upperdir=disk/upper,workdir=disk/work",
+            "fs",
+        ])
+        .env_clear()
+        .env("PATH", super::SANDBOX_PATH)
+        .output()
+        .map_err(|e| files(std::io::Error::other(format!("cannot run mount: {e}"))))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(files(std::io::Error::other(format!(
+            "cannot mount the sandbox's overlay: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))))
     }
-    out
 }
 
 impl Runtime for Isolated {
@@ -563,8 +558,7 @@ fn shift_dir(mut dir: nix::dir::Dir, from: u32, to: u32, depth: usize) -> std::i
 
 #[cfg(test)]
 mod tests {
-    use super::{escape_option, shift_id};
-    use std::path::Path;
+    use super::shift_id;
 
     #[test]
     fn ids_shift_only_within_the_range() {
@@ -576,8 +570,4 @@ mod tests {
         assert_eq!(shift_id(2_000_065_536, 2_000_000_000, 5), None);
     }
 
-    #[test]
-    fn overlay_options_are_escaped() {
-        assert_eq!(escape_option(Path::new("/a,b:c")), "/a\\,b\\:c");
-    }
 }

@@ -20,7 +20,7 @@
 //! `cgroup.kill` for this).
 //!
 //! rlimits are not limits here: `RLIMIT_DATA` is per process and
-//! `RLIMIT_NPROC` per host uid. Without a usable cgroup hierarchy the `bwrap`
+//! `RLIMIT_NPROC` per host uid. Without a usable cgroup hierarchy the `isolated`
 //! runtime refuses to start (the `process` runtime, which isolates nothing,
 //! runs without limits and says so).
 

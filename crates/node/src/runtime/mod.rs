@@ -15,7 +15,7 @@
 //!   limits at all.
 //!
 //! Launching must happen on a long-lived thread (an async task, never
-//! `spawn_blocking`): bwrap's `--die-with-parent` is tied to the *thread*
+//! `spawn_blocking`): a launcher's parent-death signal is tied to the *thread*
 //! that forked it, and blocking-pool threads exit when idle.
 
 pub mod disk;
@@ -178,7 +178,7 @@ pub struct Handle {
     pub pid: i32,
     /// Its start time (clock ticks since boot), to tell it from a reused pid.
     pub start_time: u64,
-    /// The sandbox's pid namespace inode (bwrap), once known.
+    /// The sandbox's pid namespace inode (isolated), once known.
     pub pid_ns: Option<u64>,
     /// True when `pid` leads its own session (`process` runtime).
     pub session: bool,
@@ -304,7 +304,7 @@ pub trait Runtime: Send + Sync + 'static {
         &'a self,
         spec: &'a LaunchSpec<'a>,
     ) -> BoxFuture<'a, Result<Launched, RuntimeError>>;
-    /// Fills in what can only be learned once envd is up (bwrap: the pid
+    /// Fills in what can only be learned once envd is up (isolated: the pid
     /// namespace). Blocking but quick.
     fn settle(&self, handle: &mut Handle) {
         let _ = handle;

@@ -1,7 +1,7 @@
 //! Finding and killing a sandbox's processes through `/proc`.
 //!
 //! A sandbox's processes are recognised by any of the marks it leaves:
-//! its pid namespace (bwrap: the one complete and unforgeable mark), the
+//! its pid namespace (isolated: the one complete and unforgeable mark), the
 //! session envd leads (`process` runtime), the process tree under envd, or the
 //! `WARREN_SANDBOX` environment variable every process inherits unless it
 //! scrubs its environment. Killing repeats until a scan finds nothing, so a

@@ -1,8 +1,8 @@
-//! The seccomp filter every `bwrap` sandbox runs under: a deny list in the
+//! The seccomp filter every isolated sandbox runs under: a deny list in the
 //! spirit of Docker's default profile, compiled with `seccompiler` (no
-//! hand-written BPF) and handed to bubblewrap as two programs
-//! (`--add-seccomp-fd`), which the kernel applies to envd and everything it
-//! starts:
+//! hand-written BPF) as two programs that the sandbox's pid 1 installs on
+//! itself before it starts envd (without `no_new_privs`, so `sudo` works),
+//! and so on everything in the sandbox:
 //!
 //! 1. `EPERM` for system calls a sandbox never needs and that widen the
 //!    kernel surface: keyrings (`keyctl`, `add_key`, `request_key`), `bpf`,

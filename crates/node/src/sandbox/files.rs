@@ -26,8 +26,9 @@ with a copy of them (running processes are not carried over).
 ";
 
 /// Creates a fresh sandbox tree for the `process` runtime: from `parent` (a
-/// fork: its `fs/` is copied) or from the `base` template. (`bwrap`
-/// sandboxes get a disk image instead; see `runtime::bwrap`.)
+/// fork: its `fs/` is copied) or from the `base` template. (Isolated
+/// sandboxes get a template root and a disk image instead; see
+/// `runtime::isolated`.)
 pub fn prepare(paths: &Paths, parent: Option<&Paths>) -> io::Result<()> {
     if paths.dir.exists() {
         // Leftovers of a create that died half-way; nothing there is live.
