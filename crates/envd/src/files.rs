@@ -284,32 +284,47 @@ async fn upload_multipart(
         reply::error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"))
     };
     let mut written = Vec::new();
-    while let Some(mut field) = multipart.next_field().await.map_err(bad)? {
-        if field.name() != Some("file") && field.file_name().is_none() {
-            continue;
-        }
-        let dest = match (&query.path, field.file_name()) {
-            (Some(_), _) if !written.is_empty() => {
-                return Err(reply::error(
-                    StatusCode::BAD_REQUEST,
-                    "several files were sent with one path query parameter; name each file's path in its part instead",
-                ))
+    let result: Result<(), Response<Body>> = async {
+        while let Some(mut field) = multipart.next_field().await.map_err(bad)? {
+            if field.name() != Some("file") && field.file_name().is_none() {
+                continue;
             }
-            (Some(p), _) => p.clone(),
-            (None, Some(name)) if !name.is_empty() => name.to_string(),
-            (None, _) => {
-                return Err(reply::error(
-                    StatusCode::BAD_REQUEST,
-                    "a file part needs a file name (its destination) or the path query parameter",
-                ))
+            let dest = match (&query.path, field.file_name()) {
+                (Some(_), _) if !written.is_empty() => {
+                    return Err(reply::error(
+                        StatusCode::BAD_REQUEST,
+                        "several files were sent with one path query parameter; name each file's path in its part instead",
+                    ))
+                }
+                (Some(p), _) => p.clone(),
+                (None, Some(name)) if !name.is_empty() => name.to_string(),
+                (None, _) => {
+                    return Err(reply::error(
+                        StatusCode::BAD_REQUEST,
+                        "a file part needs a file name (its destination) or the path query parameter",
+                    ))
+                }
+            };
+            let owner = owner_of(jail, query).map_err(unknown_user)?;
+            let mut sink = Sink::open(jail, &dest, false, owner.as_ref()).await?;
+            while let Some(chunk) = field.chunk().await.map_err(bad)? {
+                sink.write(&chunk).await?;
             }
-        };
-        let owner = owner_of(jail, query).map_err(unknown_user)?;
-        let mut sink = Sink::open(jail, &dest, false, owner.as_ref()).await?;
-        while let Some(chunk) = field.chunk().await.map_err(bad)? {
-            sink.write(&chunk).await?;
+            written.push(sink.finish().await?);
         }
-        written.push(sink.finish().await?);
+        Ok(())
+    }
+    .await;
+    if let Err(answer) = result {
+        // Read what the client is still sending (bounded) so it gets the
+        // answer instead of a reset that could swallow it.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while let Ok(Some(mut field)) = multipart.next_field().await {
+                while let Ok(Some(_)) = field.chunk().await {}
+            }
+        })
+        .await;
+        return Err(answer);
     }
     if written.is_empty() {
         return Err(reply::error(

@@ -119,7 +119,11 @@ fn network_policy(
     let allow_internet = match obj.get("allow_internet_access") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(*b),
-        Some(_) => return Err(bad("field \"allow_internet_access\" must be a boolean".into())),
+        Some(_) => {
+            return Err(bad(
+                "field \"allow_internet_access\" must be a boolean".into()
+            ))
+        }
     };
     let (allow_out, deny_out) = match obj.get("network") {
         None | Some(Value::Null) => (Vec::new(), Vec::new()),

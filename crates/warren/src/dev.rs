@@ -91,7 +91,10 @@ const DEV_TEAM: &str = "dev";
 type Part = Proc;
 
 pub async fn main(config: Config) -> anyhow::Result<()> {
-    if !matches!(config.runtime.as_str(), "auto" | "isolated" | "bwrap" | "process") {
+    if !matches!(
+        config.runtime.as_str(),
+        "auto" | "isolated" | "bwrap" | "process"
+    ) {
         return Err(ConfigError::Invalid(format!(
             "--runtime must be auto, isolated or process, not {:?}",
             config.runtime

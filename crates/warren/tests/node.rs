@@ -56,7 +56,9 @@ impl Runtime {
 
 /// True when the isolated-runtime tests should be skipped (only by explicit request).
 fn skip(runtime: Runtime) -> bool {
-    if runtime == Runtime::Isolated && std::env::var("WARREN_TEST_SKIP_ISOLATED").as_deref() == Ok("1") {
+    if runtime == Runtime::Isolated
+        && std::env::var("WARREN_TEST_SKIP_ISOLATED").as_deref() == Ok("1")
+    {
         eprintln!("WARREN_TEST_SKIP_ISOLATED=1: skipping an isolated-runtime test");
         return true;
     }

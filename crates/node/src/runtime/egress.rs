@@ -187,9 +187,8 @@ impl Egress {
         if !policy.has_network() {
             return Ok(handle);
         }
-        let pipe = || {
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))
-        };
+        let pipe =
+            || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
         let (ready_r, ready_w) = pipe()?;
         // slirp4netns exits when this pipe's write end closes: at detach,
         // and with the node however it dies.

@@ -569,5 +569,4 @@ mod tests {
         assert_eq!(shift_id(0, 2_000_000_000, 2_000_065_536), None);
         assert_eq!(shift_id(2_000_065_536, 2_000_000_000, 5), None);
     }
-
 }
