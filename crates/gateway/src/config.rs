@@ -87,6 +87,11 @@ pub struct Config {
     )]
     pub admin_teams: Vec<String>,
 
+    /// The template store (shared with the nodes): `GET /templates` lists
+    /// it, and a create naming a template it lacks is a 404.
+    #[arg(long, env = "WARREN_TEMPLATE_DIR", default_value = "/var/lib/warren/templates")]
+    pub template_dir: PathBuf,
+
     /// Largest control-plane JSON body accepted, in bytes.
     #[arg(long, env = "WARREN_GATEWAY_MAX_BODY", default_value_t = 1024 * 1024)]
     pub max_body: usize,
@@ -144,6 +149,8 @@ pub struct Settings {
     pub shutdown_delay: Duration,
     /// Teams whose keys may use operator endpoints.
     pub admin_teams: Vec<String>,
+    /// The template store.
+    pub template_dir: PathBuf,
     /// Largest control-plane JSON body accepted.
     pub max_body: usize,
     /// The route cache; `None` with `--route-cache-capacity 0`.
@@ -260,6 +267,7 @@ impl Config {
             drain_timeout: self.drain_timeout,
             shutdown_delay: self.shutdown_delay,
             admin_teams: self.admin_teams.clone(),
+            template_dir: self.template_dir.clone(),
             max_body: self.max_body,
             route_cache,
             retry_max_body: self.retry_max_body,

@@ -90,6 +90,33 @@ const DEV_TEAM: &str = "dev";
 /// One running child, labelled `scheduler`, `node-1`, `gateway-1`, ...
 type Part = Proc;
 
+/// The `base` build file, built into the binary so `warren dev` works from
+/// any directory.
+const BASE_TEMPLATE: &str = include_str!("../../../templates/base.toml");
+
+/// Builds `base` into the template store (`WARREN_TEMPLATE_DIR`, default
+/// `/var/lib/warren/templates`) unless it is there and up to date: the first
+/// start takes a few minutes (Debian packages), later ones reuse it.
+fn ensure_base_template() -> anyhow::Result<()> {
+    let dir = std::env::var_os("WARREN_TEMPLATE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| crate::cli::template::DEFAULT_TEMPLATE_DIR.into());
+    let store = warren_template::Store::open(&dir)?;
+    let stamp = crate::cli::template::spec_stamp(BASE_TEMPLATE);
+    if store.get("base").is_ok_and(|t| t.source.contains(&stamp)) {
+        return Ok(());
+    }
+    eprintln!(
+        "warren dev: building the base template into {} (first start only: a few minutes, \
+         packages come from the Debian archive)...",
+        dir.display()
+    );
+    crate::cli::template::build_text(&store, BASE_TEMPLATE, "templates/base.toml")
+        .map_err(|e| anyhow::anyhow!("cannot build the base template: {e}"))?;
+    eprintln!("warren dev: base template ready");
+    Ok(())
+}
+
 pub async fn main(config: Config) -> anyhow::Result<()> {
     if !matches!(
         config.runtime.as_str(),
@@ -126,6 +153,9 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         .canonicalize()
         .with_context(|| format!("cannot resolve {}", config.data_dir.display()))?;
     let exe = std::env::current_exe().context("cannot find the warren binary")?;
+    if config.runtime != "process" && nix::unistd::geteuid().is_root() {
+        ensure_base_template()?;
+    }
 
     let (exited_tx, mut exited_rx) = mpsc::unbounded_channel::<String>();
     let mut parts: Vec<Part> = Vec::new();

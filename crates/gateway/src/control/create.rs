@@ -56,6 +56,7 @@ pub(super) async fn create(
     v2: bool,
 ) -> Result<Response<Body>, ApiError> {
     let new = NewSandbox::parse(body, if v2 { 300 } else { 15 })?;
+    let defaults = super::templates::resolve(app, &new.template_id)?;
     // Without a client key the gateway makes one up, so that its own retry
     // of Place on another scheduler replica cannot place twice.
     let key = idempotency_key(headers)?.unwrap_or_else(|| warren_core::id::random_token(32));
@@ -63,7 +64,10 @@ pub(super) async fn create(
         app,
         PlaceRequest {
             template_id: new.template_id.clone(),
-            resources: None,
+            resources: defaults.map(|d| warren_proto::scheduler::v1::Resources {
+                cpu_count: d.cpu_count,
+                memory_mb: u32::try_from(d.memory_mb).unwrap_or(u32::MAX),
+            }),
             team_id: team.0.clone(),
             timeout_secs: new.timeout_secs,
             metadata: new.metadata.clone(),

@@ -15,6 +15,7 @@ mod create;
 mod nodes;
 mod route;
 mod sandboxes;
+mod templates;
 
 use crate::auth::Team;
 use crate::error::ApiError;
@@ -48,6 +49,8 @@ enum Endpoint {
     Route(String),
     /// `/nodes`: E2B's admin node list, for operators (`--admin-team`).
     Nodes,
+    /// `/templates`: the template store's templates.
+    Templates,
 }
 
 impl Endpoint {
@@ -73,6 +76,7 @@ impl Endpoint {
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             ["nodes"] => Endpoint::Nodes,
+            ["templates"] => Endpoint::Templates,
             _ => return None,
         })
     }
@@ -82,14 +86,17 @@ impl Endpoint {
             Endpoint::Health => &[Method::GET, Method::HEAD],
             Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
-            Endpoint::Route(_) | Endpoint::Nodes => &[Method::GET],
+            Endpoint::Route(_) | Endpoint::Nodes | Endpoint::Templates => &[Method::GET],
             _ => &[Method::POST],
         }
     }
 
     fn sandbox_id(&self) -> Option<&str> {
         match self {
-            Endpoint::Health | Endpoint::Sandboxes { .. } | Endpoint::Nodes => None,
+            Endpoint::Health
+            | Endpoint::Sandboxes { .. }
+            | Endpoint::Nodes
+            | Endpoint::Templates => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -161,6 +168,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Connect { id, v2 }, _) => sandboxes::connect(app, &team, &id, &body, v2).await,
         (Endpoint::Route(id), _) => route::show(app, &team, &id).await,
         (Endpoint::Nodes, _) => nodes::list(app, &team).await,
+        (Endpoint::Templates, _) => templates::list(app),
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id) | Endpoint::Resume(id), _) => {
             // Still check existence and ownership so a 501 never confirms

@@ -131,10 +131,13 @@ pub fn build_file(
     force: bool,
 ) -> Result<warren_template::Template, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    if force {
+        return build_text(store, &text, &file.display().to_string());
+    }
     let spec = Spec::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
     // A template is rebuilt when its build file changed (or on --force).
-    let stamp = format!("spec {}", spec_digest(&text));
-    if !force {
+    let stamp = spec_stamp(&text);
+    {
         if let Ok(t) = store.get(&spec.name) {
             if t.source.contains(&stamp) {
                 eprintln!("template {} is up to date ({})", t.name, t.digest);
@@ -142,11 +145,23 @@ pub fn build_file(
             }
         }
     }
+    build_text(store, &text, &file.display().to_string())
+}
+
+/// Builds the template a build file's `text` describes, recording the
+/// file's stamp so an unchanged file is not built again.
+pub fn build_text(store: &Store, text: &str, origin: &str) -> Result<warren_template::Template, String> {
+    let spec = Spec::parse(text).map_err(|e| format!("{origin}: {e}"))?;
     let mut t =
         build::build(&spec, store, |line| eprintln!("{line}")).map_err(|e| e.to_string())?;
-    t.source = format!("{} from {} ({stamp})", t.source, file.display());
+    t.source = format!("{} from {origin} ({})", t.source, spec_stamp(text));
     store.put(&t).map_err(|e| e.to_string())?;
     Ok(t)
+}
+
+/// What a template built from `text` records to be recognised.
+pub fn spec_stamp(text: &str) -> String {
+    format!("spec {}", spec_digest(text))
 }
 
 /// A short digest of a build file's text (enough to notice an edit; the
