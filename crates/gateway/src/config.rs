@@ -89,7 +89,11 @@ pub struct Config {
 
     /// The template store (shared with the nodes): `GET /templates` lists
     /// it, and a create naming a template it lacks is a 404.
-    #[arg(long, env = "WARREN_TEMPLATE_DIR", default_value = "/var/lib/warren/templates")]
+    #[arg(
+        long,
+        env = "WARREN_TEMPLATE_DIR",
+        default_value = "/var/lib/warren/templates"
+    )]
     pub template_dir: PathBuf,
 
     /// Largest control-plane JSON body accepted, in bytes.

@@ -65,6 +65,10 @@ pub fn build(
         let hook = work.join("customize.sh");
         std::fs::write(&hook, hook_script(spec)).map_err(io("cannot write the build hook"))?;
         let tar = work.join("rootfs.tar");
+        if let Some(from) = &spec.from {
+            derive(spec, from, store, &hook, &work, &tar, &mut progress)?;
+            return finish(spec, store, &tar, &mut progress);
+        }
         progress(&format!(
             "template {}: installing {} package(s) from Debian {} with mmdebstrap",
             spec.name,
@@ -102,24 +106,94 @@ pub fn build(
                 message: format!("{status}; its output is above"),
             });
         }
-        progress(&format!("template {}: storing and unpacking", spec.name));
-        let digest = store.add_blob(&tar)?;
-        let template = Template {
-            name: spec.name.clone(),
-            digest,
-            defaults: spec.defaults(),
-            created_at_ms: now_ms(),
-            source: format!(
-                "build (suite {}, {} packages)",
-                spec.suite,
-                spec.packages.len()
-            ),
-        };
-        store.put(&template)?;
-        Ok(template)
+        finish(spec, store, &tar, &mut progress)
     })();
     let _ = std::fs::remove_dir_all(&work);
     result
+}
+
+fn finish(
+    spec: &Spec,
+    store: &Store,
+    tar: &Path,
+    progress: &mut impl FnMut(&str),
+) -> Result<Template, TemplateError> {
+    progress(&format!("template {}: storing and unpacking", spec.name));
+    let digest = store.add_blob(tar)?;
+    let source = match &spec.from {
+        Some(f) => format!("build (from {f}, {} steps)", spec.run.len()),
+        None => format!(
+            "build (suite {}, {} packages)",
+            spec.suite,
+            spec.packages.len()
+        ),
+    };
+    let template = Template {
+        name: spec.name.clone(),
+        digest,
+        defaults: spec.defaults(),
+        created_at_ms: now_ms(),
+        source,
+    };
+    store.put(&template)?;
+    Ok(template)
+}
+
+fn run_tool(cmd: &mut std::process::Command, tool: &str) -> Result<(), TemplateError> {
+    let out = cmd.output().map_err(|e| TemplateError::Tool {
+        tool: tool.into(),
+        message: format!("cannot run it: {e}"),
+    })?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(TemplateError::Tool {
+            tool: tool.into(),
+            message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// A template from another: its root copied, the hook run on it (files,
+/// run steps in a chroot), packed again.
+fn derive(
+    spec: &Spec,
+    from: &str,
+    store: &Store,
+    hook: &Path,
+    work: &Path,
+    tar: &Path,
+    progress: &mut impl FnMut(&str),
+) -> Result<(), TemplateError> {
+    let parent = store.get(from)?;
+    let src = store.rootfs(&parent.digest)?;
+    progress(&format!(
+        "template {}: from {} ({})",
+        spec.name, from, parent.digest
+    ));
+    let root = work.join("root");
+    std::fs::create_dir_all(&root).map_err(io("cannot create the build root"))?;
+    run_tool(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(format!("{}/.", src.display()))
+            .arg(&root),
+        "cp",
+    )?;
+    let _ = std::fs::remove_file(root.join(".warren-complete"));
+    run_tool(
+        std::process::Command::new("sh").arg(hook).arg(&root),
+        "the build steps",
+    )?;
+    run_tool(
+        std::process::Command::new("tar")
+            .args(["--numeric-owner", "--xattrs", "-cf"])
+            .arg(tar)
+            .arg("-C")
+            .arg(&root)
+            .arg("."),
+        "tar",
+    )
 }
 
 /// Imports a root filesystem tarball (`docker export` output) as `name`.

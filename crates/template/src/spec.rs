@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! name = "base"
+//! # from = "base"                   # start from a template instead of Debian
 //! suite = "bookworm"                 # Debian release mmdebstrap installs
 //! packages = ["python3", "sudo"]     # from the Debian archive
 //! run = ["useradd -m -u 1000 user"]  # shell steps, as root in the template
@@ -96,6 +97,10 @@ impl Default for Defaults {
 #[serde(deny_unknown_fields)]
 pub struct Spec {
     pub name: String,
+    /// Start from this template (by name) instead of a fresh Debian: only
+    /// `files` and `run` apply (`suite`/`packages` must be empty).
+    #[serde(default)]
+    pub from: Option<String>,
     #[serde(default = "default_suite")]
     pub suite: String,
     #[serde(default)]
@@ -158,6 +163,12 @@ impl Spec {
     fn validate(&self) -> Result<(), TemplateError> {
         let bad = |m: String| Err(TemplateError::Invalid(m));
         crate::validate_name(&self.name)?;
+        if let Some(from) = &self.from {
+            crate::validate_name(from)?;
+            if !self.packages.is_empty() {
+                return bad("packages cannot be added to a template built `from` another; use run steps (apt-get install)".into());
+            }
+        }
         if self.suite.is_empty()
             || !self
                 .suite

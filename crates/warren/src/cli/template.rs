@@ -150,7 +150,11 @@ pub fn build_file(
 
 /// Builds the template a build file's `text` describes, recording the
 /// file's stamp so an unchanged file is not built again.
-pub fn build_text(store: &Store, text: &str, origin: &str) -> Result<warren_template::Template, String> {
+pub fn build_text(
+    store: &Store,
+    text: &str,
+    origin: &str,
+) -> Result<warren_template::Template, String> {
     let spec = Spec::parse(text).map_err(|e| format!("{origin}: {e}"))?;
     let mut t =
         build::build(&spec, store, |line| eprintln!("{line}")).map_err(|e| e.to_string())?;
