@@ -105,7 +105,10 @@ pub fn move_mount_to(mount: impl AsFd, to: &Path) -> io::Result<()> {
 /// Call it in a single-threaded process (the filter applies to this thread
 /// and what it starts).
 pub fn install_seccomp(program: &[u8]) -> io::Result<()> {
-    if program.is_empty() || program.len() % 8 != 0 || program.len() / 8 > u16::MAX as usize {
+    if program.is_empty()
+        || !program.len().is_multiple_of(8)
+        || program.len() / 8 > u16::MAX as usize
+    {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "a seccomp program is a non-empty array of 8-byte instructions",

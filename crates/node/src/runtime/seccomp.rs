@@ -144,7 +144,7 @@ mod tests {
     #[test]
     fn programs_build() {
         let [a, b] = super::programs().expect("filters");
-        assert!(!a.is_empty() && a.len() % 8 == 0);
-        assert!(!b.is_empty() && b.len() % 8 == 0);
+        assert!(!a.is_empty() && a.len().is_multiple_of(8));
+        assert!(!b.is_empty() && b.len().is_multiple_of(8));
     }
 }
