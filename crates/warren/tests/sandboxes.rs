@@ -1,0 +1,254 @@
+//! What a user of an `isolated` sandbox notices, one test per case, each on
+//! its own cluster, with the real `e2b` SDK through a gateway
+//! (`tests/e2b/sandboxes.py`): `pip install --user` and `sudo apt-get
+//! install` from the internet; no internet when asked; denied addresses
+//! refused while others connect; never the host nor another sandbox (but
+//! the port relay works); writes under `/usr` stay in their sandbox (the
+//! template's root on the host is unchanged); a template built from a file
+//! is listed and used; an unknown template is a 404.
+//!
+//! They need what the security suite needs (root, cgroups, slirp4netns,
+//! nftables, the `base` template in `/var/lib/warren/templates`) and, for
+//! the package cases, the internet (PyPI, the Debian archive).
+
+use std::path::PathBuf;
+use std::time::Duration;
+use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::{e2b_python, workspace_root};
+
+const KEY: &str = "sbx-key";
+const TEMPLATE_DIR: &str = "/var/lib/warren/templates";
+
+async fn cluster() -> Cluster {
+    Cluster::start(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        Spec {
+            nodes: 1,
+            runtime: "isolated".into(),
+            keys: vec![(KEY.into(), "team-a".into())],
+            ..Spec::default()
+        },
+    )
+    .await
+    .expect("an isolated cluster starts (needs root, cgroups, slirp4netns, nftables and the base template: scripts/test builds it)")
+}
+
+/// Runs one case of `tests/e2b/sandboxes.py`; returns its `RESULT` facts.
+/// Fails the test with the script's output when its assertions failed.
+async fn run_case(c: &Cluster, name: &str, env: &[(&str, String)]) -> serde_json::Value {
+    let gateway = format!("http://{}", c.gateway(0));
+    let script = workspace_root().join("tests/e2b/sandboxes.py");
+    let mut cmd = tokio::process::Command::new(e2b_python());
+    cmd.arg(&script)
+        .arg(name)
+        .env("E2B_API_URL", &gateway)
+        .env("E2B_SANDBOX_URL", &gateway)
+        .env("E2B_API_KEY", KEY)
+        .env_remove("E2B_DOMAIN")
+        .env_remove("E2B_ACCESS_TOKEN")
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // Bounded so a hung case fails instead of hanging the suite; the
+    // package cases download from the internet, hence the room.
+    let out = tokio::time::timeout(Duration::from_secs(900), cmd.output())
+        .await
+        .expect("the case finishes within 15 minutes")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "case {name} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .unwrap_or_else(|| panic!("case {name} printed no RESULT:\n{stdout}\n{stderr}"));
+    println!("case {name}: {line}");
+    serde_json::from_str(line).expect("RESULT is JSON")
+}
+
+/// `<template dir>/rootfs/<hex>`: where a template's root is unpacked.
+fn template_root(name: &str) -> PathBuf {
+    let meta = std::fs::read_to_string(format!("{TEMPLATE_DIR}/templates/{name}.json"))
+        .unwrap_or_else(|e| panic!("template {name} in {TEMPLATE_DIR}: {e}"));
+    let meta: serde_json::Value = serde_json::from_str(&meta).expect("template json");
+    let digest = meta["digest"].as_str().expect("digest");
+    let hex = digest.strip_prefix("sha256-").expect("sha256- digest");
+    PathBuf::from(format!("{TEMPLATE_DIR}/rootfs/{hex}"))
+}
+
+/// 1. `pip install --user` as the default user, from PyPI; the module imports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pip_install_as_the_user_works() {
+    let c = cluster().await;
+    run_case(&c, "pip_install", &[]).await;
+}
+
+/// 2. `sudo apt-get install -y cowsay` from the Debian archive; it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sudo_apt_get_install_works() {
+    let c = cluster().await;
+    run_case(&c, "apt_install", &[]).await;
+}
+
+/// 3. `allow_internet_access=False`: no outbound connection, no DNS, only
+/// `lo`, as `user` and as the sandbox's root; commands and files still work.
+/// (A default sandbox makes the same connections first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_internet_access_means_none() {
+    let c = cluster().await;
+    run_case(&c, "no_internet", &[]).await;
+}
+
+/// 4. `network.deny_out` with pypi.org's addresses (as the host resolves
+/// them): those are refused, another address still connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_addresses_are_refused_others_connect() {
+    let c = cluster().await;
+    let facts = run_case(&c, "deny_out", &[]).await;
+    assert!(
+        !facts["denied"].as_array().expect("denied").is_empty(),
+        "{facts}"
+    );
+}
+
+/// 5. Neither the host (its services' ports, and a listener on every
+/// address, through 127.0.0.1, slirp's 10.0.2.2 or the host's addresses)
+/// nor another sandbox's server is reachable from a sandbox; the other
+/// sandbox's server is reachable through the gateway's port relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn neither_the_host_nor_another_sandbox_is_reachable() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let c = cluster().await;
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0")
+        .await
+        .expect("host listener");
+    let port = listener.local_addr().expect("addr").port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let accept = tokio::spawn(async move {
+        while listener.accept().await.is_ok() {
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    run_case(
+        &c,
+        "no_host_no_neighbour",
+        &[
+            ("WARREN_HOST_PORT", port.to_string()),
+            ("WARREN_NODE_ADDR", c.node(1)),
+            ("WARREN_SCHEDULER_URL", c.scheduler_url()),
+        ],
+    )
+    .await;
+    accept.abort();
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "a sandbox connected to a listener on the host"
+    );
+}
+
+/// 6. A file written (and one rewritten) under `/usr` with sudo in sandbox A
+/// is A's alone: a new sandbox B has the template's, and so has the
+/// template's root on the host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_under_usr_stay_in_their_sandbox() {
+    let c = cluster().await;
+    let root = template_root("base");
+    let copyright = root.join("usr/share/doc/sudo/copyright");
+    let before = std::fs::read(&copyright).expect("base has sudo's copyright file");
+    run_case(&c, "writes_stay_in_the_sandbox", &[]).await;
+    assert!(
+        !root.join("usr/share/doc/warren-test").exists(),
+        "the sandbox's new file reached the template's root {}",
+        root.display()
+    );
+    assert_eq!(
+        std::fs::read(&copyright).expect("still there"),
+        before,
+        "the sandbox's rewrite reached the template's root"
+    );
+}
+
+/// Removes a test template (its name, blob and unpacked root: its content,
+/// and so its digest, is the test's own) when dropped.
+struct TemplateGuard(String);
+
+impl Drop for TemplateGuard {
+    fn drop(&mut self) {
+        let meta = format!("{TEMPLATE_DIR}/templates/{}.json", self.0);
+        if let Ok(text) = std::fs::read_to_string(&meta) {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+                if let Some(digest) = v["digest"].as_str() {
+                    let hex = digest.trim_start_matches("sha256-");
+                    let _ = std::fs::remove_file(format!("{TEMPLATE_DIR}/blobs/{digest}.tar"));
+                    let _ = std::fs::remove_dir_all(format!("{TEMPLATE_DIR}/rootfs/{hex}"));
+                }
+            }
+            let _ = std::fs::remove_file(&meta);
+        }
+    }
+}
+
+/// 7. A template built from a file (`from = "base"`, a run step, 384 MiB)
+/// is listed by `GET /templates` with its memory, and a sandbox made from
+/// it has the run step's file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_built_from_a_file_is_listed_and_used() {
+    let name = format!("t-{:016x}", rand::random::<u64>());
+    let marker = format!("marker-{:016x}", rand::random::<u64>());
+    // Declared before the cluster: dropped after it.
+    let _cleanup = TemplateGuard(name.clone());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join(format!("{name}.toml"));
+    std::fs::write(
+        &file,
+        format!(
+            "name = \"{name}\"\nfrom = \"base\"\nrun = [\"echo {marker} > /etc/warren-marker\"]\nmemory_mb = 384\n"
+        ),
+    )
+    .expect("build file");
+    let build = tokio::process::Command::new(env!("CARGO_BIN_EXE_warren"))
+        .arg("template")
+        .arg("build")
+        .arg(&file)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(600), build)
+        .await
+        .expect("the build finishes within 10 minutes")
+        .expect("warren template build runs");
+    assert!(
+        out.status.success(),
+        "warren template build failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let c = cluster().await;
+    let facts = run_case(
+        &c,
+        "custom_template",
+        &[
+            ("WARREN_TEMPLATE", name.clone()),
+            ("WARREN_MARKER", marker.clone()),
+        ],
+    )
+    .await;
+    assert_eq!(facts["template"]["memoryMB"], 384, "{facts}");
+}
+
+/// 8. A create naming a template nobody built: the SDK raises, the API
+/// answers 404 `template_not_found`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_template_is_not_found() {
+    let c = cluster().await;
+    let facts = run_case(&c, "unknown_template", &[]).await;
+    assert_eq!(facts["status"], 404, "{facts}");
+}
