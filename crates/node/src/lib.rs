@@ -139,6 +139,9 @@ fn isolated_runtime(
             None
         }
     };
+    if let Some(e) = &egress {
+        e.sweep(|slot| ids.is_free(slot));
+    }
     let mechanism = limits.mechanism();
     let rt = runtime::isolated::Isolated::new(
         limits,

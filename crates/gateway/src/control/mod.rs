@@ -254,7 +254,8 @@ mod tests {
             Endpoint::parse("/_warren/v1/routes/abc"),
             Some(Endpoint::Route("abc".into()))
         );
-        assert_eq!(Endpoint::parse("/templates"), None);
+        assert_eq!(Endpoint::parse("/templates"), Some(Endpoint::Templates));
+        assert_eq!(Endpoint::parse("/templates/x/y"), None);
         assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);
     }
 }

@@ -51,6 +51,28 @@ pub struct Egress {
 }
 
 impl Egress {
+    /// Deletes the `warren_<slot>` tables of sandboxes that are gone (a
+    /// node killed before it could clean up), as told by `gone(slot)`.
+    pub fn sweep(&self, gone: impl Fn(u32) -> bool) {
+        let Ok(out) = std::process::Command::new(&self.nft)
+            .args(["list", "tables"])
+            .output()
+        else {
+            return;
+        };
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let slot = line
+                .trim()
+                .strip_prefix("table inet warren_")
+                .and_then(|s| s.parse::<u32>().ok());
+            if let Some(slot) = slot.filter(|s| gone(*s)) {
+                let _ = std::process::Command::new(&self.nft)
+                    .args(["delete", "table", "inet", &Egress::table(slot)])
+                    .status();
+            }
+        }
+    }
+
     /// Finds slirp4netns, nft and setpriv and checks that nft works.
     pub fn detect() -> Result<Egress, String> {
         let find =
@@ -100,7 +122,11 @@ impl Egress {
     /// The nftables script for one sandbox's table.
     fn ruleset(&self, base: u32, slot: u32, policy: &NetworkPolicy) -> Result<String, String> {
         let end = u64::from(base) + u64::from(super::launch::IDS_PER_SANDBOX) - 1;
-        let mut rules = vec![format!("meta skuid != {base}-{end} return")];
+        // Every rule matches the sandbox's own sockets only. (An early
+        // `meta skuid != ... return` would not do: packets without a socket,
+        // such as the kernel's own resets, have no skuid, skip that rule and
+        // would fall into the rejections below.)
+        let mut rules = Vec::new();
         for ns in &self.nameservers {
             for proto in ["udp", "tcp"] {
                 rules.push(format!(
@@ -126,6 +152,10 @@ impl Egress {
             rules.push("reject".into());
         }
         let table = Egress::table(slot);
+        let rules: Vec<String> = rules
+            .into_iter()
+            .map(|r| format!("meta skuid {base}-{end} {r}"))
+            .collect();
         Ok(format!(
             "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n{}\n  }}\n}}\n",
             rules
@@ -319,9 +349,18 @@ mod tests {
         };
         let r = e.ruleset(2_000_000_000, 3, &p).unwrap();
         let pos = |s: &str| r.find(s).unwrap_or_else(|| panic!("{s} missing in {r}"));
-        assert!(
-            pos("meta skuid != 2000000000-2000065535 return") < pos("fib daddr type local reject")
-        );
+        assert!(!r.contains("return"), "{r}");
+        for line in r
+            .lines()
+            .filter(|l| l.contains("accept") || l.contains("reject"))
+        {
+            if !line.contains("policy") {
+                assert!(
+                    line.trim().starts_with("meta skuid 2000000000-2000065535 "),
+                    "{line}"
+                );
+            }
+        }
         assert!(
             pos("ip daddr 10.255.255.53/32 udp dport 53 accept")
                 < pos("fib daddr type local reject")

@@ -75,6 +75,20 @@ impl IdRanges {
         })
     }
 
+    /// Whether range `slot` is free now (nobody holds its lock).
+    pub fn is_free(&self, slot: u32) -> bool {
+        let path = self.lock_dir.join(format!("{slot}.lock"));
+        let Ok(file) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+        else {
+            return false;
+        };
+        Flock::lock(file, FlockArg::LockExclusiveNonblock).is_ok()
+    }
+
     /// Takes a free range (`prefer` first, e.g. the one an adopted sandbox had).
     pub fn take(&self, prefer: Option<u32>) -> Result<IdRange, String> {
         let order = prefer
