@@ -20,38 +20,17 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-
 from e2b import Sandbox
-from e2b.sandbox.commands.command_handle import CommandExitException
 
-API_URL = os.environ["E2B_API_URL"]
+from common import API_URL, http, ok, result, run
+
 SANDBOX_URL = os.environ["E2B_SANDBOX_URL"]
 API_KEY = os.environ["E2B_API_KEY"]
 
 
-def http(method, path, headers=None, body=None, base=None, timeout=20):
-    """A raw request; returns (status, headers, body bytes)."""
-    req = urllib.request.Request((base or API_URL) + path, method=method, data=body,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
 def sh(sbx, cmd, user=None, timeout=60):
     """Runs `cmd`; returns (exit code, stdout, stderr) without raising."""
-    kw = {"timeout": timeout}
-    if user:
-        kw["user"] = user
-    try:
-        r = sbx.commands.run(cmd, **kw)
-        return r.exit_code, r.stdout, r.stderr
-    except CommandExitException as e:
-        return e.exit_code, e.stdout, e.stderr
+    return run(sbx, cmd, user=user, timeout=timeout)[:3]
 
 
 def must(sbx, cmd, user=None, timeout=60):
@@ -59,16 +38,6 @@ def must(sbx, cmd, user=None, timeout=60):
     code, out, err = sh(sbx, cmd, user=user, timeout=timeout)
     assert code == 0, f"{cmd!r} exited {code}:\n{out}\n{err}"
     return out
-
-
-def ok(sbx):
-    """The sandbox still answers a command."""
-    code, out, _ = sh(sbx, "echo alive")
-    return code == 0 and out.strip() == "alive"
-
-
-def result(**facts):
-    print("RESULT " + json.dumps(facts), flush=True)
 
 
 # A probe run inside a sandbox: `python3 probe.py JSON` where JSON is a list

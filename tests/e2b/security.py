@@ -16,48 +16,18 @@ import json
 import os
 import sys
 import time
-import urllib.error
-import urllib.request
 
 from e2b import Sandbox
-from e2b.sandbox.commands.command_handle import CommandExitException
 
-API_URL = os.environ["E2B_API_URL"]
+from common import http, ok, result, run
+
 API_KEY = os.environ["E2B_API_KEY"]
 OTHER_KEY = os.environ["WARREN_OTHER_API_KEY"]
 
 
-def http(method, path, headers=None, body=None, base=None):
-    """A raw request; returns (status, headers, body bytes)."""
-    req = urllib.request.Request((base or API_URL) + path, method=method, data=body,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=20) as resp:
-            return resp.status, dict(resp.headers), resp.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
 def sh(sbx, cmd, user=None, timeout=60):
     """Runs `cmd`; returns (exit code, stdout, stderr, error) without raising."""
-    kw = {"timeout": timeout}
-    if user:
-        kw["user"] = user
-    try:
-        r = sbx.commands.run(cmd, **kw)
-        return r.exit_code, r.stdout, r.stderr, r.error
-    except CommandExitException as e:
-        return e.exit_code, e.stdout, e.stderr, e.error
-
-
-def ok(sbx):
-    """The sandbox still answers a command."""
-    code, out, _, _ = sh(sbx, "echo alive")
-    return code == 0 and out.strip() == "alive"
-
-
-def result(**facts):
-    print("RESULT " + json.dumps(facts), flush=True)
+    return run(sbx, cmd, user=user, timeout=timeout)
 
 
 ATTACKS = {}

@@ -16,6 +16,7 @@
 
 pub mod cluster;
 pub mod http;
+pub mod sdk;
 
 pub use warren_harness::{postgres, Launch, Proc};
 

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
-use warren_test_support::{e2b_python, workspace_root};
+use warren_test_support::sdk::run_case;
 
 const KEY: &str = "sbx-key";
 const TEMPLATE_DIR: &str = "/var/lib/warren/templates";
@@ -34,41 +34,18 @@ async fn cluster() -> Cluster {
 }
 
 /// Runs one case of `tests/e2b/sandboxes.py`; returns its `RESULT` facts.
-/// Fails the test with the script's output when its assertions failed.
-async fn run_case(c: &Cluster, name: &str, env: &[(&str, String)]) -> serde_json::Value {
+/// The package cases download from the internet, hence the room.
+async fn run(c: &Cluster, name: &str, env: &[(&str, String)]) -> serde_json::Value {
     let gateway = format!("http://{}", c.gateway(0));
-    let script = workspace_root().join("tests/e2b/sandboxes.py");
-    let mut cmd = tokio::process::Command::new(e2b_python());
-    cmd.arg(&script)
-        .arg(name)
-        .env("E2B_API_URL", &gateway)
-        .env("E2B_SANDBOX_URL", &gateway)
-        .env("E2B_API_KEY", KEY)
-        .env_remove("E2B_DOMAIN")
-        .env_remove("E2B_ACCESS_TOKEN")
-        .kill_on_drop(true);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    // Bounded so a hung case fails instead of hanging the suite; the
-    // package cases download from the internet, hence the room.
-    let out = tokio::time::timeout(Duration::from_secs(900), cmd.output())
-        .await
-        .expect("the case finishes within 15 minutes")
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "case {name} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("case {name} printed no RESULT:\n{stdout}\n{stderr}"));
-    println!("case {name}: {line}");
-    serde_json::from_str(line).expect("RESULT is JSON")
+    run_case(
+        &gateway,
+        "sandboxes.py",
+        name,
+        KEY,
+        env,
+        Duration::from_secs(900),
+    )
+    .await
 }
 
 /// `<template dir>/rootfs/<hex>`: where a template's root is unpacked.
@@ -85,14 +62,14 @@ fn template_root(name: &str) -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pip_install_as_the_user_works() {
     let c = cluster().await;
-    run_case(&c, "pip_install", &[]).await;
+    run(&c, "pip_install", &[]).await;
 }
 
 /// 2. `sudo apt-get install -y cowsay` from the Debian archive; it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sudo_apt_get_install_works() {
     let c = cluster().await;
-    run_case(&c, "apt_install", &[]).await;
+    run(&c, "apt_install", &[]).await;
 }
 
 /// 3. `allow_internet_access=False`: no outbound connection, no DNS, only
@@ -101,7 +78,7 @@ async fn sudo_apt_get_install_works() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_internet_access_means_none() {
     let c = cluster().await;
-    run_case(&c, "no_internet", &[]).await;
+    run(&c, "no_internet", &[]).await;
 }
 
 /// 4. `network.deny_out` with pypi.org's addresses (as the host resolves
@@ -109,7 +86,7 @@ async fn no_internet_access_means_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn denied_addresses_are_refused_others_connect() {
     let c = cluster().await;
-    let facts = run_case(&c, "deny_out", &[]).await;
+    let facts = run(&c, "deny_out", &[]).await;
     assert!(
         !facts["denied"].as_array().expect("denied").is_empty(),
         "{facts}"
@@ -136,7 +113,7 @@ async fn neither_the_host_nor_another_sandbox_is_reachable() {
             counter.fetch_add(1, Ordering::SeqCst);
         }
     });
-    run_case(
+    run(
         &c,
         "no_host_no_neighbour",
         &[
@@ -163,7 +140,7 @@ async fn writes_under_usr_stay_in_their_sandbox() {
     let root = template_root("base");
     let copyright = root.join("usr/share/doc/sudo/copyright");
     let before = std::fs::read(&copyright).expect("base has sudo's copyright file");
-    run_case(&c, "writes_stay_in_the_sandbox", &[]).await;
+    run(&c, "writes_stay_in_the_sandbox", &[]).await;
     assert!(
         !root.join("usr/share/doc/warren-test").exists(),
         "the sandbox's new file reached the template's root {}",
@@ -232,7 +209,7 @@ async fn a_template_built_from_a_file_is_listed_and_used() {
         String::from_utf8_lossy(&out.stderr)
     );
     let c = cluster().await;
-    let facts = run_case(
+    let facts = run(
         &c,
         "custom_template",
         &[
@@ -249,6 +226,6 @@ async fn a_template_built_from_a_file_is_listed_and_used() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_template_is_not_found() {
     let c = cluster().await;
-    let facts = run_case(&c, "unknown_template", &[]).await;
+    let facts = run(&c, "unknown_template", &[]).await;
     assert_eq!(facts["status"], 404, "{facts}");
 }

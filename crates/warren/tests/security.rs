@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
-use warren_test_support::{e2b_python, workspace_root};
+use warren_test_support::sdk::run_case;
+use warren_test_support::workspace_root;
 
 const KEY_A: &str = "sec-key-a";
 const KEY_B: &str = "sec-key-b";
@@ -35,39 +36,20 @@ async fn cluster(node_args: &[&str]) -> Cluster {
     .expect("an isolated cluster starts (the security suite needs root, cgroups and the base template: scripts/test builds it)")
 }
 
-/// Runs one attack; returns its `RESULT` facts. Fails the test with the
-/// script's output when the attack's own assertions failed.
+/// Runs one attack of `tests/e2b/security.py` as team a (team b's key in
+/// `WARREN_OTHER_API_KEY`); returns its `RESULT` facts.
 async fn attack(c: &Cluster, name: &str, env: &[(&str, String)]) -> serde_json::Value {
-    let gateway = format!("http://{}", c.gateway(0));
-    let script = workspace_root().join("tests/e2b/security.py");
-    let mut cmd = tokio::process::Command::new(e2b_python());
-    cmd.arg(&script)
-        .arg(name)
-        .env("E2B_API_URL", &gateway)
-        .env("E2B_SANDBOX_URL", &gateway)
-        .env("E2B_API_KEY", KEY_A)
-        .env("WARREN_OTHER_API_KEY", KEY_B)
-        .env_remove("E2B_DOMAIN")
-        .env_remove("E2B_ACCESS_TOKEN");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(300), cmd.output())
-        .await
-        .expect("the attack finishes within 5 minutes")
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "attack {name} got through or failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
-    let line = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("attack {name} printed no RESULT:\n{stdout}\n{stderr}"));
-    serde_json::from_str(line).expect("RESULT is JSON")
+    let mut env = env.to_vec();
+    env.push(("WARREN_OTHER_API_KEY", KEY_B.to_string()));
+    run_case(
+        &format!("http://{}", c.gateway(0)),
+        "security.py",
+        name,
+        KEY_A,
+        &env,
+        Duration::from_secs(300),
+    )
+    .await
 }
 
 /// `(pid, host uid, user namespace)` of every process whose environment has `needle`.
