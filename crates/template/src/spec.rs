@@ -93,8 +93,10 @@ impl Default for Defaults {
 }
 
 /// A build file.
+///
+/// (Unknown keys are refused in [`Spec::parse`]: serde's
+/// `deny_unknown_fields` cannot be combined with the flattened defaults.)
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
 pub struct Spec {
     pub name: String,
     /// Start from this template (by name) instead of a fresh Debian: only
@@ -114,21 +116,28 @@ pub struct Spec {
     /// proxy's) into the template and trust them. Default on.
     #[serde(default = "default_true")]
     pub trust_host_cas: bool,
-    #[serde(default = "default_user")]
-    pub user: String,
-    #[serde(default = "default_workdir")]
-    pub workdir: String,
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    #[serde(default)]
-    pub start_cmd: String,
-    #[serde(default = "default_cpus")]
-    pub cpu_count: u32,
-    #[serde(default = "default_memory")]
-    pub memory_mb: u64,
-    #[serde(default = "default_disk")]
-    pub disk_mb: u64,
+    /// What a sandbox made from the template starts with.
+    #[serde(flatten)]
+    pub defaults: Defaults,
 }
+
+/// The keys a build file may have.
+const KEYS: &[&str] = &[
+    "name",
+    "from",
+    "suite",
+    "packages",
+    "files",
+    "run",
+    "trust_host_cas",
+    "user",
+    "workdir",
+    "env",
+    "start_cmd",
+    "cpu_count",
+    "memory_mb",
+    "disk_mb",
+];
 
 fn default_true() -> bool {
     true
@@ -141,20 +150,21 @@ fn default_suite() -> String {
 impl Spec {
     /// The sandbox defaults this template carries.
     pub fn defaults(&self) -> Defaults {
-        Defaults {
-            user: self.user.clone(),
-            workdir: self.workdir.clone(),
-            env: self.env.clone(),
-            start_cmd: self.start_cmd.clone(),
-            cpu_count: self.cpu_count,
-            memory_mb: self.memory_mb,
-            disk_mb: self.disk_mb,
-        }
+        self.defaults.clone()
     }
 
     /// Parses and checks a build file; errors name the field.
     pub fn parse(text: &str) -> Result<Spec, TemplateError> {
-        let spec: Spec = toml::from_str(text)
+        let table: toml::Table = toml::from_str(text)
+            .map_err(|e| TemplateError::Invalid(format!("template file: {e}")))?;
+        if let Some(k) = table.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(TemplateError::Invalid(format!(
+                "template file: unknown field `{k}` (known: {})",
+                KEYS.join(", ")
+            )));
+        }
+        let spec: Spec = table
+            .try_into()
             .map_err(|e| TemplateError::Invalid(format!("template file: {e}")))?;
         spec.validate()?;
         Ok(spec)
@@ -245,9 +255,9 @@ mod tests {
     fn parses_with_defaults() {
         let s = Spec::parse("name = \"t\"\npackages = [\"curl\"]\n[env]\nA = \"1\"\n").unwrap();
         assert_eq!(s.suite, "bookworm");
-        assert_eq!(s.user, "user");
-        assert_eq!(s.memory_mb, 512);
-        assert_eq!(s.env["A"], "1");
+        assert_eq!(s.defaults.user, "user");
+        assert_eq!(s.defaults.memory_mb, 512);
+        assert_eq!(s.defaults.env["A"], "1");
     }
 
     #[test]
