@@ -265,7 +265,8 @@ def no_host_no_neighbour():
     for user in (None, "root"):
         got = probe(a, targets, user=user)
         reached = [t for t, g in zip(targets, got) if g == "ok"]
-        assert not reached, (user, reached)
+        assert not reached, (user, reached, dict(zip([f"{h}:{p}" for h, p in targets], got)),
+                             ports, must(a, "ip addr; ip route"))
     # Nothing of B by any address A can find: B's, the host's (port 8000).
     fetch = ("import sys, urllib.request\n"
              "for u in sys.argv[1:]:\n"

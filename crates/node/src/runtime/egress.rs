@@ -61,13 +61,16 @@ impl Egress {
             return;
         };
         for line in String::from_utf8_lossy(&out.stdout).lines() {
-            let slot = line
-                .trim()
-                .strip_prefix("table inet warren_")
+            let Some(name) = line.trim().strip_prefix("table inet ") else {
+                continue;
+            };
+            let slot = name
+                .strip_prefix("warren_")
+                .and_then(|s| s.split('_').next())
                 .and_then(|s| s.parse::<u32>().ok());
-            if let Some(slot) = slot.filter(|s| gone(*s)) {
+            if slot.is_some_and(&gone) {
                 let _ = std::process::Command::new(&self.nft)
-                    .args(["delete", "table", "inet", &Egress::table(slot)])
+                    .args(["delete", "table", "inet", name])
                     .status();
             }
         }
@@ -115,12 +118,15 @@ impl Egress {
         Ok(e)
     }
 
+    /// A table name of its own for a sandbox in range `slot`: the slot (so
+    /// a sweep can tell a dead sandbox's table) and a nonce (so removing one
+    /// sandbox's table can never remove the next one's in the same range).
     fn table(slot: u32) -> String {
-        format!("warren_{slot}")
+        format!("warren_{slot}_{:08x}", rand::random::<u32>())
     }
 
     /// The nftables script for one sandbox's table.
-    fn ruleset(&self, base: u32, slot: u32, policy: &NetworkPolicy) -> Result<String, String> {
+    fn ruleset(&self, base: u32, table: &str, policy: &NetworkPolicy) -> Result<String, String> {
         let end = u64::from(base) + u64::from(super::launch::IDS_PER_SANDBOX) - 1;
         // Every rule matches the sandbox's own sockets only. (An early
         // `meta skuid != ... return` would not do: packets without a socket,
@@ -151,7 +157,6 @@ impl Egress {
         if !policy.allow_internet {
             rules.push("reject".into());
         }
-        let table = Egress::table(slot);
         let rules: Vec<String> = rules
             .into_iter()
             .map(|r| format!("meta skuid {base}-{end} {r}"))
@@ -206,11 +211,12 @@ impl Egress {
         slot: u32,
         policy: &NetworkPolicy,
     ) -> Result<EgressHandle, String> {
-        let rules = self.ruleset(base, slot, policy)?;
+        let table = Egress::table(slot);
+        let rules = self.ruleset(base, &table, policy)?;
         self.nft(&rules).await?;
         let mut handle = EgressHandle {
             nft: self.nft.clone(),
-            table: Egress::table(slot),
+            table,
             slirp: None,
             exit: None,
         };
@@ -347,7 +353,7 @@ mod tests {
             allow_out: vec!["1.1.1.1".into()],
             deny_out: vec!["8.8.8.0/24".into()],
         };
-        let r = e.ruleset(2_000_000_000, 3, &p).unwrap();
+        let r = e.ruleset(2_000_000_000, "warren_3", &p).unwrap();
         let pos = |s: &str| r.find(s).unwrap_or_else(|| panic!("{s} missing in {r}"));
         assert!(!r.contains("return"), "{r}");
         for line in r

@@ -72,6 +72,10 @@ impl Registry {
                 let Some(sandbox) = me.hosted.write().ok().and_then(|mut h| h.remove(&id)) else {
                     return;
                 };
+                let egress = sandbox.egress.lock().ok().and_then(|mut e| e.take());
+                if let Some(e) = egress {
+                    e.detach().await;
+                }
                 me.cleanup(&sandbox.paths, Some(&sandbox.handle), &id).await;
             })
         });

@@ -73,12 +73,14 @@ pub struct Sandbox {
     pub handle: Handle,
     pub metadata: BTreeMap<String, String>,
     pub timeout_secs: Option<u64>,
-    /// The host id range the sandbox holds (isolated), released when dropped.
-    pub ids: Option<runtime::ids::IdRange>,
     /// Its egress policy (a fork inherits it).
     pub network: runtime::egress::NetworkPolicy,
     /// Its egress (slirp4netns and nftables table), stopped at delete.
+    /// Declared before `ids`: fields drop in order, and the range must stay
+    /// held until the egress that names it is gone.
     pub egress: Mutex<Option<runtime::egress::EgressHandle>>,
+    /// The host id range the sandbox holds (isolated), released when dropped.
+    pub ids: Option<runtime::ids::IdRange>,
 }
 
 /// Settings the registry needs from the node's configuration.
