@@ -113,14 +113,8 @@ fn isolated_runtime(
     if !nix::unistd::geteuid().is_root() {
         return Err("the node does not run as root".into());
     }
-    let instance = runtime::mark("", 0, data_dir);
-    let instance = instance.rsplit('@').next().unwrap_or("0");
-    let default_limits = s.caps.limits(2, 512, 2048).0;
-    let limits = LimitPlan::detect(
-        &s.node_id,
-        &instance[..8.min(instance.len())],
-        default_limits,
-    );
+    let instance = format!("{:08x}", runtime::instance(data_dir) >> 32);
+    let limits = LimitPlan::detect(&s.node_id, &instance);
     let ids = runtime::ids::IdRanges::new(
         s.sandbox_id_base,
         runtime::ids::ranges_above(s.sandbox_id_base).max(1),

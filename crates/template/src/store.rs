@@ -53,10 +53,6 @@ impl Store {
         })
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// A scratch directory inside the store (same filesystem, so results
     /// can be renamed into place).
     pub fn scratch(&self, what: &str) -> PathBuf {

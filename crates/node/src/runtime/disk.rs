@@ -14,7 +14,16 @@ use std::process::Stdio;
 
 /// Runs a helper program to completion; the error names it and its stderr.
 fn run(program: &str, args: &[&std::ffi::OsStr]) -> std::io::Result<()> {
-    let out = std::process::Command::new(program)
+    run_in(None, program, args)
+}
+
+/// [`run`] from the directory `cwd`.
+fn run_in(cwd: Option<&Path>, program: &str, args: &[&std::ffi::OsStr]) -> std::io::Result<()> {
+    let mut cmd = std::process::Command::new(program);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    let out = cmd
         .args(args)
         .env_clear()
         .env("PATH", super::SANDBOX_PATH)
@@ -84,6 +93,26 @@ pub fn mount(image: &Path, at: &Path) -> std::io::Result<()> {
             "loop,nosuid,nodev".as_ref(),
             image.as_os_str(),
             at.as_os_str(),
+        ],
+    )
+}
+
+/// Mounts a sandbox's root at `<dir>/fs`: an overlay of `<dir>/lower`
+/// under the writable layer `<dir>/disk/upper` (work dir `<dir>/disk/work`).
+/// The layers are named relative to `dir`: the overlay's options are what
+/// the sandbox's `/proc/self/mountinfo` shows for `/`, and they must name no
+/// host path.
+pub fn mount_overlay(dir: &Path) -> std::io::Result<()> {
+    run_in(
+        Some(dir),
+        "mount",
+        &[
+            "-t".as_ref(),
+            "overlay".as_ref(),
+            "overlay".as_ref(),
+            "-o".as_ref(),
+            "nodev,lowerdir=lower,upperdir=disk/upper,workdir=disk/work".as_ref(),
+            "fs".as_ref(),
         ],
     )
 }

@@ -330,31 +330,7 @@ fn mount_root(paths: &Paths, rootfs: &Path, userns: &std::fs::File) -> Result<()
     })?;
     warren_sys::move_mount_to(&tree, &paths.lower)
         .map_err(|e| files(std::io::Error::other(format!("move_mount: {e}"))))?;
-    // Relative layer paths, from the sandbox's directory: the overlay's
-    // options are what the sandbox's /proc/self/mountinfo shows for `/`,
-    // and they must name no host path.
-    let out = std::process::Command::new("mount")
-        .current_dir(&paths.dir)
-        .args([
-            "-t",
-            "overlay",
-            "overlay",
-            "-o",
-            "nodev,lowerdir=lower,upperdir=disk/upper,workdir=disk/work",
-            "fs",
-        ])
-        .env_clear()
-        .env("PATH", super::SANDBOX_PATH)
-        .output()
-        .map_err(|e| files(std::io::Error::other(format!("cannot run mount: {e}"))))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(files(std::io::Error::other(format!(
-            "cannot mount the sandbox's overlay: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))))
-    }
+    disk::mount_overlay(&paths.dir).map_err(files)
 }
 
 impl Runtime for Isolated {

@@ -48,7 +48,6 @@ enum Hierarchy {
 /// How this node limits sandboxes.
 #[derive(Debug, Clone)]
 pub struct LimitPlan {
-    limits: Limits,
     hierarchy: Option<Hierarchy>,
     /// Why no hierarchy is usable, when none is.
     why_none: Option<String>,
@@ -64,15 +63,13 @@ pub struct Cgroup {
     /// `cgroup.freeze` (v2) or `freezer.state` (v1).
     pub freeze_file: PathBuf,
     pub v2: bool,
-    /// `memory.current` (v2) or `memory.usage_in_bytes` (v1).
-    pub memory_usage: PathBuf,
 }
 
 impl LimitPlan {
     /// Probes the machine and logs what will be enforced. `instance` tells
     /// this node from another with the same id on the machine (its data
     /// dir's mark), so neither ever touches the other's cgroups.
-    pub fn detect(node_id: &str, instance: &str, limits: Limits) -> LimitPlan {
+    pub fn detect(node_id: &str, instance: &str) -> LimitPlan {
         let base_name = format!("warren-{node_id}-{instance}");
         sweep_dead_nodes();
         let v2 = v2_base(&base_name);
@@ -88,13 +85,9 @@ impl LimitPlan {
                     } else {
                         "v1"
                     },
-                    memory_bytes = limits.memory_bytes,
-                    pids = limits.pids,
-                    cpus = limits.cpus,
                     "sandbox limits: cgroups"
                 );
                 let plan = LimitPlan {
-                    limits,
                     hierarchy: Some(h.clone()),
                     why_none: None,
                 };
@@ -102,7 +95,6 @@ impl LimitPlan {
                 plan
             }
             Err(why) => LimitPlan {
-                limits,
                 hierarchy: None,
                 why_none: Some(why.clone()),
             },
@@ -121,10 +113,6 @@ impl LimitPlan {
     /// Why there are no limits (None when cgroups are in use).
     pub fn unavailable(&self) -> Option<&str> {
         self.why_none.as_deref()
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
     }
 
     /// Makes the sandbox's cgroups with its limits. `None` when this node
@@ -150,7 +138,6 @@ impl LimitPlan {
                     members: dir.clone(),
                     freeze_file: dir.join("cgroup.freeze"),
                     v2: true,
-                    memory_usage: dir.join("memory.current"),
                 };
                 let undo = |e: std::io::Error| {
                     cg.remove();
@@ -185,7 +172,6 @@ impl LimitPlan {
                     members: pid.clone(),
                     freeze_file: frz.join("freezer.state"),
                     v2: false,
-                    memory_usage: mem.join("memory.usage_in_bytes"),
                 };
                 let made = (|| -> std::io::Result<()> {
                     for d in &dirs {
@@ -449,15 +435,6 @@ impl Cgroup {
                 tracing::warn!(cgroup = %dir.display(), "cannot remove the sandbox's cgroup");
             }
         }
-    }
-
-    /// Memory in use now, bytes.
-    pub fn memory_bytes(&self) -> Option<u64> {
-        std::fs::read_to_string(&self.memory_usage)
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
     }
 }
 
