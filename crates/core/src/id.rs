@@ -36,6 +36,17 @@ fn shown(id: &str) -> String {
     id.chars().take(80).collect()
 }
 
+/// FNV-1a of `bytes`: a short, stable (across builds and platforms) name
+/// for something, not a digest that resists forgery.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// Checks a sandbox id: 1..=64 characters of `[a-z0-9]`.
 pub fn validate_sandbox_id(id: &str) -> Result<(), InvalidId> {
     const KIND: &str = "sandbox";

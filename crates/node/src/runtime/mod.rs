@@ -166,12 +166,7 @@ pub fn mark(sandbox_id: &str, generation: u64, data_dir: &Path) -> String {
 /// the same machine: a hash of its data dir. FNV-1a: stable across builds,
 /// unlike std's hasher, so a restarted (even upgraded) node recognises its own.
 pub fn instance(data_dir: &Path) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in data_dir.as_os_str().as_encoded_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    warren_core::id::fnv1a(data_dir.as_os_str().as_encoded_bytes())
 }
 
 /// How to find a running sandbox's processes again, also after a node

@@ -171,10 +171,5 @@ pub fn spec_stamp(text: &str) -> String {
 /// A short digest of a build file's text (enough to notice an edit; the
 /// template itself is addressed by the SHA-256 of its contents).
 fn spec_digest(text: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", warren_core::id::fnv1a(text.as_bytes()))
 }
