@@ -112,13 +112,17 @@ impl Cluster {
                 "250ms",
             ]);
             args.extend(delay("scheduler"));
-            c.schedulers.push(part(
+            // Started right away: a port from `free_port` is only free until
+            // something else takes it, so the window stays one start long.
+            let mut p = part(
                 exe,
                 &format!("scheduler-{i}"),
                 args,
                 &["scheduler grpc", "scheduler admin"],
                 &logs,
-            ));
+            );
+            p.start().await?;
+            c.schedulers.push(p);
         }
         let schedulers = sched_urls.join(",");
         for i in 1..=2 {
@@ -140,8 +144,9 @@ impl Cluster {
                 &spec.runtime,
             ]);
             args.extend(delay("node"));
-            c.nodes
-                .push(part(exe, &name, args, &["node http", "node admin"], &logs));
+            let mut p = part(exe, &name, args, &["node http", "node admin"], &logs);
+            p.start().await?;
+            c.nodes.push(p);
         }
         for i in 1..=2 {
             let (port, admin) = (free_port()?, free_port()?);
@@ -159,21 +164,15 @@ impl Cluster {
                 "500ms",
             ]);
             args.extend(delay("gateway"));
-            c.gateways.push(part(
+            let mut p = part(
                 exe,
                 &format!("gateway-{i}"),
                 args,
                 &["gateway http", "gateway admin"],
                 &logs,
-            ));
-        }
-        for p in c
-            .schedulers
-            .iter_mut()
-            .chain(c.nodes.iter_mut())
-            .chain(c.gateways.iter_mut())
-        {
+            );
             p.start().await?;
+            c.gateways.push(p);
         }
         Ok(c)
     }
