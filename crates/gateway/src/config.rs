@@ -132,6 +132,9 @@ pub struct Config {
     /// retried.
     #[arg(long, env = "WARREN_GATEWAY_RETRY_MAX_BODY", default_value_t = 64 * 1024)]
     pub retry_max_body: u64,
+
+    #[command(flatten)]
+    pub tls: warren_trust::TlsArgs,
 }
 
 /// Validated settings the gateway runs with.
@@ -161,6 +164,8 @@ pub struct Settings {
     pub route_cache: Option<crate::resolver::CacheSettings>,
     /// Largest body buffered for a possible replay.
     pub retry_max_body: u64,
+    /// Internal TLS flags, loaded when the part starts (before it binds).
+    pub tls: warren_trust::TlsArgs,
 }
 
 impl Config {
@@ -263,6 +268,7 @@ impl Config {
             })
         };
         Ok(Settings {
+            tls: self.tls.clone(),
             schedulers,
             domain,
             api_keys,

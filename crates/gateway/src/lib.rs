@@ -87,6 +87,10 @@ pub async fn run(
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let trust = settings
+        .tls
+        .load(warren_trust::Role::Gateway, None)
+        .map_err(warren_core::config::ConfigError::Invalid)?;
     let admin = Admin::new("warren_gateway");
     let metrics = metrics::Metrics::register(&admin);
     let scheduler = Arc::new(
@@ -94,6 +98,7 @@ pub async fn run(
             &settings.schedulers,
             settings.connect_timeout,
             settings.request_timeout,
+            trust.as_deref(),
         )
         .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--scheduler: {e}")))?,
     );
@@ -113,11 +118,18 @@ pub async fn run(
             Arc::new(cache)
         }
     };
-    let http = node_client::http_client(settings.connect_timeout);
+    let http = node_client::http_client(settings.connect_timeout, trust.as_deref())
+        .map_err(warren_core::config::ConfigError::Invalid)?;
+    let node_scheme = warren_trust::connect::scheme(trust.as_deref());
     let drain = settings.drain_timeout;
     let shutdown_delay = settings.shutdown_delay;
     let app = Arc::new(state::App::new(
-        settings, scheduler, resolver, http, metrics,
+        settings,
+        scheduler,
+        resolver,
+        http,
+        node_scheme,
+        metrics,
     ));
 
     warren_core::announce("gateway", "http", listener.local_addr()?);

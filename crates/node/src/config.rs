@@ -114,6 +114,9 @@ pub struct Config {
     /// the listener (give health checks time to notice; 0 = close at once).
     #[arg(long, env = "WARREN_NODE_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
+
+    #[command(flatten)]
+    pub tls: warren_trust::TlsArgs,
 }
 
 /// [`Config`] after validation: every value the node runs with.
@@ -138,6 +141,8 @@ pub struct Settings {
     pub envd_start_timeout: Duration,
     pub drain_timeout: Duration,
     pub shutdown_delay: Duration,
+    /// Internal TLS flags, loaded when the part starts (before it binds).
+    pub tls: warren_trust::TlsArgs,
 }
 
 /// What the node allows a sandbox at most; a template's own values apply
@@ -250,6 +255,7 @@ impl Config {
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("./.warren/node-{node_id}")));
         Ok(Settings {
+            tls: self.tls.clone(),
             node_id,
             listen: self.listen,
             advertise: self.advertise.clone(),

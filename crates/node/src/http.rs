@@ -9,7 +9,6 @@ use hyper::body::Incoming;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
 use warren_core::body::{error, Body};
 
 /// What every request handler shares.
@@ -47,7 +46,7 @@ async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
 /// Serves `listener` until `shutdown` resolves, then lets in-flight
 /// connections finish for up to `drain` before returning.
 pub async fn serve(
-    listener: TcpListener,
+    listener: warren_trust::Listener,
     shared: Arc<Shared>,
     shutdown: impl Future<Output = ()>,
     drain: Duration,

@@ -180,6 +180,10 @@ pub async fn run(
     let data_dir = settings.data_dir.canonicalize().map_err(|e| {
         ConfigError::Invalid(format!("--data-dir {}: {e}", settings.data_dir.display()))
     })?;
+    let trust = settings
+        .tls
+        .load(warren_trust::Role::Node, Some(&settings.node_id))
+        .map_err(ConfigError::Invalid)?;
     let runtime = pick_runtime(&settings, &data_dir).await?;
 
     let admin = Admin::new("warren_node");
@@ -240,8 +244,17 @@ pub async fn run(
         &settings.schedulers,
         warren_proto::client::CONNECT_TIMEOUT,
         warren_proto::client::CALL_TIMEOUT,
+        trust.as_deref(),
     )
     .map_err(|e| ConfigError::Invalid(format!("--scheduler: {e}")))?;
+    // Only gateways may use the control API and the data plane.
+    let listener = warren_trust::Listener::new(
+        listener,
+        trust.as_deref(),
+        &[warren_trust::Role::Gateway],
+        "node",
+    )
+    .map_err(ConfigError::Invalid)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let link = link::Link::new(
         link::NodeIdentity {

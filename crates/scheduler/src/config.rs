@@ -83,9 +83,49 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
 
+    /// Most sandboxes one team may have at once (paused ones do not count);
+    /// a create past it is refused (the gateway answers 429). 0 = no limit.
+    #[arg(long, env = "WARREN_SCHEDULER_QUOTA_SANDBOXES", default_value_t = 0)]
+    pub quota_sandboxes: u32,
+
+    /// Most creates one team may make per minute (in bursts of up to that
+    /// many); past it creates are refused (429). 0 = no limit.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_QUOTA_CREATES_PER_MINUTE",
+        default_value_t = 0
+    )]
+    pub quota_creates_per_minute: u32,
+
+    /// One team's own quotas, `TEAM=SANDBOXES/CREATES_PER_MINUTE` (0 = no
+    /// limit), instead of the two settings above (repeatable;
+    /// comma-separated in the environment).
+    #[arg(
+        long = "team-quota",
+        env = "WARREN_SCHEDULER_TEAM_QUOTA",
+        value_delimiter = ','
+    )]
+    pub team_quotas: Vec<String>,
+
+    #[command(flatten)]
+    pub tls: warren_trust::TlsArgs,
+
     /// TOML file with any of the settings above (read by the `warren` binary).
     #[arg(long, env = "WARREN_CONFIG")]
     pub config: Option<PathBuf>,
+}
+
+/// Every team's quotas.
+#[derive(Debug, Clone, Default)]
+pub struct Quotas {
+    pub default: crate::store::Quota,
+    pub teams: std::collections::HashMap<String, crate::store::Quota>,
+}
+
+impl Quotas {
+    pub fn of(&self, team: &str) -> crate::store::Quota {
+        self.teams.get(team).copied().unwrap_or(self.default)
+    }
 }
 
 /// Where the store lives, decided from `--database-url` / `--data-dir`.
@@ -119,9 +159,44 @@ impl Config {
             .unwrap_or_else(|| DEFAULT_HEARTBEAT.min(self.lease / 3))
     }
 
+    /// The quotas from `--quota-*` and `--team-quota`.
+    pub fn quotas(&self) -> Result<Quotas, ConfigError> {
+        let mut quotas = Quotas {
+            default: crate::store::Quota {
+                max_sandboxes: self.quota_sandboxes,
+                creates_per_minute: self.quota_creates_per_minute,
+            },
+            teams: Default::default(),
+        };
+        for raw in &self.team_quotas {
+            let bad = || {
+                ConfigError::Invalid(format!(
+                    "--team-quota {raw:?}: expected TEAM=SANDBOXES/CREATES_PER_MINUTE, e.g. team-a=20/60"
+                ))
+            };
+            let (team, limits) = raw.trim().split_once('=').ok_or_else(bad)?;
+            let (n, rate) = limits.split_once('/').ok_or_else(bad)?;
+            let team = team.trim();
+            if team.is_empty() {
+                return Err(bad());
+            }
+            let quota = crate::store::Quota {
+                max_sandboxes: n.trim().parse().map_err(|_| bad())?,
+                creates_per_minute: rate.trim().parse().map_err(|_| bad())?,
+            };
+            if quotas.teams.insert(team.to_string(), quota).is_some() {
+                return Err(ConfigError::Invalid(format!(
+                    "--team-quota: team {team:?} is given twice"
+                )));
+            }
+        }
+        Ok(quotas)
+    }
+
     /// Checks every setting against the others; the message names the flag.
     pub fn validate(&self) -> Result<StoreLocation, ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        self.quotas()?;
         if self.lease < MIN_LEASE {
             return bad(format!(
                 "--lease {:?} is too short (at least {MIN_LEASE:?})",

@@ -42,7 +42,6 @@ use std::time::Duration;
 use store::postgres::{AdvisoryLease, ReplicaLease};
 use store::{SqlStore, SweepSettings};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use warren_core::admin::Admin;
 use warren_proto::scheduler::v1::scheduler_server::SchedulerServer;
 
@@ -92,6 +91,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let location = config.validate()?;
+    let trust = config
+        .tls
+        .load(warren_trust::Role::Scheduler, None)
+        .map_err(warren_core::config::ConfigError::Invalid)?;
     let store = Arc::new(open_store(location, config.database_pool_size).await?);
     let lease = match store.postgres_url() {
         None => ReplicaLease::Sole(sweep::SoleReplica),
@@ -99,6 +102,13 @@ pub async fn serve(
             AdvisoryLease::new(url).map_err(store::OpenError::Open)?,
         )),
     };
+    let grpc = warren_trust::Listener::new(
+        grpc,
+        trust.as_deref(),
+        &[warren_trust::Role::Node, warren_trust::Role::Gateway],
+        "scheduler",
+    )
+    .map_err(warren_core::config::ConfigError::Invalid)?;
     let result = serve_store(config, store.clone(), lease, grpc, admin, shutdown).await;
     store.close().await;
     result
@@ -121,7 +131,7 @@ async fn serve_store(
     config: Config,
     store: Arc<SqlStore>,
     lease: ReplicaLease,
-    grpc: TcpListener,
+    grpc: warren_trust::Listener,
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
@@ -172,16 +182,15 @@ async fn serve_store(
                 roster_grace: config.creating_timeout,
             },
             heartbeat_interval: config.heartbeat_interval(),
+            secure: matches!(grpc, warren_trust::Listener::Tls(_)),
         },
+        config.quotas()?,
         metrics,
         stopped.clone(),
     );
     let server = tonic::transport::Server::builder()
         .add_service(SchedulerServer::new(service))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(grpc).with_nodelay(Some(true)),
-            flipped(stopped),
-        );
+        .serve_with_incoming_shutdown(grpc.into_stream(), flipped(stopped));
     tokio::pin!(server);
     // Readiness goes false at the signal; RPCs keep being served for
     // --shutdown-delay so balancers and clients move away first.

@@ -1,7 +1,7 @@
 //! Reading and changing existing sandboxes: get, list (v1 and v2), kill,
 //! timeout and connect.
 
-use super::{owned, reply};
+use super::{access_token, owned, reply};
 use crate::auth::Team;
 use crate::error::ApiError;
 use crate::models::{parse_metadata_filter, Sandbox, SandboxDetail, Timeout};
@@ -64,7 +64,8 @@ fn detail(app: &App, b: &Binding, envd_version: String, full: bool) -> SandboxDe
 
 /// `GET /sandboxes/{id}`.
 pub(super) async fn get(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {
-    let b = owned(app, team, id).await?;
+    let mut b = owned(app, team, id).await?;
+    b.access_token = access_token(app, team, id).await?;
     let envd_version = app.envd_version(&b.endpoint).await;
     reply(StatusCode::OK, &detail(app, &b, envd_version, true))
 }
@@ -374,13 +375,14 @@ pub(super) async fn connect(
             b = set_end(app, id, wanted).await?;
         }
     }
+    let token = access_token(app, team, id).await?;
     let envd_version = app.envd_version(&b.endpoint).await;
     let json = Sandbox {
         template_id: b.template_id.clone(),
         sandbox_id: b.sandbox_id.clone(),
         client_id: b.node_id.clone(),
         envd_version,
-        envd_access_token: (!b.access_token.is_empty()).then(|| b.access_token.clone()),
+        envd_access_token: (!token.is_empty()).then_some(token),
         domain: app.settings.domain.clone(),
     };
     let mut r = warren_core::body::json(StatusCode::OK, &json);

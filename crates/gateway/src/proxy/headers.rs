@@ -89,9 +89,14 @@ impl Outgoing {
     }
 
     /// The request for the node `route` names.
-    pub(super) fn into_request(self, route: &Route, body: Body) -> Result<Request<Body>, ApiError> {
+    pub(super) fn into_request(
+        self,
+        scheme: &str,
+        route: &Route,
+        body: Body,
+    ) -> Result<Request<Body>, ApiError> {
         let uri = http::Uri::builder()
-            .scheme("http")
+            .scheme(scheme)
             .authority(route.endpoint.as_str())
             .path_and_query(self.path.as_str())
             .build()
@@ -178,7 +183,7 @@ mod tests {
             team_id: "t".into(),
         };
         let sent = out
-            .into_request(&route, warren_core::body::empty())
+            .into_request("http", &route, warren_core::body::empty())
             .unwrap();
         assert_eq!(sent.uri(), "http://127.0.0.1:9/files?path=/a");
         assert_eq!(sent.method(), Method::POST);

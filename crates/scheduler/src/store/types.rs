@@ -132,6 +132,8 @@ pub struct NodeRow {
     pub sandboxes: u32,
     pub lease_expires_at_ms: i64,
     pub registered_at_ms: i64,
+    /// When a gateway reported it unreachable (since its last heartbeat).
+    pub unreachable_since_ms: Option<i64>,
 }
 
 /// One row of the change log.
@@ -200,6 +202,19 @@ pub struct PlaceSpec {
     pub env_vars: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
     pub require_node_id: Option<String>,
+    /// A fork: copy this sandbox's environment (it must be the team's).
+    pub fork_of: Option<String>,
+    /// The team's quotas, checked in the same transaction as the insert.
+    pub quota: Quota,
+}
+
+/// A team's limits on new sandboxes; 0 means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Quota {
+    /// Most sandboxes (not paused) at once.
+    pub max_sandboxes: u32,
+    /// Most creates per minute (a token bucket holding one minute's worth).
+    pub creates_per_minute: u32,
 }
 
 /// The outcome of `Place`.

@@ -12,6 +12,7 @@
 //! Exit codes: 0 success, 1 the operation failed (the message says why), 64
 //! bad usage; `sandbox exec` exits with the command's own exit code.
 
+pub mod certs;
 pub mod chaos;
 mod node;
 mod route;

@@ -412,6 +412,14 @@ impl SqlStore {
     }
 
     /// Every node with its sandbox count and lease-derived state.
+    /// Marks a node unreachable until its next heartbeat: nothing is placed
+    /// on it meanwhile. False when it is unknown or already marked.
+    pub async fn mark_unreachable(&self, node_id: &str) -> Result<bool> {
+        let id = node_id.to_string();
+        self.detached(|s| async move { nodes::mark_unreachable(&s, &id).await })
+            .await
+    }
+
     pub async fn list_nodes(&self) -> Result<Vec<NodeRow>> {
         nodes::list(self).await
     }

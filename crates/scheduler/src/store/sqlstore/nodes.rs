@@ -270,9 +270,26 @@ pub(super) async fn list(store: &SqlStore) -> Result<Vec<NodeRow>> {
                 lease_expires_at_ms: lease,
                 registered_at_ms: r.try_get(5)?,
                 sandboxes: to_u32(r.try_get(6)?, "sandbox count")?,
+                unreachable_since_ms: r.try_get(7)?,
             })
         })
         .collect()
+}
+
+/// Marks a node unreachable (until its next heartbeat); false when it is
+/// unknown or already marked.
+pub(super) async fn mark_unreachable(store: &SqlStore, node_id: &str) -> Result<bool> {
+    let mut tx = store.write().await?;
+    let now = tx.now;
+    let marked = sqlx::query(sql::MARK_NODE_UNREACHABLE)
+        .bind(node_id)
+        .bind(now)
+        .execute(tx.conn())
+        .await?
+        .rows_affected()
+        == 1;
+    tx.commit(&store.changed).await?;
+    Ok(marked)
 }
 
 /// A node chosen for a placement.
