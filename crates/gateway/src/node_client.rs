@@ -28,12 +28,8 @@ pub fn http_client(
     connect_timeout: Duration,
     trust: Option<&warren_trust::Trust>,
 ) -> Result<HttpClient, String> {
-    let connector = warren_trust::connect::connector(
-        trust,
-        warren_trust::Role::Node,
-        connect_timeout,
-        false,
-    )?;
+    let connector =
+        warren_trust::connect::connector(trust, warren_trust::Role::Node, connect_timeout, false)?;
     Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
         .build(connector))

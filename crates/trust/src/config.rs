@@ -179,12 +179,10 @@ impl Trust {
     /// A server configuration that requires a client certificate of one of
     /// the `accept` roles.
     pub fn server_config(&self, accept: &[Role]) -> Result<Arc<ServerConfig>, String> {
-        let inner = WebPkiClientVerifier::builder_with_provider(
-            self.roots.clone(),
-            self.provider.clone(),
-        )
-        .build()
-        .map_err(|e| e.to_string())?;
+        let inner =
+            WebPkiClientVerifier::builder_with_provider(self.roots.clone(), self.provider.clone())
+                .build()
+                .map_err(|e| e.to_string())?;
         let verifier = Arc::new(RoleClientVerifier {
             inner,
             accept: accept.to_vec(),
@@ -201,12 +199,10 @@ impl Trust {
     /// accepts only a server certificate of `server` role, valid for the
     /// host dialed.
     pub fn client_config(&self, server: Role) -> Result<ClientConfig, String> {
-        let inner = WebPkiServerVerifier::builder_with_provider(
-            self.roots.clone(),
-            self.provider.clone(),
-        )
-        .build()
-        .map_err(|e| e.to_string())?;
+        let inner =
+            WebPkiServerVerifier::builder_with_provider(self.roots.clone(), self.provider.clone())
+                .build()
+                .map_err(|e| e.to_string())?;
         let verifier = Arc::new(RoleServerVerifier {
             inner,
             role: server,
@@ -288,7 +284,9 @@ impl OwnCert {
                     }
                     Ok((_, id)) => tracing::error!(cert = %self.cert_path.display(),
                         "the new certificate names {id}, not {}; keeping the old one", self.identity),
-                    Err(e) => tracing::error!(error = %e, "cannot load the renewed certificate; keeping the old one"),
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot load the renewed certificate; keeping the old one")
+                    }
                 }
             }
         }

@@ -7,8 +7,8 @@
 
 use crate::identity::Identity;
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-    IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType,
 };
 use std::path::{Path, PathBuf};
 use time::{Duration, OffsetDateTime};
@@ -27,10 +27,7 @@ pub enum IssueError {
         source: std::io::Error,
     },
     #[error("{what}: {source}")]
-    Rcgen {
-        what: String,
-        source: rcgen::Error,
-    },
+    Rcgen { what: String, source: rcgen::Error },
     #[error("{0}")]
     Invalid(String),
 }

@@ -123,9 +123,10 @@ impl warren_core::server::Accept for Listener {
                 ))
             }
             Listener::Tls(incoming) => {
-                let conn = incoming.rx.lock().await.recv().await.ok_or_else(|| {
-                    std::io::Error::other("the TLS listener stopped accepting")
-                })?;
+                let conn =
+                    incoming.rx.lock().await.recv().await.ok_or_else(|| {
+                        std::io::Error::other("the TLS listener stopped accepting")
+                    })?;
                 let peer = conn.peer.clone();
                 Ok((conn, peer))
             }
@@ -152,7 +153,11 @@ async fn accept_loop(
         };
         let Ok(permit) = slots.clone().try_acquire_owned() else {
             // Too many handshakes in flight: close this one at once.
-            limit.warn(what, addr, "too many TLS handshakes in progress; connection closed");
+            limit.warn(
+                what,
+                addr,
+                "too many TLS handshakes in progress; connection closed",
+            );
             continue;
         };
         let _ = stream.set_nodelay(true);
@@ -161,8 +166,7 @@ async fn accept_loop(
         let limit = limit.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await
-            {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     limit.warn(what, addr, &format!("refused: {e}"));

@@ -72,6 +72,8 @@ async fn health(http: &Http, gw: &str, id: &str) -> anyhow::Result<Answer> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
     let spec = Spec {
+        // This test calls the node's or the scheduler's API directly.
+        tls: false,
         nodes: 2,
         scheduler_args: vec![
             "--lease".into(),
@@ -405,6 +407,8 @@ async fn black_hole() -> (String, Vec<tokio::net::TcpStream>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_node_costs_a_request_about_the_connect_timeout() {
     let spec = Spec {
+        // This test calls the node's or the scheduler's API directly.
+        tls: false,
         nodes: 1,
         gateway_args: vec!["--connect-timeout".into(), "500ms".into()],
         ..Spec::default()

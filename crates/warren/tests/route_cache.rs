@@ -55,6 +55,8 @@ impl Rig {
     async fn start_each(gateway_args: [&[&str]; 2]) -> Rig {
         let strings = |args: &[&str]| args.iter().map(|a| a.to_string()).collect();
         let spec = Spec {
+            // This test calls the node's or the scheduler's API directly.
+            tls: false,
             nodes: 2,
             gateways: 2,
             keys: vec![(KEY.into(), "team-a".into())],

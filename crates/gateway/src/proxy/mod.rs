@@ -99,7 +99,13 @@ async fn forward(
         Prepared::Replayable(bytes) => (full(bytes.clone()), Some((outgoing.clone(), bytes))),
         Prepared::Streaming(body) => (boxed(body), None),
     };
-    let signal = match send(app, outgoing.into_request(app.node_scheme, &route, body)?, &route).await? {
+    let signal = match send(
+        app,
+        outgoing.into_request(app.node_scheme, &route, body)?,
+        &route,
+    )
+    .await?
+    {
         Attempt::Answered(resp) => return finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => signal,
     };
@@ -138,7 +144,13 @@ async fn forward(
         return Err(ApiError::sandbox_moved(id));
     };
     app.metrics.cache_retries.inc();
-    match send(app, outgoing.into_request(app.node_scheme, &fresh, full(bytes))?, &fresh).await? {
+    match send(
+        app,
+        outgoing.into_request(app.node_scheme, &fresh, full(bytes))?,
+        &fresh,
+    )
+    .await?
+    {
         Attempt::Answered(resp) => finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => {
             // Wrong twice in a row: no second retry ("Retry only what is safe").

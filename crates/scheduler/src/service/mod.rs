@@ -113,7 +113,12 @@ impl SchedulerService {
             warren_trust::Role::Node => Caller::Node(identity.name.clone()),
             warren_trust::Role::Gateway => Caller::Gateway,
             warren_trust::Role::Scheduler => {
-                return Err(refuse(rpc, peer, identity, "schedulers call no scheduler RPCs"))
+                return Err(refuse(
+                    rpc,
+                    peer,
+                    identity,
+                    "schedulers call no scheduler RPCs",
+                ))
             }
         };
         let ok = match (allowed, &caller) {
@@ -346,7 +351,10 @@ impl SchedulerService {
         validate::label("team_id", &r.team_id)?;
         let b = self.get_binding(&r.sandbox_id).await?;
         if b.team_id != r.team_id {
-            return Err(Error::NotFound(format!("sandbox {} not found", r.sandbox_id)));
+            return Err(Error::NotFound(format!(
+                "sandbox {} not found",
+                r.sandbox_id
+            )));
         }
         Ok(pb::AccessToken {
             access_token: b.access_token,
@@ -460,7 +468,8 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::ReassignRequest>,
     ) -> Result<Response<pb::Placement>, Status> {
-        rpc!(self, req, "Reassign", Gateways, |r, caller| self.reassign(r))
+        rpc!(self, req, "Reassign", Gateways, |r, caller| self
+            .reassign(r))
     }
 
     async fn record_assignment(
@@ -475,25 +484,33 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::LookupNodeRequest>,
     ) -> Result<Response<pb::Route>, Status> {
-        rpc!(self, req, "LookupNode", Gateways, |r, caller| self.lookup_node(r))
+        rpc!(self, req, "LookupNode", Gateways, |r, caller| self
+            .lookup_node(r))
     }
 
     async fn report_sandbox_event(
         &self,
         req: Request<pb::ReportSandboxEventRequest>,
     ) -> Result<Response<pb::ReportSandboxEventResponse>, Status> {
-        rpc!(self, req, "ReportSandboxEvent", NodesAndGateways, |r, caller| async {
-            speaks_for("ReportSandboxEvent", &caller, &r.node_id)?;
-            self.report_sandbox_event(r).await
-        })
+        rpc!(
+            self,
+            req,
+            "ReportSandboxEvent",
+            NodesAndGateways,
+            |r, caller| async {
+                speaks_for("ReportSandboxEvent", &caller, &r.node_id)?;
+                self.report_sandbox_event(r).await
+            }
+        )
     }
 
     async fn report_node_unreachable(
         &self,
         req: Request<pb::ReportNodeUnreachableRequest>,
     ) -> Result<Response<pb::ReportNodeUnreachableResponse>, Status> {
-        rpc!(self, req, "ReportNodeUnreachable", Gateways, |r, caller| self
-            .report_node_unreachable(r))
+        rpc!(self, req, "ReportNodeUnreachable", Gateways, |r, caller| {
+            self.report_node_unreachable(r)
+        })
     }
 
     async fn list_sandboxes(
@@ -526,14 +543,16 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
-        rpc!(self, req, "ListNodes", Gateways, |_r, caller| self.list_nodes())
+        rpc!(self, req, "ListNodes", Gateways, |_r, caller| self
+            .list_nodes())
     }
 
     async fn set_timeout(
         &self,
         req: Request<pb::SetTimeoutRequest>,
     ) -> Result<Response<pb::Binding>, Status> {
-        rpc!(self, req, "SetTimeout", Gateways, |r, caller| self.set_timeout(r))
+        rpc!(self, req, "SetTimeout", Gateways, |r, caller| self
+            .set_timeout(r))
     }
 
     type WatchBindingsStream =
