@@ -124,6 +124,38 @@ impl Trust {
         cert: &Path,
         key: &Path,
     ) -> Result<Trust, String> {
+        let trust = Trust::read(role, name, ca, cert, key)?;
+        // The certificate must chain to the CA we were given and be valid
+        // now, or every peer would refuse us: say so at start rather than
+        // at every handshake.
+        let verifier = WebPkiClientVerifier::builder_with_provider(
+            trust.roots.clone(),
+            trust.provider.clone(),
+        )
+        .build()
+        .map_err(|e| format!("{}: {e}", ca.display()))?;
+        let current = trust.own.current();
+        verifier
+            .verify_client_cert(&current.cert[0], &current.cert[1..], UnixTime::now())
+            .map_err(|e| {
+                format!(
+                    "{}: the certificate is not valid under {}: {e}",
+                    cert.display(),
+                    ca.display()
+                )
+            })?;
+        Ok(trust)
+    }
+
+    /// [`Trust::load`] without checking that the certificate is valid now
+    /// under the CA: for tools, and for tests that present a bad one.
+    pub fn read(
+        role: Role,
+        name: Option<&str>,
+        ca: &Path,
+        cert: &Path,
+        key: &Path,
+    ) -> Result<Trust, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
         let cas = read_certs(ca)?;
@@ -149,31 +181,12 @@ impl Trust {
                 ));
             }
         }
-        let trust = Trust {
+        Ok(Trust {
             identity,
             roots: Arc::new(roots),
             provider,
             own: Arc::new(own),
-        };
-        // The certificate must chain to the CA we were given, or every
-        // peer would refuse us: say so now rather than at every handshake.
-        let verifier = WebPkiClientVerifier::builder_with_provider(
-            trust.roots.clone(),
-            trust.provider.clone(),
-        )
-        .build()
-        .map_err(|e| format!("{}: {e}", ca.display()))?;
-        let current = trust.own.current();
-        verifier
-            .verify_client_cert(&current.cert[0], &current.cert[1..], UnixTime::now())
-            .map_err(|e| {
-                format!(
-                    "{}: the certificate is not valid under {}: {e}",
-                    cert.display(),
-                    ca.display()
-                )
-            })?;
-        Ok(trust)
+        })
     }
 
     /// A server configuration that requires a client certificate of one of

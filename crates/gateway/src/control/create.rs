@@ -74,9 +74,13 @@ pub(super) async fn create(
         require_node_id: String::new(),
         fork_of: String::new(),
     };
-    // A node that cannot even be connected to got nothing: the create is
-    // placed once more, on another node (the scheduler skips the node this
-    // gateway reports unreachable until it heartbeats again).
+    // A node that cannot be reached (the connection is refused, or drops
+    // before any answer, as when the node is killed) is reported to the
+    // scheduler, which places nothing more on it until it heartbeats again,
+    // and the create is placed once more, on another node. The first
+    // placement is removed first (a fenced DELETE): were the node alive
+    // after all, its roster would list a sandbox the scheduler no longer
+    // assigns to it, and the node would be told to kill it.
     let mut attempts = 0;
     let (placement, binding, info) = loop {
         attempts += 1;
@@ -100,11 +104,16 @@ pub(super) async fn create(
         };
         let created = app.nodes.create(&placement.endpoint, &child).await;
         match created {
-            Err(e) if e.is_connect() && attempts == 1 => {
+            Err(e @ NodeError::Unreachable { .. }) if attempts == 1 => {
                 tracing::warn!(sandbox = %placement.sandbox_id, node = %placement.node_id, error = %e,
-                    "cannot connect to the node; placing the create on another node");
+                    "cannot reach the node; placing the create on another node");
                 report_unreachable(app, &placement.node_id, &e).await;
-                forget(app, &placement).await;
+                if e.is_connect() {
+                    // Nothing was sent, so nothing is on the node.
+                    forget(app, &placement).await;
+                } else {
+                    abandon(app, &placement).await;
+                }
             }
             created => {
                 let info = finish(app, &placement, created).await?;

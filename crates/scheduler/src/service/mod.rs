@@ -121,12 +121,12 @@ impl SchedulerService {
                 ))
             }
         };
-        let ok = match (allowed, &caller) {
-            (Allowed::NodesAndGateways, _) => true,
-            (Allowed::Nodes, Caller::Node(_)) => true,
-            (Allowed::Gateways, Caller::Gateway) => true,
-            _ => false,
-        };
+        let ok = matches!(
+            (allowed, &caller),
+            (Allowed::NodesAndGateways, _)
+                | (Allowed::Nodes, Caller::Node(_))
+                | (Allowed::Gateways, Caller::Gateway)
+        );
         if !ok {
             let why = match allowed {
                 Allowed::Nodes => "only nodes may call it",
