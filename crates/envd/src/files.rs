@@ -157,10 +157,25 @@ async fn download(jail: &Jail, query: &Query, head: bool) -> Response<Body> {
             format!("path {:?} is a directory", r.client),
         );
     }
+    if !meta.is_file() {
+        // A device, pipe or socket has no end to read to (`/dev/zero`) or
+        // blocks until a writer comes (a FIFO).
+        return reply::error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "path {:?} is not a regular file (a device, pipe or socket) and cannot be downloaded",
+                r.client
+            ),
+        );
+    }
+    let length = trusted_size(&file, meta.len());
     let body = if head {
         reply::empty()
     } else {
-        let frames = tokio_util::io::ReaderStream::new(file)
+        // With a length, exactly that many bytes: a file that grows while
+        // it is sent cannot overrun the answer's framing.
+        let reader = tokio::io::AsyncReadExt::take(file, length.unwrap_or(u64::MAX));
+        let frames = tokio_util::io::ReaderStream::new(reader)
             .map_ok(Frame::data)
             .map_err(|e| Box::new(e) as reply::BoxError);
         BodyExt::boxed_unsync(StreamBody::new(frames))
@@ -177,11 +192,40 @@ async fn download(jail: &Jail, query: &Query, head: bool) -> Response<Body> {
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/octet-stream"),
     );
-    h.insert(header::CONTENT_LENGTH, meta.len().into());
+    if let Some(length) = length {
+        h.insert(header::CONTENT_LENGTH, length.into());
+    }
     if let Ok(v) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     res
+}
+
+/// The size a download can announce as `Content-Length`, or `None` when
+/// the file must be read to its end instead: files of the kernel's
+/// pseudo-filesystems report a size of 0 (`/proc`) or a page (`/sys`)
+/// whatever they hold, and a size of 0 proves nothing anywhere.
+fn trusted_size(file: &tokio::fs::File, size: u64) -> Option<u64> {
+    use nix::sys::statfs::{self as fs, fstatfs};
+    const PSEUDO: [fs::FsType; 9] = [
+        fs::PROC_SUPER_MAGIC,
+        fs::SYSFS_MAGIC,
+        fs::DEBUGFS_MAGIC,
+        fs::TRACEFS_MAGIC,
+        fs::SECURITYFS_MAGIC,
+        fs::CGROUP_SUPER_MAGIC,
+        fs::CGROUP2_SUPER_MAGIC,
+        fs::BPF_FS_MAGIC,
+        fs::SELINUX_MAGIC,
+    ];
+    if size == 0 {
+        return None;
+    }
+    match fstatfs(file) {
+        Ok(st) if PSEUDO.contains(&st.filesystem_type()) => None,
+        Ok(_) => Some(size),
+        Err(_) => None,
+    }
 }
 
 async fn upload(

@@ -13,6 +13,7 @@
 //! # Layout
 //! - [`config`]: flags/env ([`Config`]) and their validated form ([`Settings`]).
 //! - [`server`]: the HTTP listener, access-token check and routing.
+//! - [`drain`]: reading what is left of a body after an early answer.
 //! - [`files`]: `/files` download and upload (multipart, octet-stream, gzip).
 //! - [`process`]: `process.Process` — [`process::manager`] (the process
 //!   table), [`process::output`] (the output log), [`process::stream`]
@@ -27,6 +28,7 @@
 #![cfg_attr(test, allow(unused_crate_dependencies))]
 
 pub mod config;
+pub mod drain;
 pub mod entry;
 pub mod files;
 pub mod filesystem;

@@ -9,6 +9,7 @@
 //! `unauthenticated` error in their own wire shape.
 
 use crate::config::Settings;
+use crate::drain::{self, DrainOnDrop};
 use crate::files;
 use crate::filesystem::FilesystemService;
 use crate::paths::Jail;
@@ -28,7 +29,9 @@ use warren_core::body::{self as reply, Body};
 use warren_core::server::{self as http_server, Accept};
 
 /// The largest Connect message envd accepts (a SendInput chunk, say). Larger
-/// ones are refused with `resource_exhausted` before they are buffered.
+/// ones are refused with `resource_exhausted` before they are buffered
+/// (and a unary request whose `Content-Length` says so before any of it is
+/// read: `oversized_unary`).
 const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// How long in-flight requests may finish after shutdown is asked for
@@ -159,17 +162,67 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
     }
     let is_files = path == "/files";
     if !authorized(app, &req, is_files) {
-        return unauthorized(&req);
+        let answer = unauthorized(&req);
+        drain::discard(req.into_body());
+        return answer;
     }
     if is_files {
         return files::handle(&app.jail, req).await;
     }
+    if let Some(answer) = oversized_unary(&req) {
+        drain::discard(req.into_body());
+        return answer;
+    }
+    // Connect answers a body over its limit (a streamed unary request, a
+    // streaming message) before reading the rest; the rest is read anyway
+    // so that the answer arrives (see `drain`).
+    let req = req.map(DrainOnDrop::new);
     let mut connect = app.connect.clone();
     let res = match tower_service::Service::call(&mut connect, req).await {
         Ok(res) => res,
         Err(never) => match never {},
     };
     res.map(|b| b.map_err(|never| match never {}).boxed_unsync())
+}
+
+/// A unary Connect request whose `Content-Length` is over the message
+/// limit, answered `resource_exhausted` (HTTP 429 in Connect's mapping)
+/// with a message naming the limit, before any of it is read.
+fn oversized_unary(req: &Request<Incoming>) -> Option<Response<Body>> {
+    let content_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)?
+        .to_str()
+        .ok()?;
+    // Streaming RPCs (`application/connect+...`) are checked per message.
+    if req.method() != Method::POST
+        || !content_type.starts_with("application/")
+        || content_type.starts_with("application/connect+")
+        || content_type.starts_with("application/grpc")
+    {
+        return None;
+    }
+    let length: u64 = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    if length <= MAX_MESSAGE_BYTES as u64 {
+        return None;
+    }
+    let message = format!(
+        "request body of {length} bytes is over envd's limit of {MAX_MESSAGE_BYTES} bytes \
+         ({} MiB) for one Connect request; send large input in several requests, and \
+         files with POST /files",
+        MAX_MESSAGE_BYTES >> 20
+    );
+    Some(
+        ConnectError::resource_exhausted(message)
+            .into_http_response(req.headers())
+            .map(|b| b.map_err(|never| match never {}).boxed_unsync()),
+    )
 }
 
 fn authorized(app: &App, req: &Request<Incoming>, is_files: bool) -> bool {

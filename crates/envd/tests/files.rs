@@ -183,6 +183,81 @@ async fn download_errors_use_e2b_json() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "path is required");
 }
 
+/// Files of the kernel's pseudo-filesystems say they are empty (`/proc`)
+/// or a page long (`/sys`): a download reads them to their end instead of
+/// trusting that size. Devices and pipes, which have no end, are refused.
+#[tokio::test]
+async fn proc_files_download_with_their_content() {
+    // This envd's root is the host's, so `/proc/self` is this test process.
+    let envd = TestEnvd::start_with(|s| warren_envd::Settings {
+        root: "/".into(),
+        home: "/tmp".into(),
+        ..s
+    })
+    .await;
+    let (status, headers, body) = envd
+        .http("GET", "/files?path=/proc/self/status", &[], vec![])
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.starts_with("Name:") && text.contains("\nPid:\t"),
+        "{text:?}"
+    );
+    assert!(
+        headers.get("content-length").is_none(),
+        "a /proc file's size (0) is not announced: {headers:?}"
+    );
+    let (status, _, body) = envd
+        .http("GET", "/files?path=/proc/cpuinfo", &[], vec![])
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("processor"));
+    if std::path::Path::new("/sys/kernel/osrelease").exists() {
+        let (status, _, body) = envd
+            .http("GET", "/files?path=/sys/kernel/osrelease", &[], vec![])
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let expected = std::fs::read("/sys/kernel/osrelease").expect("osrelease");
+        assert_eq!(
+            body, expected,
+            "a sysfs file (4096 by its size) downloads whole"
+        );
+    }
+
+    // A regular file still announces its length, and sends exactly it.
+    let data = random_bytes(100_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("regular.bin");
+    std::fs::write(&file, &data).expect("write");
+    let (status, headers, body) = envd
+        .http(
+            "GET",
+            &format!("/files?path={}", file.display()),
+            &[],
+            vec![],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-length"], "100000");
+    assert_eq!(body, data);
+
+    for device in ["/dev/zero", "/dev/null"] {
+        let (status, _, body) = envd
+            .http("GET", &format!("/files?path={device}"), &[], vec![])
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{device}");
+        let err = json(&body);
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("not a regular file"),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn filesystem_rpcs_stat_list_make_move_remove() {
     let envd = TestEnvd::start().await;

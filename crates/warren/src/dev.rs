@@ -39,7 +39,10 @@ pub struct Config {
     /// How many gateways to start.
     #[arg(long, env = "WARREN_DEV_GATEWAYS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub gateways: u16,
-    /// The API key clients use (team `dev`); a random one is generated and printed if unset.
+    /// The API key clients use (team `dev`); a random one in E2B's format
+    /// (`e2b_` and 40 hex digits) is generated and printed if unset. Any
+    /// key without spaces or ':' works; one not in E2B's format is warned
+    /// about, since versions of the JavaScript SDK refuse it.
     #[arg(long, env = "WARREN_DEV_API_KEY")]
     pub api_key: Option<String>,
     /// Sandbox runtime for the nodes: auto (isolated when it works), isolated or process.
@@ -148,8 +151,17 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
             )
             .into())
         }
-        Some(k) => k.clone(),
-        None => format!("warren_{}", warren_core::id::random_token(32)),
+        Some(k) => {
+            if !warren_core::id::is_e2b_api_key(k) {
+                eprintln!(
+                    "warren dev: warning: --api-key is not in E2B's format (e2b_ and 40 \
+                     lowercase hex digits): the gateway, the CLI and the Python SDK take it, \
+                     but versions of the JavaScript e2b SDK refuse it before sending anything"
+                );
+            }
+            k.clone()
+        }
+        None => warren_core::id::new_e2b_api_key(),
     };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;

@@ -16,7 +16,8 @@ use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::sdk::run_case;
 
-const KEY: &str = "sbx-key";
+/// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
+const KEY: &str = "e2b_1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c5e7b9d";
 const TEMPLATE_DIR: &str = "/var/lib/warren/templates";
 
 async fn cluster() -> Cluster {

@@ -66,6 +66,9 @@ pub enum ProcError {
     /// The working directory is not valid.
     #[error(transparent)]
     Path(#[from] crate::paths::PathError),
+    /// An env var or argument no program can be given (NUL, too long).
+    #[error("{0}")]
+    Invalid(String),
     /// The working directory does not exist (or is not a directory).
     #[error("working directory {0:?} does not exist or is not a directory")]
     Cwd(String),
@@ -240,6 +243,35 @@ impl Proc {
     }
 }
 
+/// Refuses, with a message naming it, what `execve` would refuse for one
+/// variable or argument (a NUL, or more than the kernel's
+/// `MAX_ARG_STRLEN`); what is too large only all together is the
+/// kernel's `E2BIG` at spawn, reported as the same kind of error.
+fn check_spec(spec: &Spec) -> Result<(), ProcError> {
+    for (name, value) in &spec.envs {
+        warren_core::env::check_shape(name, value).map_err(ProcError::Invalid)?;
+    }
+    for (i, arg) in std::iter::once(&spec.cmd).chain(&spec.args).enumerate() {
+        let what = if i == 0 {
+            "cmd".to_string()
+        } else {
+            format!("args[{}]", i - 1)
+        };
+        if arg.contains('\0') {
+            return Err(ProcError::Invalid(format!("{what} contains NUL")));
+        }
+        if arg.len() > warren_core::env::MAX_VAR_BYTES {
+            return Err(ProcError::Invalid(format!(
+                "{what} is too long: {} bytes, the limit is {} bytes (the kernel's \
+                 largest single argument)",
+                arg.len(),
+                warren_core::env::MAX_VAR_BYTES
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// An attached stream's read position; dropping it detaches the stream.
 #[derive(Debug)]
 pub struct Cursor {
@@ -330,6 +362,7 @@ impl Manager {
     /// Starts a process; its output is recorded from the first byte, and
     /// the returned cursor (at offset 0) holds it for the starting client.
     pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
+        check_spec(&spec)?;
         let identity = self.jail.users().lookup(spec.user.as_deref())?;
         // A user's own home is the default directory, as on a login.
         let default_cwd = identity.as_ref().map_or("", |i| i.home.as_str());
