@@ -332,7 +332,6 @@ mod tests {
     fn rejects_bad_values() {
         let bad: &[&[&str]] = &[
             &["--node-id", "Bad_Id"],
-            &["--scheduler", "https://127.0.0.1:50051"],
             &["--scheduler", " , "],
             &["--advertise", "nohost"],
             &["--capacity", "0"],

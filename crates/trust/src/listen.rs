@@ -169,7 +169,7 @@ async fn accept_loop(
             let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
-                    limit.warn(what, addr, &format!("refused: {e}"));
+                    limit.warn(what, addr, &format!("refused: {}", explain(&e)));
                     return;
                 }
                 Err(_) => {
@@ -200,6 +200,24 @@ async fn accept_loop(
                 })
                 .await;
         });
+    }
+}
+
+/// A handshake failure in words an operator can act on.
+fn explain(e: &std::io::Error) -> String {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidMessage(_)) => format!(
+            "the client does not speak TLS ({e}); internal listeners need mutual TLS \
+             with a certificate from the cluster CA"
+        ),
+        Some(rustls::Error::NoCertificatesPresented) => {
+            "the client presented no certificate; internal listeners need one from the cluster CA"
+                .into()
+        }
+        _ => e.to_string(),
     }
 }
 

@@ -120,9 +120,16 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
         .issue(&id, &["127.0.0.1".into()], Validity::days(30))
         .expect("issue");
     let (cert, key) = issued.save(&dir, "gw").expect("save");
-    // Trusts the foreign CA, so it can only fail on the server's side.
-    let foreign_trust =
-        Trust::load(Role::Gateway, None, &dir.join("ca.pem"), &cert, &key).expect("load");
+    // Trusts the cluster's CA (so the client accepts the scheduler): only
+    // the scheduler can refuse it.
+    let foreign_trust = Trust::read(
+        Role::Gateway,
+        None,
+        &c.dir().join("certs/ca.pem"),
+        &cert,
+        &key,
+    )
+    .expect("load");
     let err = list_all(&scheduler_as(&c, Some(&foreign_trust)))
         .await
         .expect_err("unknown CA");
