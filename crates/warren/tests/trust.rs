@@ -69,6 +69,25 @@ async fn list_all(
     .map(|r| r.sandboxes)
 }
 
+/// `RegisterNode` as `node_id`, with a huge capacity (what an attacker wants
+/// the next creates placed on).
+async fn register(
+    s: &Scheduler,
+    node_id: &str,
+) -> Result<warren_proto::scheduler::v1::RegisterNodeResponse, tonic::Status> {
+    s.call("RegisterNode", |mut c| async move {
+        c.register_node(RegisterNodeRequest {
+            node_id: node_id.into(),
+            endpoint: "127.0.0.1:1".into(),
+            capacity: 1000,
+            incarnation: 7,
+            roster: vec![],
+        })
+        .await
+    })
+    .await
+}
+
 async fn create(c: &Cluster, gateway: usize, key: &str) -> warren_test_support::http::Answer {
     Http::default()
         .send(
@@ -151,17 +170,7 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
         .expect_err("node-9 speaking for node-1");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("node-1"), "{}", err.message());
-    let err = as_node9
-        .call("RegisterNode", |mut s| async move {
-            s.register_node(RegisterNodeRequest {
-                node_id: "node-1".into(),
-                endpoint: "127.0.0.1:1".into(),
-                capacity: 1000,
-                incarnation: 7,
-                roster: vec![],
-            })
-            .await
-        })
+    let err = register(&as_node9, "node-1")
         .await
         .expect_err("node-9 registering as node-1");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
@@ -172,17 +181,7 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
     // A gateway certificate calling node-only RPCs.
     let gw = trust_as(&c, Role::Gateway, "gateway-9", None, Validity::days(1));
     let as_gw = scheduler_as(&c, Some(&gw));
-    let err = as_gw
-        .call("RegisterNode", |mut s| async move {
-            s.register_node(RegisterNodeRequest {
-                node_id: "evil".into(),
-                endpoint: "127.0.0.1:1".into(),
-                capacity: 1000,
-                incarnation: 7,
-                roster: vec![],
-            })
-            .await
-        })
+    let err = register(&as_gw, "evil")
         .await
         .expect_err("a gateway registering a node");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
