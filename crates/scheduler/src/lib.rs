@@ -42,7 +42,7 @@ use std::time::Duration;
 use store::postgres::{AdvisoryLease, ReplicaLease};
 use store::{SqlStore, SweepSettings};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
+use tonic::codegen::{http, Service as _};
 use warren_core::admin::Admin;
 use warren_proto::scheduler::v1::scheduler_server::SchedulerServer;
 
@@ -52,6 +52,9 @@ const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs `warren scheduler` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config) -> anyhow::Result<()> {
     config.validate()?;
+    // The scheduler starts no programs: its connection limits, not EMFILE,
+    // should decide when connections are refused.
+    warren_core::server::raise_fd_limit();
     let grpc = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (--listen)", config.listen))?;
@@ -78,8 +81,6 @@ pub enum ServeError {
     Open(#[from] store::OpenError),
     #[error(transparent)]
     Store(#[from] error::Error),
-    #[error("gRPC server failed: {0}")]
-    Transport(#[from] tonic::transport::Error),
 }
 
 /// Serves the scheduler on `grpc` and the admin endpoints on `admin` until
@@ -160,7 +161,12 @@ async fn serve_store(
         metrics.clone(),
         stopped.clone(),
     ));
-    let admin_task = tokio::spawn(admin.clone().serve(admin_listener, flipped(admin_stopped)));
+    let (grpc_limits, admin_limits) = config.listener_limits()?;
+    let admin_task = tokio::spawn(admin.clone().serve(
+        admin_listener,
+        flipped(admin_stopped),
+        admin_limits,
+    ));
 
     let store_name = store.backend().name();
     let service = service::SchedulerService::new(
@@ -176,12 +182,26 @@ async fn serve_store(
         metrics,
         stopped.clone(),
     );
-    let server = tonic::transport::Server::builder()
-        .add_service(SchedulerServer::new(service))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(grpc).with_nodelay(Some(true)),
-            flipped(stopped),
-        );
+    // The gRPC service on the one server loop every listener runs, with
+    // its timeouts, connection limit and drain (h2c; HTTP/1.1 callers get
+    // gRPC's answer to a request it cannot serve).
+    let routes = tonic::service::Routes::new(SchedulerServer::new(service)).prepare();
+    let handler = move |_peer, req: http::Request<warren_core::server::Incoming>| {
+        let mut routes = routes.clone();
+        async move {
+            match routes.call(req).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            }
+        }
+    };
+    let server = warren_core::server::serve(
+        grpc,
+        handler,
+        flipped(stopped),
+        grpc_limits,
+        admin.listeners.listener("grpc"),
+    );
     tokio::pin!(server);
     // Readiness goes false at the signal; RPCs keep being served for
     // --shutdown-delay so balancers and clients move away first.
@@ -190,20 +210,15 @@ async fn serve_store(
     admin.set_ready(true);
     tracing::info!(store = store_name, "scheduler serving");
 
-    let result = tokio::select! {
-        r = &mut server => r,
-        _ = &mut shutdown => {
+    tokio::select! {
+        () = &mut server => {}
+        () = &mut shutdown => {
             admin.set_ready(false);
             let _ = stop.send(true);
-            match tokio::time::timeout(config.drain_timeout, &mut server).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(timeout = ?config.drain_timeout, "drain timeout; closing what is left");
-                    Ok(())
-                }
-            }
+            // Stopped accepting; in-flight RPCs get --drain-timeout.
+            server.await;
         }
-    };
+    }
     admin.set_ready(false);
     let _ = stop.send(true);
     for task in [hub_task, sweep_task].into_iter().chain(listener_task) {
@@ -214,7 +229,7 @@ async fn serve_store(
     let _ = admin_stop.send(true);
     let _ = tokio::time::timeout(TASK_STOP_TIMEOUT, admin_task).await;
     tracing::info!("scheduler stopped");
-    Ok(result?)
+    Ok(())
 }
 
 /// Resolves once the flag is true (or its sender is gone).
