@@ -1,7 +1,8 @@
 //! The envd HTTP server: the shared `warren_core::server` loop (HTTP/1.1 and
-//! h2c, header-read timeout, drain) on a TCP or Unix listener, routing
-//! `/health`, `/files` and everything else to the Connect router. The
-//! listener is created apart from serving (`crate::bind_api`).
+//! h2c, the timeouts and connection limit of `Settings::listener`, drain)
+//! on a TCP or Unix listener, routing `/health`, `/files` and everything
+//! else to the Connect router. The listener is created apart from serving
+//! (`crate::bind_api`).
 //!
 //! Every request but `GET /health` needs the access token when one is set:
 //! `X-Access-Token`, or for `/files` a presigned signature. Without it,

@@ -20,7 +20,9 @@
 //! - [`metrics`]: `warren_scheduler_*` Prometheus metrics.
 //! - [`error`]: the error type and its gRPC status mapping.
 //! - this file: [`main`] (binds, announces, serves until SIGTERM) and [`serve`]
-//!   (the same on listeners passed in, for in-process tests).
+//!   (the same on listeners passed in, for in-process tests). The gRPC
+//!   service runs on `warren_core::server`, the loop and listener limits
+//!   every part shares.
 // Dev-dependencies are for the integration tests under tests/; this crate's
 // own unit-test build sees them too.
 #![cfg_attr(test, allow(unused_crate_dependencies))]
