@@ -92,8 +92,10 @@ pub struct Config {
 }
 
 /// Default `--max-connections`: envd's one client is its node, with a
-/// connection per request in flight and per open stream.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// connection per request in flight and per open stream. It stays within
+/// what the usual open-file limit of 1024 leaves room for, which envd (like
+/// its node) does not raise: the sandbox's processes would inherit it.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 
 /// How long in-flight requests may finish after shutdown is asked for
 /// (process streams end once their processes are killed).

@@ -155,8 +155,8 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_MAX_CONNECTIONS", default_value_t = 10_000)]
     pub max_connections: usize,
 
-    /// Most connections open at once from one client IP address (0 = no
-    /// cap). Behind a load balancer every connection comes from its
+    /// Most connections open at once from one client IP address, an IPv6
+    /// client's /64 (0 = no cap). Behind a load balancer every connection comes from its
     /// address: raise this above the balancer's connection count, or 0.
     #[arg(
         long,

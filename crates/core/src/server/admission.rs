@@ -64,7 +64,7 @@ impl Admission {
             self.open.fetch_sub(1, Ordering::AcqRel);
             return Err(self.refuse(Refusal::MaxConnections, peer));
         }
-        let peer = match (self.per_peer, peer) {
+        let peer = match (self.per_peer, peer.map(peer_key)) {
             (Some(cap), Some(ip)) => {
                 let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
                 let n = peers.entry(ip).or_insert(0);
@@ -112,6 +112,19 @@ impl Admission {
     }
 }
 
+/// Whose share of the per-peer cap a connection from `ip` takes: its IPv4
+/// address (also when it arrives IPv4-mapped on a dual-stack listener), or
+/// its IPv6 /64, the least one host is usually given.
+fn peer_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !u128::from(u64::MAX)).into()),
+        },
+    }
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let a = &self.admission;
@@ -153,6 +166,27 @@ mod tests {
         let _again = a.admit(Some(one)).expect("a freed place is free");
         let peers = a.peers.lock().unwrap_or_else(|p| p.into_inner());
         assert_eq!(peers.get(&one), Some(&2));
+    }
+
+    #[test]
+    fn an_ipv6_peer_is_its_64_and_a_mapped_one_its_ipv4_address() {
+        let a = Admission::new(10, Some(1), Metrics::default().listener("t"));
+        let one: IpAddr = "2001:db8:1:2::1".parse().expect("ip");
+        let same_64: IpAddr = "2001:db8:1:2:ffff::9".parse().expect("ip");
+        let other_64: IpAddr = "2001:db8:1:3::1".parse().expect("ip");
+        let _s = a.admit(Some(one)).expect("first");
+        assert_eq!(
+            a.admit(Some(same_64)).err(),
+            Some(Refusal::MaxConnectionsPerPeer)
+        );
+        let _t = a.admit(Some(other_64)).expect("another /64");
+        let v4: IpAddr = [192, 0, 2, 1].into();
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().expect("ip");
+        let _u = a.admit(Some(v4)).expect("v4");
+        assert_eq!(
+            a.admit(Some(mapped)).err(),
+            Some(Refusal::MaxConnectionsPerPeer)
+        );
     }
 
     #[test]

@@ -143,9 +143,11 @@ pub fn raise_fd_limit() -> Option<u64> {
     Some(soft)
 }
 
-/// `max_connections` lowered, loudly, to what the open-file limit leaves
-/// room for; a limit the process cannot reach would make `EMFILE`, which
-/// also starves established connections of upstream sockets, the limit.
+/// `max_connections` lowered to what the open-file limit leaves room for:
+/// a limit the process cannot reach would make `EMFILE`, which also starves
+/// established connections of upstream sockets, the limit. Said at info
+/// level: the node's default meets a default open-file limit of 1024 under
+/// `warren dev`, where a warning would only alarm.
 pub(crate) fn fit_fd_limit(limits: Limits, listener: &str) -> Limits {
     use nix::sys::resource::{getrlimit, Resource};
     let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) else {
@@ -155,7 +157,7 @@ pub(crate) fn fit_fd_limit(limits: Limits, listener: &str) -> Limits {
     if limits.max_connections <= room {
         return limits;
     }
-    tracing::warn!(
+    tracing::info!(
         listener,
         configured = limits.max_connections,
         admitted = room.max(1),
