@@ -441,6 +441,26 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--header-read-timeout"), "{err}");
+
+        // The TOML keys are the flag names.
+        let dir = std::env::temp_dir().join(format!("warren-gw-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.join("gateway.toml");
+        std::fs::write(
+            &file,
+            "api-key = [\"k:t\"]\nmax-connections = 300\nmax-connections-per-peer = 20\n\
+             idle-timeout = \"5m\"\nbody-progress-timeout = \"2s\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let args = ["gw"].map(std::ffi::OsString::from);
+        let config: Config =
+            warren_core::config::load_from(args, Some(&file)).unwrap_or_else(|e| panic!("{e}"));
+        let s = config.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.listener.max_connections, 300);
+        assert_eq!(s.listener.max_connections_per_peer, Some(20));
+        assert_eq!(s.listener.idle_timeout, Duration::from_secs(300));
+        assert_eq!(s.listener.body_progress_timeout, Duration::from_secs(2));
+        assert_eq!(s.admin_listener.idle_timeout, Duration::from_secs(300));
     }
 
     #[test]
