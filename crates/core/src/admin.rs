@@ -3,6 +3,7 @@
 //! `GET /readyz` (200 while the component wants traffic; 503 once shutdown
 //! has begun, so load balancers drain it first).
 
+use crate::server::{self, Incoming, Limits};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
@@ -11,8 +12,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use tokio::net::TcpListener;
-
-use crate::server::{self, Incoming, Limits};
 
 /// Shared state behind the admin endpoints.
 #[derive(Clone)]

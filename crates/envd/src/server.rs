@@ -24,8 +24,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use warren_core::body::{self as reply, Body};
-use warren_core::server::Incoming;
-use warren_core::server::{self as http_server, Accept};
+use warren_core::server::{self as http_server, Accept, Incoming};
 
 /// The largest Connect message envd accepts (a SendInput chunk, say). Larger
 /// ones are refused with `resource_exhausted` before they are buffered.

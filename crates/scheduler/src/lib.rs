@@ -128,6 +128,7 @@ async fn serve_store(
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let (grpc_limits, admin_limits) = config.listener_limits()?;
     let admin = Admin::new("warren_scheduler");
     let metrics = match admin.registry.write() {
         Ok(mut registry) => metrics::Metrics::register(&mut registry),
@@ -163,7 +164,6 @@ async fn serve_store(
         metrics.clone(),
         stopped.clone(),
     ));
-    let (grpc_limits, admin_limits) = config.listener_limits()?;
     let admin_task = tokio::spawn(admin.clone().serve(
         admin_listener,
         flipped(admin_stopped),
