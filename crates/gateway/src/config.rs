@@ -141,8 +141,10 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
 
-    /// How long a connection may stay open with no request in flight.
-    #[arg(long, env = "WARREN_GATEWAY_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    /// How long a connection may stay open with no request in flight:
+    /// longer than the e2b SDK keeps idle connections (300 s), so the SDK,
+    /// not the gateway, closes them and never reuses one being closed.
+    #[arg(long, env = "WARREN_GATEWAY_IDLE_TIMEOUT", default_value = "6m", value_parser = parse_duration)]
     pub idle_timeout: Duration,
 
     /// How long a request body may send nothing while the gateway waits for
@@ -420,7 +422,7 @@ mod tests {
             .validate()
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.listener.header_read_timeout, Limits::HEADER_READ_TIMEOUT);
-        assert_eq!(s.listener.idle_timeout, Limits::IDLE_TIMEOUT);
+        assert_eq!(s.listener.idle_timeout, Duration::from_secs(360));
         assert_eq!(
             s.listener.body_progress_timeout,
             Limits::BODY_PROGRESS_TIMEOUT

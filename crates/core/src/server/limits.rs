@@ -43,7 +43,8 @@ impl Limits {
     /// Default of [`Limits::idle_timeout`]: longer than the clients' own
     /// keep-alive pools (the gateway's towards nodes keeps idle connections
     /// 60 s, Go's 90 s), so a client never reuses a connection the server is
-    /// closing at the same moment.
+    /// closing at the same moment. (The gateway's public listener waits
+    /// longer: the e2b SDK keeps idle connections 300 s.)
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
     /// Default of [`Limits::body_progress_timeout`].
     pub const BODY_PROGRESS_TIMEOUT: Duration = Duration::from_secs(30);
