@@ -17,11 +17,12 @@ use crate::rpc_error::{http_status, path_error};
 use futures_util::TryStreamExt;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, BodyStream, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use std::collections::HashMap;
 use std::io::Write;
 use tokio::io::AsyncWriteExt;
 use warren_core::body::{self as reply, Body};
+use warren_core::server::Incoming;
 
 /// The query of a `/files` request.
 #[derive(Debug, Default)]

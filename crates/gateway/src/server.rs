@@ -6,14 +6,12 @@ use crate::metrics::Plane;
 use crate::state::App;
 use crate::{control, proxy, target};
 use http::{Request, Response};
-use hyper::body::Incoming;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use warren_core::body::Body;
-use warren_core::server::Limits;
+use warren_core::server::{Incoming, Limits, ListenerMetrics};
 
 /// Answers one request on either plane and records its metrics.
 async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
@@ -28,14 +26,16 @@ async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     resp
 }
 
-/// Accepts connections until `shutdown` resolves, then stops accepting and
-/// lets in-flight requests finish for up to `drain`.
+/// Accepts connections under `limits` until `shutdown` resolves, then
+/// stops accepting and lets in-flight requests finish for up to
+/// `limits.drain`.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
-    drain: Duration,
+    limits: Limits,
+    metrics: ListenerMetrics,
 ) {
     let handler = move |peer, req| handle(app.clone(), peer, req);
-    warren_core::server::serve(listener, handler, shutdown, Limits::with_drain(drain)).await;
+    warren_core::server::serve(listener, handler, shutdown, limits, metrics).await;
 }
