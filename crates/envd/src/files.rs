@@ -322,8 +322,12 @@ async fn upload_multipart(
             format!("bad multipart Content-Type: {e}"),
         )
     })?;
-    let stream =
-        BodyStream::new(body).try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
+    // multer stops at the closing boundary; whatever follows it (a final
+    // CRLF, often sent in a packet of its own) is read and dropped after the
+    // answer, so the connection is not closed under a sender still writing
+    // it (the node would report that as a 502).
+    let stream = BodyStream::new(crate::drain::DrainOnDrop::new(body))
+        .try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
     let mut multipart = multer::Multipart::new(stream, boundary);
     let bad = |e: multer::Error| {
         reply::error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"))
