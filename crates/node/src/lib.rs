@@ -126,7 +126,8 @@ fn isolated_runtime(
         .map_err(|e| format!("cannot stage the envd binary: {e}"))?;
     std::fs::create_dir_all(runtime::launch::STAGE)
         .map_err(|e| format!("cannot create {}: {e}", runtime::launch::STAGE))?;
-    let egress = match runtime::egress::Egress::detect() {
+    // Before anything can start a sandbox: the guard goes in here.
+    let egress = match runtime::egress::Egress::detect(ids.span()) {
         Ok(e) => Some(e),
         Err(why) => {
             tracing::warn!(%why, "sandboxes get no network access on this node (only allow_internet_access=false creates work)");

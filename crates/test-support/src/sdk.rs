@@ -17,6 +17,21 @@ pub async fn run_case(
     env: &[(&str, String)],
     within: Duration,
 ) -> serde_json::Value {
+    try_run_case(gateway, script, case, api_key, env, within)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run_case`], with what went wrong as an error instead of a panic: for a
+/// test that checks the host first (and says what the case said).
+pub async fn try_run_case(
+    gateway: &str,
+    script: &str,
+    case: &str,
+    api_key: &str,
+    env: &[(&str, String)],
+    within: Duration,
+) -> Result<serde_json::Value, String> {
     let path = workspace_root().join("tests/e2b").join(script);
     let mut cmd = tokio::process::Command::new(e2b_python());
     cmd.arg(&path)
@@ -32,20 +47,21 @@ pub async fn run_case(
     }
     let out = tokio::time::timeout(within, cmd.output())
         .await
-        .unwrap_or_else(|_| panic!("{script} {case} did not finish within {within:?}"))
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", e2b_python().display()));
+        .map_err(|_| format!("{script} {case} did not finish within {within:?}"))?
+        .map_err(|e| format!("cannot run {}: {e}", e2b_python().display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{script} {case} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    if !out.status.success() {
+        return Err(format!(
+            "{script} {case} failed ({}):\n{stdout}\n{stderr}",
+            out.status
+        ));
+    }
     let line = stdout
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("{script} {case} printed no RESULT:\n{stdout}\n{stderr}"));
+        .ok_or_else(|| format!("{script} {case} printed no RESULT:\n{stdout}\n{stderr}"))?;
     println!("{script} {case}: {line}");
     serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("{script} {case}: RESULT is not JSON ({e}): {line}"))
+        .map_err(|e| format!("{script} {case}: RESULT is not JSON ({e}): {line}"))
 }
