@@ -364,42 +364,92 @@ async fn filesystem_rpcs_stat_list_make_move_remove() {
         .await
         .expect("remove dir");
         assert!(!envd.host(&format!("{base}/d1")).exists());
-        let err = fs
-            .remove(RemoveRequest {
-                path: format!("{base}/d1"),
-                ..Default::default()
-            })
-            .await
-            .expect_err("already gone");
-        assert_eq!(err.code, ErrorCode::NotFound);
-    }
-}
-
-#[tokio::test]
-async fn symlinks_are_reported_and_watchers_are_unimplemented() {
-    let envd = TestEnvd::start().await;
-    let home = envd.host("/home/user");
-    std::fs::write(home.join("target.txt"), b"t").expect("write");
-    std::os::unix::fs::symlink("target.txt", home.join("link")).expect("symlink");
-    let fs = envd.fs(false);
-    let stat = fs
-        .stat(StatRequest {
-            path: "link".into(),
+        // Removing what is already gone is not an error (E2B's envd).
+        fs.remove(RemoveRequest {
+            path: format!("{base}/d1"),
             ..Default::default()
         })
         .await
-        .expect("stat link")
-        .into_owned();
-    let e = stat.entry.as_option().expect("entry");
-    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_SYMLINK));
-    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/target.txt"));
-    assert!(e.permissions.starts_with('L'));
+        .expect("removing a missing path succeeds");
+        assert!(!envd.host(&format!("{base}/d1")).exists());
+    }
+}
 
-    let err = stream_error!(fs.watch_dir(WatchDirRequest {
-        path: "/home/user".into(),
-        ..Default::default()
-    }));
-    assert_eq!(err.code, ErrorCode::Unimplemented);
+/// As E2B's envd: a symlink is reported as what it points to (type and
+/// mode of the target), with `symlink_target`; a dangling one has no type.
+#[tokio::test]
+async fn symlinks_are_reported_as_their_targets() {
+    use std::os::unix::fs::PermissionsExt;
+    let envd = TestEnvd::start().await;
+    let home = envd.host("/home/user");
+    std::fs::write(home.join("target.txt"), b"t").expect("write");
+    std::fs::set_permissions(
+        home.join("target.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .expect("chmod");
+    std::fs::create_dir(home.join("dir")).expect("mkdir");
+    std::os::unix::fs::symlink("target.txt", home.join("link")).expect("symlink");
+    std::os::unix::fs::symlink("dir", home.join("dirlink")).expect("symlink");
+    std::os::unix::fs::symlink("nowhere", home.join("dangling")).expect("symlink");
+    let fs = envd.fs(false);
+    let stat = |path: &'static str| {
+        let fs = fs.clone();
+        async move {
+            fs.stat(StatRequest {
+                path: path.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("stat")
+            .into_owned()
+            .entry
+            .into_option()
+            .expect("entry")
+        }
+    };
+    let e = stat("link").await;
+    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_FILE));
+    assert_eq!(e.mode, 0o640, "the target's mode");
+    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/target.txt"));
+    assert!(e.permissions.starts_with('L'), "{}", e.permissions);
+    assert_eq!(e.path, "/home/user/link");
+
+    let e = stat("dirlink").await;
+    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_DIRECTORY));
+    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/dir"));
+
+    let e = stat("dangling").await;
+    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_UNSPECIFIED));
+    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/nowhere"));
+
+    // A listing says the same; a plain file has no target.
+    let listed = fs
+        .list_dir(ListDirRequest {
+            path: "/home/user".into(),
+            depth: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_owned();
+    let by_name = |n: &str| {
+        listed
+            .entries
+            .iter()
+            .find(|e| e.name == n)
+            .unwrap_or_else(|| panic!("{n} listed"))
+            .clone()
+    };
+    assert_eq!(
+        by_name("link").r#type.as_known(),
+        Some(FileType::FILE_TYPE_FILE)
+    );
+    assert_eq!(
+        by_name("dirlink").r#type.as_known(),
+        Some(FileType::FILE_TYPE_DIRECTORY)
+    );
+    assert_eq!(by_name("target.txt").symlink_target, None);
 }
 
 #[tokio::test]

@@ -514,10 +514,32 @@ async fn input_without_stdin_and_pty_requests_are_refused_clearly() {
     let end = drain!(stream).end.expect("end");
     assert_eq!(end.status, "signal: terminated");
 
+    // A PTY needs its size, and a size the kernel can hold.
     let mut req = start_req("sh", &[], false);
     req.pty = warren_envd_proto::process::PTY::default().into();
     let err = stream_error!(client.start(req));
-    assert_eq!(err.code, ErrorCode::Unimplemented);
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(
+        err.message.as_deref().unwrap_or("").contains("pty.size"),
+        "{err:?}"
+    );
+    let mut req = start_req("sh", &[], false);
+    req.pty = warren_envd_proto::process::PTY {
+        size: warren_envd_proto::process::pty::Size {
+            cols: 0,
+            rows: 24,
+            ..Default::default()
+        }
+        .into(),
+        ..Default::default()
+    }
+    .into();
+    let err = stream_error!(client.start(req));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(
+        err.message.as_deref().unwrap_or("").contains("cols"),
+        "{err:?}"
+    );
 
     let err = stream_error!(client.start(start_req("/no/such/program", &[], false)));
     assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
