@@ -13,6 +13,12 @@ pub const PREFIX: &str = "/_warren/v1/";
 /// `POST` creates here; `GET` lists.
 pub const SANDBOXES: &str = "/_warren/v1/sandboxes";
 
+/// `POST` (no body) asks the node to heartbeat now rather than at its next
+/// interval: a gateway that shortened a sandbox's end (`SetTimeout`) sends
+/// it, so the node learns the new end (`next_end_in_ms`) before it passes.
+/// `204`; the heartbeat itself runs in the background.
+pub const HEARTBEAT: &str = "/_warren/v1/heartbeat";
+
 /// `DELETE`/`GET` one sandbox: `/_warren/v1/sandboxes/{id}`.
 pub fn sandbox_path(id: &str) -> String {
     format!("{SANDBOXES}/{id}")
