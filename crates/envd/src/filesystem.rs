@@ -65,13 +65,15 @@ impl FilesystemService {
         self.watchers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts a watch of `path` after checking it is a directory.
+    /// Starts a watch of `path` after checking it is a directory (on the
+    /// blocking pool: a recursive watch walks the tree below).
     async fn watch(
         &self,
         path: String,
         recursive: bool,
         include_entry: bool,
     ) -> Result<Arc<Watcher>, ConnectError> {
+        let shared = self.jail.clone();
         self.blocking(move |jail| {
             let dir = resolve(jail, &path, Follow::All)?;
             let meta = std::fs::metadata(&dir.host).map_err(|e| io_error(&dir.client, e))?;
@@ -81,19 +83,10 @@ impl FilesystemService {
                     dir.client
                 )));
             }
-            Ok(dir)
+            Watcher::start(shared, dir.host, dir.client, recursive, include_entry)
+                .map_err(watch_error)
         })
         .await
-        .and_then(|dir| {
-            Watcher::start(
-                self.jail.clone(),
-                dir.host,
-                dir.client,
-                recursive,
-                include_entry,
-            )
-            .map_err(watch_error)
-        })
     }
 
     async fn blocking<T: Send + 'static>(
@@ -392,29 +385,43 @@ async fn stream_events(watcher: Arc<Watcher>, keepalive: Duration, tx: WatchTx) 
     let mut tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
+        // Only waiting happens under `select!`: events are taken after it,
+        // so a keepalive winning the race can never drop any.
         tokio::select! {
             _ = tx.closed() => return,
             _ = tick.tick() => {
                 if tx.send(Ok(send(WatchEvent::Keepalive(Box::new(KeepAlive::default()))))).await.is_err() {
                     return;
                 }
+                continue;
             }
-            events = watcher.next() => {
-                let events = match events {
-                    Ok(events) => events,
-                    Err(e) => {
-                        let _ = tx.send(Err(watch_error(e))).await;
-                        return;
-                    }
-                };
-                for ev in events {
-                    if tx.send(Ok(send(WatchEvent::Filesystem(Box::new(ev))))).await.is_err() {
-                        return;
-                    }
+            ready = watcher.readable() => {
+                if let Err(e) = ready {
+                    let _ = tx.send(Err(watch_error(e))).await;
+                    return;
                 }
-                tick.reset();
             }
         }
+        let events = match watcher.take_blocking().await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = tx.send(Err(watch_error(e))).await;
+                return;
+            }
+        };
+        if events.is_empty() {
+            continue;
+        }
+        for ev in events {
+            if tx
+                .send(Ok(send(WatchEvent::Filesystem(Box::new(ev)))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        tick.reset();
     }
 }
 

@@ -269,22 +269,27 @@ impl Watcher {
         Ok(state.queue.drain(..).collect())
     }
 
-    /// Waits until there are events (or the watch failed), then takes them.
-    pub async fn next(&self) -> Result<Vec<FilesystemEvent>, WatchError> {
-        loop {
-            let events = self.take()?;
-            if !events.is_empty() {
-                return Ok(events);
-            }
-            let mut ready = self
-                .ready
-                .readable()
-                .await
-                .map_err(|e| WatchError::Io(format!("waiting for watch events: {e}")))?;
-            // `take` reads until EAGAIN; clear readiness only when nothing
-            // is left, so no wake-up is lost.
-            ready.clear_ready();
-        }
+    /// Waits until the kernel has events for this watch. Cancel safe: it
+    /// takes nothing, so call [`take_blocking`](Self::take_blocking) after.
+    pub async fn readable(&self) -> Result<(), WatchError> {
+        let mut ready = self
+            .ready
+            .readable()
+            .await
+            .map_err(|e| WatchError::Io(format!("waiting for watch events: {e}")))?;
+        // Cleared before the events are read (which reads until EAGAIN):
+        // whatever comes after that makes it ready again.
+        ready.clear_ready();
+        Ok(())
+    }
+
+    /// [`take`](Self::take) on the blocking pool: reading events (`stat`
+    /// for entry info, walking a new directory) is file system work.
+    pub async fn take_blocking(self: &Arc<Self>) -> Result<Vec<FilesystemEvent>, WatchError> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.take())
+            .await
+            .map_err(|e| WatchError::Io(format!("reading watch events: {e}")))?
     }
 
     /// Reads events into the queue as they come, until the watch fails (the
@@ -298,8 +303,13 @@ impl Watcher {
             };
             ready.clear_ready();
             drop(ready);
-            self.drain();
-            if self.state().failed.is_some() {
+            let me = self.clone();
+            let failed = tokio::task::spawn_blocking(move || {
+                me.drain();
+                me.state().failed.is_some()
+            })
+            .await;
+            if !matches!(failed, Ok(false)) {
                 return;
             }
         }
