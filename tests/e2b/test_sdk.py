@@ -181,7 +181,8 @@ def kill_then_gone_on_both_planes():
     )
     # E2B's answer for a gone sandbox on the data plane, which the SDK reads
     # as "not running".
-    assert status == 502 and b"The sandbox was not found" in body, (status, body)
+    assert status == 502, (status, body)
+    assert body["message"].startswith("The sandbox was not found"), body
     assert sbx.is_running() is False
     try:
         sbx.commands.run("echo still here")
