@@ -19,9 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::time::{Instant, MissedTickBehavior};
-use warren_envd_proto::filesystem::watch_dir_response::{
-    Event as WatchEvent, KeepAlive, StartEvent,
-};
+use warren_envd_proto::filesystem::watch_dir_response::Event as WatchEvent;
 use warren_envd_proto::filesystem::{
     CreateWatcherRequest, CreateWatcherResponse, EntryInfo, Filesystem, GetWatcherEventsRequest,
     GetWatcherEventsResponse, ListDirRequest, ListDirResponse, MakeDirRequest, MakeDirResponse,
@@ -37,13 +35,16 @@ const MAX_DEPTH: u32 = 64;
 /// holds a kernel inotify instance until `RemoveWatcher`).
 pub const MAX_WATCHERS: usize = 128;
 
+/// Polled watchers by id, each with the task that reads its events.
+type Watchers = HashMap<String, (Arc<Watcher>, tokio::task::AbortHandle)>;
+
 /// `filesystem.Filesystem` under a [`Jail`].
 #[derive(Debug, Clone)]
 pub struct FilesystemService {
     jail: Arc<Jail>,
     /// Watchers made with `CreateWatcher`, by id, with the task that reads
     /// their events.
-    watchers: Arc<Mutex<HashMap<String, (Arc<Watcher>, tokio::task::AbortHandle)>>>,
+    watchers: Arc<Mutex<Watchers>>,
     /// Keepalive interval of `WatchDir` streams when the client names none.
     keepalive: Duration,
 }
@@ -59,9 +60,7 @@ impl FilesystemService {
         }
     }
 
-    fn watchers(
-        &self,
-    ) -> MutexGuard<'_, HashMap<String, (Arc<Watcher>, tokio::task::AbortHandle)>> {
+    fn watchers(&self) -> MutexGuard<'_, Watchers> {
         self.watchers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -376,7 +375,7 @@ async fn stream_events(watcher: Arc<Watcher>, keepalive: Duration, tx: WatchTx) 
         ..Default::default()
     };
     if tx
-        .send(Ok(send(WatchEvent::Start(Box::new(StartEvent::default())))))
+        .send(Ok(send(WatchEvent::Start(Box::default()))))
         .await
         .is_err()
     {
@@ -390,7 +389,7 @@ async fn stream_events(watcher: Arc<Watcher>, keepalive: Duration, tx: WatchTx) 
         tokio::select! {
             _ = tx.closed() => return,
             _ = tick.tick() => {
-                if tx.send(Ok(send(WatchEvent::Keepalive(Box::new(KeepAlive::default()))))).await.is_err() {
+                if tx.send(Ok(send(WatchEvent::Keepalive(Box::default())))).await.is_err() {
                     return;
                 }
                 continue;
