@@ -42,6 +42,7 @@ use crate::state::App;
 use crate::target::Target;
 use headers::Outgoing;
 use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use replay::Prepared;
@@ -53,12 +54,25 @@ use warren_proto::scheduler::v1::BindingState;
 pub async fn handle(
     app: &App,
     target: Target,
-    peer: SocketAddr,
+    peer: &crate::server::Peer,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    match forward(app, &target, peer, req).await {
+    // An HTTP/1.x response cut off upstream ends its connection with a
+    // reset (see `crate::server`); HTTP/2 resets just the stream itself.
+    let abort = (req.version() <= http::Version::HTTP_11).then(|| peer.abort.clone());
+    let resp = match forward(app, &target, peer.addr, req).await {
         Ok(r) => r,
-        Err(e) => e.on_data_plane(&target.sandbox_id).into_response(),
+        Err(e) => return e.on_data_plane(&target.sandbox_id).into_response(),
+    };
+    match abort {
+        Some(abort) => resp.map(|body| {
+            body.map_err(move |e| {
+                abort.set();
+                e
+            })
+            .boxed_unsync()
+        }),
+        None => resp,
     }
 }
 
