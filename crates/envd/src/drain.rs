@@ -9,10 +9,11 @@
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
+use warren_core::server::Incoming;
 
 /// At most this much of an unwanted body is read after an early answer;
 /// past it the connection is closed.
@@ -59,12 +60,12 @@ impl DrainOnDrop {
 
 impl Body for DrainOnDrop {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = warren_core::server::BodyError;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         match self.inner.as_mut() {
             Some(body) => Pin::new(body).poll_frame(cx),
             None => Poll::Ready(None),

@@ -20,11 +20,12 @@ use crate::rpc_error::{http_status, path_error};
 use futures_util::TryStreamExt;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, BodyStream, StreamBody};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Frame;
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use tokio::io::AsyncWriteExt;
 use warren_core::body::{self as reply, Body};
+use warren_core::server::Incoming;
 
 /// The query of a `/files` request.
 #[derive(Debug, Default)]
@@ -332,8 +333,12 @@ async fn upload_multipart(
             format!("bad multipart Content-Type: {e}"),
         )
     })?;
-    let stream =
-        BodyStream::new(body).try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
+    // multer stops at the closing boundary; whatever follows it (a final
+    // CRLF, often sent in a packet of its own) is read and dropped after the
+    // answer, so the connection is not closed under a sender still writing
+    // it (the node would report that as a 502).
+    let stream = BodyStream::new(crate::drain::DrainOnDrop::new(body))
+        .try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
     let mut multipart = multer::Multipart::new(stream, boundary);
     let bad = |e: multer::Error| {
         reply::error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"))

@@ -189,9 +189,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let max_connections = settings.listener.max_connections;
     let relay_task = relay.map(|listener| {
         let mut stopped = stopped.clone();
-        tokio::spawn(relay::serve(listener, async move {
+        tokio::spawn(relay::serve(listener, max_connections, async move {
             let _ = stopped.wait_for(|s| *s).await;
         }))
     });

@@ -1,7 +1,8 @@
 //! The envd HTTP server: the shared `warren_core::server` loop (HTTP/1.1 and
-//! h2c, header-read timeout, drain) on a TCP or Unix listener, routing
-//! `/health`, `/files` and everything else to the Connect router. The
-//! listener is created apart from serving (`crate::bind_api`).
+//! h2c, the timeouts and connection limit of `Settings::listener`, drain)
+//! on a TCP or Unix listener, routing `/health`, `/files` and everything
+//! else to the Connect router. The listener is created apart from serving
+//! (`crate::bind_api`).
 //!
 //! Every request but `GET /health` needs the access token when one is set:
 //! `X-Access-Token`, or for `/files` a presigned signature. Without it,
@@ -18,25 +19,19 @@ use crate::process::ProcessService;
 use connectrpc::{ConnectError, ConnectRpcService, DeadlinePolicy, Limits, Router};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use warren_core::body::{self as reply, Body};
-use warren_core::server::{self as http_server, Accept};
+use warren_core::server::{self as http_server, Accept, Incoming};
 
 /// The largest Connect message envd accepts (a SendInput chunk, say). Larger
 /// ones are refused with `resource_exhausted` before they are buffered
 /// (and a unary request whose `Content-Length` says so before any of it is
 /// read: `oversized_unary`).
 const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
-
-/// How long in-flight requests may finish after shutdown is asked for
-/// (process streams end once their processes are killed).
-const DRAIN: Duration = Duration::from_secs(2);
 
 /// A bound listener for the envd API.
 #[derive(Debug)]
@@ -99,6 +94,7 @@ pub async fn serve(
             jail.clone(),
             settings.keepalive,
         )));
+    let limits = settings.listener;
     let connect = ConnectRpcService::new(router)
         .with_limits(
             Limits::default()
@@ -134,13 +130,9 @@ pub async fn serve(
         tracing::info!("envd shutting down");
         manager.kill_all();
     };
-    warren_core::server::serve(
-        listener,
-        handler,
-        stop,
-        http_server::Limits::with_drain(DRAIN),
-    )
-    .await;
+    // envd has no admin listener to show metrics on.
+    let metrics = http_server::Metrics::default().listener("http");
+    warren_core::server::serve(listener, handler, stop, limits, metrics).await;
     if let Some(path) = unix_path {
         let _ = std::fs::remove_file(path);
     }
@@ -152,6 +144,7 @@ pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 impl Accept for ApiListener {
+    type Conn = Box<dyn Io>;
     type Io = Box<dyn Io>;
     type Peer = ();
 
@@ -162,6 +155,14 @@ impl Accept for ApiListener {
                 (Box::new(Accept::accept(l).await?.0), ())
             }
         })
+    }
+
+    fn handshake(
+        &self,
+        conn: Box<dyn Io>,
+        peer: (),
+    ) -> impl Future<Output = std::io::Result<(Box<dyn Io>, ())>> + Send + 'static {
+        std::future::ready(Ok((conn, peer)))
     }
 }
 

@@ -14,18 +14,16 @@ use crate::metrics::Plane;
 use crate::state::App;
 use crate::{control, proxy, target};
 use http::{Request, Response};
-use hyper::body::Incoming;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use warren_core::body::Body;
-use warren_core::server::Limits;
+use warren_core::server::{Incoming, Limits, ListenerMetrics};
 
 /// A switch that makes a client connection end with a TCP reset.
 #[derive(Debug, Clone, Default)]
@@ -62,21 +60,35 @@ struct ClientConn {
 }
 
 impl warren_core::server::Accept for Public {
+    type Conn = TcpStream;
     type Io = ClientConn;
     type Peer = Peer;
 
-    async fn accept(&self) -> std::io::Result<(ClientConn, Peer)> {
-        let (stream, addr) = self.0.accept().await?;
-        // Interactive streams (terminals, RPC streams) must not wait for Nagle.
-        let _ = stream.set_nodelay(true);
-        let abort = Abort::default();
+    async fn accept(&self) -> std::io::Result<(TcpStream, Peer)> {
+        let (stream, addr) = warren_core::server::Accept::accept(&self.0).await?;
         Ok((
-            ClientConn {
-                stream,
-                abort: abort.clone(),
+            stream,
+            Peer {
+                addr,
+                abort: Abort::default(),
             },
-            Peer { addr, abort },
         ))
+    }
+
+    fn handshake(
+        &self,
+        stream: TcpStream,
+        peer: Peer,
+    ) -> impl Future<Output = std::io::Result<(ClientConn, Peer)>> + Send + 'static {
+        let conn = ClientConn {
+            stream,
+            abort: peer.abort.clone(),
+        };
+        std::future::ready(Ok((conn, peer)))
+    }
+
+    fn peer_ip(peer: &Peer) -> Option<IpAddr> {
+        Some(peer.addr.ip())
     }
 }
 
@@ -142,20 +154,16 @@ async fn handle(app: Arc<App>, peer: Peer, req: Request<Incoming>) -> Response<B
     resp
 }
 
-/// Accepts connections until `shutdown` resolves, then stops accepting and
-/// lets in-flight requests finish for up to `drain`.
+/// Accepts connections under `limits` until `shutdown` resolves, then
+/// stops accepting and lets in-flight requests finish for up to
+/// `limits.drain`.
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
-    drain: Duration,
+    limits: Limits,
+    metrics: ListenerMetrics,
 ) {
     let handler = move |peer, req| handle(app.clone(), peer, req);
-    warren_core::server::serve(
-        Public(listener),
-        handler,
-        shutdown,
-        Limits::with_drain(drain),
-    )
-    .await;
+    warren_core::server::serve(Public(listener), handler, shutdown, limits, metrics).await;
 }

@@ -6,8 +6,8 @@ use crate::http::{not_found_marker, Shared};
 use crate::sandbox::state::{CreateSandbox, ForkSandbox};
 use crate::sandbox::NodeError;
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use warren_core::body::{error, json, Body};
+use warren_core::server::Incoming;
 
 pub use warren_core::node_api::PREFIX;
 

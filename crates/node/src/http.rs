@@ -5,11 +5,10 @@
 use crate::metrics::Metrics;
 use crate::sandbox::Registry;
 use http::{HeaderValue, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use warren_core::body::{error, Body};
+use warren_core::server::{Incoming, Limits, ListenerMetrics};
 
 /// What every request handler shares.
 pub struct Shared {
@@ -45,15 +44,15 @@ async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     )
 }
 
-/// Serves `listener` until `shutdown` resolves, then lets in-flight
-/// connections finish for up to `drain` before returning.
+/// Serves `listener` under `limits` until `shutdown` resolves, then lets
+/// in-flight connections finish for up to `limits.drain` before returning.
 pub async fn serve(
     listener: warren_trust::Listener,
     shared: Arc<Shared>,
     shutdown: impl Future<Output = ()>,
-    drain: Duration,
+    limits: Limits,
+    metrics: ListenerMetrics,
 ) {
     let handler = move |_peer, req| route(shared.clone(), req);
-    let limits = warren_core::server::Limits::with_drain(drain);
-    warren_core::server::serve(listener, handler, shutdown, limits).await;
+    warren_core::server::serve(listener, handler, shutdown, limits, metrics).await;
 }

@@ -275,9 +275,13 @@ pub async fn run(
     tokio::spawn(link.run_events(events_rx));
     {
         let mut stop = stop_rx.clone();
-        tokio::spawn(admin.clone().serve(admin_listener, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
+        tokio::spawn(admin.clone().serve(
+            admin_listener,
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+            settings.admin_listener,
+        ));
     }
 
     let shared = Arc::new(http::Shared {
@@ -292,7 +296,14 @@ pub async fn run(
         warren_core::shutdown::readiness_first(shutdown, &admin_for_shutdown, shutdown_delay).await;
     };
     let registry = shared.registry.clone();
-    http::serve(listener, shared, shutdown, settings.drain_timeout).await;
+    http::serve(
+        listener,
+        shared,
+        shutdown,
+        settings.listener,
+        admin.listeners.listener("http"),
+    )
+    .await;
     let _ = stop_tx.send(true);
     registry.shutdown_all().await;
     runtime.shutdown();

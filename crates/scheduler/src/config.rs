@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
+use warren_core::server::Limits;
 
 /// Command-line / env / TOML configuration for `warren scheduler`.
 #[derive(Debug, Clone, clap::Parser)]
@@ -113,6 +114,35 @@ pub struct Config {
     /// TOML file with any of the settings above (read by the `warren` binary).
     #[arg(long, env = "WARREN_CONFIG")]
     pub config: Option<PathBuf>,
+
+    // Listener limits (docs/security.md, "Listeners under load").
+    /// How long a client may take to send its first request (HTTP/2
+    /// preface and headers) after connecting; then the connection is closed.
+    #[arg(long, env = "WARREN_SCHEDULER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// How long a connection may stay open with no RPC in flight (gateways
+    /// and nodes reconnect on their next call).
+    #[arg(long, env = "WARREN_SCHEDULER_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// How long a request stream may send nothing while the scheduler waits
+    /// for it (before answering); then the RPC is ended.
+    #[arg(long, env = "WARREN_SCHEDULER_BODY_PROGRESS_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_progress_timeout: Duration,
+
+    /// Most connections open at once on the gRPC listener (gateways and
+    /// nodes hold one or a few each); past it new ones are closed at once.
+    #[arg(long, env = "WARREN_SCHEDULER_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// Most connections open at once on the admin listener.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_ADMIN_MAX_CONNECTIONS",
+        default_value_t = 128
+    )]
+    pub admin_max_connections: usize,
 }
 
 /// Every team's quotas.
@@ -193,10 +223,25 @@ impl Config {
         Ok(quotas)
     }
 
+    /// The gRPC and admin listeners' timeouts and connection limits.
+    pub fn listener_limits(&self) -> Result<(Limits, Limits), ConfigError> {
+        let grpc = Limits::from_flags(
+            self.header_read_timeout,
+            self.idle_timeout,
+            self.body_progress_timeout,
+            self.max_connections,
+            0,
+            self.drain_timeout,
+        )?;
+        let admin = grpc.for_admin(self.admin_max_connections, "--admin-max-connections")?;
+        Ok((grpc, admin))
+    }
+
     /// Checks every setting against the others; the message names the flag.
     pub fn validate(&self) -> Result<StoreLocation, ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         self.quotas()?;
+        self.listener_limits()?;
         if self.lease < MIN_LEASE {
             return bad(format!(
                 "--lease {:?} is too short (at least {MIN_LEASE:?})",

@@ -85,6 +85,26 @@ impl Cluster {
             let node = cluster.spawn_node(i).await?;
             cluster.nodes.push(Some(node));
         }
+        // A node is ready once it has registered with the scheduler: only
+        // then can anything be placed on it.
+        for node in cluster.nodes.iter().flatten() {
+            let admin = node.addr("node admin");
+            crate::wait_until(
+                "the node to register with the scheduler",
+                std::time::Duration::from_secs(30),
+                || {
+                    let admin = admin.clone();
+                    async move {
+                        let a = crate::http::Http::default()
+                            .send(http::Method::GET, &admin, "/readyz", &[], None)
+                            .await
+                            .ok()?;
+                        a.status.is_success().then_some(())
+                    }
+                },
+            )
+            .await;
+        }
         let schedulers = if spec.dead_scheduler_first {
             format!(
                 "http://127.0.0.1:{},{}",

@@ -1,28 +1,24 @@
 //! A listener for internal traffic: plain TCP (`--insecure-internal`) or
-//! mutual TLS, where handshakes run concurrently in the background (one
-//! slow or silent client cannot hold up the others), are bounded in number
-//! and time, and only authenticated connections reach the server loop.
-//! It serves both the shared HTTP loop ([`warren_core::server::Accept`])
-//! and tonic ([`Listener::into_stream`]).
+//! mutual TLS. It plugs into the shared server loop
+//! ([`warren_core::server::Accept`]): accepting is immediate, and the TLS
+//! handshake runs on the connection's own task under the loop's
+//! header-read timeout and connection limits, so a silent or slow client
+//! holds up nobody; only authenticated connections reach a handler, which
+//! learns the client's identity from the [`Peer`].
 
 use crate::config::Trust;
 use crate::identity::{Identity, Role};
-use std::net::SocketAddr;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, Mutex, Semaphore};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
-
-/// Longest a client may take to finish its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most handshakes in progress at once; connections beyond are closed at once.
-pub const MAX_HANDSHAKES: usize = 256;
 
 /// Who is on the other end of an internal connection.
 #[derive(Debug, Clone)]
@@ -32,40 +28,18 @@ pub struct Peer {
     pub identity: Option<Identity>,
 }
 
-/// One accepted connection.
-pub struct Conn {
-    io: Io,
-    peer: Peer,
-}
-
-enum Io {
+/// One connection, plain or TLS.
+pub enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-impl Conn {
-    pub fn peer(&self) -> &Peer {
-        &self.peer
-    }
-}
-
-/// Plain or TLS connections from one TCP listener.
-pub enum Listener {
-    Plain(TcpListener),
-    Tls(TlsIncoming),
-}
-
-/// Authenticated TLS connections, handshaken by a background task.
-pub struct TlsIncoming {
-    rx: Mutex<mpsc::Receiver<Conn>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for TlsIncoming {
-    fn drop(&mut self) {
-        // Dropping the listener stops accepting, as for a plain listener.
-        self.task.abort();
-    }
+/// Plain or mutual-TLS connections from one TCP listener.
+pub struct Listener {
+    tcp: TcpListener,
+    tls: Option<TlsAcceptor>,
+    what: &'static str,
+    log: Arc<LogLimit>,
 }
 
 impl Listener {
@@ -78,103 +52,61 @@ impl Listener {
         accept: &[Role],
         what: &'static str,
     ) -> Result<Listener, String> {
-        let Some(trust) = trust else {
-            return Ok(Listener::Plain(tcp));
+        let tls = match trust {
+            Some(t) => Some(TlsAcceptor::from(t.server_config(accept)?)),
+            None => None,
         };
-        let acceptor = TlsAcceptor::from(trust.server_config(accept)?);
-        let (tx, rx) = mpsc::channel(64);
-        let task = tokio::spawn(accept_loop(tcp, acceptor, tx, what));
-        Ok(Listener::Tls(TlsIncoming {
-            rx: Mutex::new(rx),
-            task,
-        }))
+        Ok(Listener {
+            tcp,
+            tls,
+            what,
+            log: Arc::new(LogLimit::default()),
+        })
     }
 
-    /// The connections as a stream, for tonic's `serve_with_incoming`.
-    pub fn into_stream(
-        self,
-    ) -> impl futures_util::Stream<Item = std::io::Result<Conn>> + Send + 'static {
-        futures_util::stream::unfold(self, |l| async move {
-            let next = warren_core::server::Accept::accept(&l).await;
-            Some((next.map(|(c, _)| c), l))
-        })
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    /// Whether connections are mutual TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 }
 
 impl warren_core::server::Accept for Listener {
-    type Io = Conn;
+    type Conn = TcpStream;
+    type Io = Stream;
     type Peer = Peer;
 
-    async fn accept(&self) -> std::io::Result<(Conn, Peer)> {
-        match self {
-            Listener::Plain(tcp) => {
-                let (stream, addr) = tcp.accept().await?;
-                let _ = stream.set_nodelay(true);
-                let peer = Peer {
-                    addr,
-                    identity: None,
-                };
-                Ok((
-                    Conn {
-                        io: Io::Plain(stream),
-                        peer: peer.clone(),
-                    },
-                    peer,
-                ))
-            }
-            Listener::Tls(incoming) => {
-                let conn =
-                    incoming.rx.lock().await.recv().await.ok_or_else(|| {
-                        std::io::Error::other("the TLS listener stopped accepting")
-                    })?;
-                let peer = conn.peer.clone();
-                Ok((conn, peer))
-            }
-        }
-    }
-}
-
-async fn accept_loop(
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    tx: mpsc::Sender<Conn>,
-    what: &'static str,
-) {
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-    let limit = Arc::new(LogLimit::default());
-    loop {
-        let (stream, addr) = match tcp.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(listener = what, error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            // Too many handshakes in flight: close this one at once.
-            limit.warn(
-                what,
-                addr,
-                "too many TLS handshakes in progress; connection closed",
-            );
-            continue;
-        };
+    async fn accept(&self) -> std::io::Result<(TcpStream, Peer)> {
+        let (stream, addr) = self.tcp.accept().await?;
         let _ = stream.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let tx = tx.clone();
-        let limit = limit.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(e)) => {
-                    limit.warn(what, addr, &format!("refused: {e}"));
-                    return;
-                }
-                Err(_) => {
-                    limit.warn(what, addr, "refused: no TLS handshake within 10s");
-                    return;
+        Ok((
+            stream,
+            Peer {
+                addr,
+                identity: None,
+            },
+        ))
+    }
+
+    fn handshake(
+        &self,
+        conn: TcpStream,
+        peer: Peer,
+    ) -> impl Future<Output = std::io::Result<(Stream, Peer)>> + Send + 'static {
+        let tls = self.tls.clone();
+        let (what, log) = (self.what, self.log.clone());
+        async move {
+            let Some(acceptor) = tls else {
+                return Ok((Stream::Plain(conn), peer));
+            };
+            let tls = match acceptor.accept(conn).await {
+                Ok(tls) => tls,
+                Err(e) => {
+                    log.warn(what, peer.addr, &format!("refused: {}", explain(&e)));
+                    return Err(e);
                 }
             };
             let identity = tls
@@ -185,21 +117,40 @@ async fn accept_loop(
                 .and_then(|c| Identity::from_der(c).ok());
             let Some(identity) = identity else {
                 // The verifier already required one; never serve without it.
-                limit.warn(what, addr, "refused: no client identity");
-                return;
+                log.warn(what, peer.addr, "refused: no client identity");
+                return Err(std::io::Error::other("no client identity"));
             };
-            tracing::debug!(listener = what, %addr, peer = %identity, "internal connection");
-            let peer = Peer {
-                addr,
-                identity: Some(identity),
-            };
-            let _ = tx
-                .send(Conn {
-                    io: Io::Tls(Box::new(tls)),
-                    peer,
-                })
-                .await;
-        });
+            tracing::debug!(listener = what, addr = %peer.addr, peer = %identity, "internal connection");
+            Ok((
+                Stream::Tls(Box::new(tls)),
+                Peer {
+                    addr: peer.addr,
+                    identity: Some(identity),
+                },
+            ))
+        }
+    }
+
+    fn peer_ip(peer: &Peer) -> Option<IpAddr> {
+        Some(peer.addr.ip())
+    }
+}
+
+/// A handshake failure in words an operator can act on.
+fn explain(e: &std::io::Error) -> String {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::InvalidMessage(_)) => format!(
+            "the client does not speak TLS ({e}); internal listeners need mutual TLS \
+             with a certificate from the cluster CA"
+        ),
+        Some(rustls::Error::NoCertificatesPresented) => {
+            "the client presented no certificate; internal listeners need one from the cluster CA"
+                .into()
+        }
+        _ => e.to_string(),
     }
 }
 
@@ -228,36 +179,28 @@ impl LogLimit {
     }
 }
 
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = Peer;
-
-    fn connect_info(&self) -> Peer {
-        self.peer.clone()
-    }
-}
-
-impl AsyncRead for Conn {
+impl AsyncRead for Stream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
-            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
 }
 
-impl AsyncWrite for Conn {
+impl AsyncWrite for Stream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        match &mut self.get_mut().io {
-            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
 
@@ -266,30 +209,30 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        match &mut self.get_mut().io {
-            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
-        match &self.io {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
+        match self {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
-            Io::Plain(s) => Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match &mut self.get_mut().io {
-            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
     }
 }

@@ -69,6 +69,25 @@ async fn list_all(
     .map(|r| r.sandboxes)
 }
 
+/// `RegisterNode` as `node_id`, with a huge capacity (what an attacker wants
+/// the next creates placed on).
+async fn register(
+    s: &Scheduler,
+    node_id: &str,
+) -> Result<warren_proto::scheduler::v1::RegisterNodeResponse, tonic::Status> {
+    s.call("RegisterNode", |mut c| async move {
+        c.register_node(RegisterNodeRequest {
+            node_id: node_id.into(),
+            endpoint: "127.0.0.1:1".into(),
+            capacity: 1000,
+            incarnation: 7,
+            roster: vec![],
+        })
+        .await
+    })
+    .await
+}
+
 async fn create(c: &Cluster, gateway: usize, key: &str) -> warren_test_support::http::Answer {
     Http::default()
         .send(
@@ -120,9 +139,16 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
         .issue(&id, &["127.0.0.1".into()], Validity::days(30))
         .expect("issue");
     let (cert, key) = issued.save(&dir, "gw").expect("save");
-    // Trusts the foreign CA, so it can only fail on the server's side.
-    let foreign_trust =
-        Trust::load(Role::Gateway, None, &dir.join("ca.pem"), &cert, &key).expect("load");
+    // Trusts the cluster's CA (so the client accepts the scheduler): only
+    // the scheduler can refuse it.
+    let foreign_trust = Trust::read(
+        Role::Gateway,
+        None,
+        &c.dir().join("certs/ca.pem"),
+        &cert,
+        &key,
+    )
+    .expect("load");
     let err = list_all(&scheduler_as(&c, Some(&foreign_trust)))
         .await
         .expect_err("unknown CA");
@@ -144,17 +170,7 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
         .expect_err("node-9 speaking for node-1");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
     assert!(err.message().contains("node-1"), "{}", err.message());
-    let err = as_node9
-        .call("RegisterNode", |mut s| async move {
-            s.register_node(RegisterNodeRequest {
-                node_id: "node-1".into(),
-                endpoint: "127.0.0.1:1".into(),
-                capacity: 1000,
-                incarnation: 7,
-                roster: vec![],
-            })
-            .await
-        })
+    let err = register(&as_node9, "node-1")
         .await
         .expect_err("node-9 registering as node-1");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");
@@ -165,17 +181,7 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
     // A gateway certificate calling node-only RPCs.
     let gw = trust_as(&c, Role::Gateway, "gateway-9", None, Validity::days(1));
     let as_gw = scheduler_as(&c, Some(&gw));
-    let err = as_gw
-        .call("RegisterNode", |mut s| async move {
-            s.register_node(RegisterNodeRequest {
-                node_id: "evil".into(),
-                endpoint: "127.0.0.1:1".into(),
-                capacity: 1000,
-                incarnation: 7,
-                roster: vec![],
-            })
-            .await
-        })
+    let err = register(&as_gw, "evil")
         .await
         .expect_err("a gateway registering a node");
     assert_eq!(err.code(), tonic::Code::PermissionDenied, "{err:?}");

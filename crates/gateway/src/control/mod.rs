@@ -23,9 +23,9 @@ use crate::state::App;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use warren_core::body::{json, status as no_content, Body};
 use warren_core::id::validate_sandbox_id;
+use warren_core::server::Incoming;
 use warren_proto::scheduler::v1::{Binding, GetAccessTokenRequest, GetSandboxRequest};
 
 /// One control-plane endpoint, with the sandbox id from its path.

@@ -43,11 +43,11 @@ use crate::target::Target;
 use headers::Outgoing;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use replay::Prepared;
 use std::net::SocketAddr;
 use warren_core::body::{boxed, full, Body};
+use warren_core::server::Incoming;
 use warren_proto::scheduler::v1::BindingState;
 
 /// Proxies one data-plane request; every failure is a JSON error.
@@ -79,7 +79,7 @@ pub async fn handle(
 /// How a node took one attempt.
 enum Attempt {
     /// An HTTP answer that is the sandbox's (or the node's, about the sandbox).
-    Answered(Response<Incoming>),
+    Answered(Response<hyper::body::Incoming>),
     /// The route was wrong.
     Stale(Signal),
 }
@@ -219,7 +219,7 @@ fn client_body_failed(e: &hyper_util::client::legacy::Error) -> bool {
 
 /// The node's answer as the client gets it; a `101` splices both sides.
 fn finish(
-    mut resp: Response<Incoming>,
+    mut resp: Response<hyper::body::Incoming>,
     client_upgrade: Option<OnUpgrade>,
     id: &str,
 ) -> Result<Response<Body>, ApiError> {

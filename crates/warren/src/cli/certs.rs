@@ -67,16 +67,9 @@ enum Cmd {
 
 /// Runs `warren certs ...`; `args[0]` is the program name.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let cli: Cli = match super::parse_or_exit(args) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EX_CONFIG as u8)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
+        Err(code) => return code,
     };
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
