@@ -39,5 +39,9 @@ check('the sandbox reports running', running === true, running)
 await sbx.kill()
 const listed = await Sandbox.list().nextItems()
 check('a killed sandbox is no longer listed', !listed.some((s) => s.sandboxId === sbx.sandboxId), listed)
+// The data plane answers E2B's 502 "The sandbox was not found", which the
+// SDK reads as "not running".
+const after = await sbx.isRunning()
+check('a killed sandbox reports not running', after === false, after)
 
 console.log('RESULT ' + JSON.stringify({ sandbox: sbx.sandboxId, stdout: run.stdout }))

@@ -8,9 +8,12 @@
 //! - Upload, `application/octet-stream` (envd >= 0.5.7 clients): the body is
 //!   the file, `?path=` is required, `Content-Encoding: gzip` is undone.
 //!
-//! Both answer `[{"path", "name", "type": "file"}]`. Parent directories are
-//! created; an existing file is overwritten. `username` is accepted and
-//! ignored: every file belongs to the user envd runs as.
+//! Both answer `[{"path", "name", "type": "file"}]` (plus `metadata` when
+//! set). Parent directories are created; an existing file is overwritten.
+//! `username` names the user the files and new directories belong to.
+//! `X-Metadata-<key>` headers set the file's metadata (and an upload
+//! without them clears it; [`crate::metadata`]), checked before anything
+//! is written.
 
 use crate::paths::{Follow, Jail};
 use crate::rpc_error::{http_status, path_error};
@@ -18,7 +21,7 @@ use futures_util::TryStreamExt;
 use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, BodyStream, StreamBody};
 use hyper::body::Frame;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use tokio::io::AsyncWriteExt;
 use warren_core::body::{self as reply, Body};
@@ -257,6 +260,13 @@ async fn upload(
             ))
         }
     };
+    let metadata = match crate::metadata::from_headers(req.headers()) {
+        Ok(m) => m,
+        Err(message) => {
+            drain(&mut req.into_body()).await;
+            return Err(reply::error(StatusCode::BAD_REQUEST, message));
+        }
+    };
     if content_type.starts_with("multipart/form-data") {
         if gzip {
             return Err(reply::error(
@@ -264,7 +274,7 @@ async fn upload(
                 "gzip is only supported with application/octet-stream uploads",
             ));
         }
-        return upload_multipart(jail, query, &content_type, req.into_body()).await;
+        return upload_multipart(jail, query, &content_type, &metadata, req.into_body()).await;
     }
     let Some(path) = query.path.as_deref() else {
         return Err(reply::error(
@@ -275,7 +285,7 @@ async fn upload(
     let owner = owner_of(jail, query).map_err(unknown_user)?;
     let mut body = req.into_body();
     let written = async {
-        let mut sink = Sink::open(jail, path, gzip, owner.as_ref()).await?;
+        let mut sink = Sink::open(jail, path, gzip, owner.as_ref(), &metadata).await?;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
                 reply::error(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))
@@ -314,6 +324,7 @@ async fn upload_multipart(
     jail: &Jail,
     query: &Query,
     content_type: &str,
+    metadata: &BTreeMap<String, String>,
     body: Incoming,
 ) -> Result<Vec<serde_json::Value>, Response<Body>> {
     let boundary = multer::parse_boundary(content_type).map_err(|e| {
@@ -355,7 +366,7 @@ async fn upload_multipart(
                 }
             };
             let owner = owner_of(jail, query).map_err(unknown_user)?;
-            let mut sink = Sink::open(jail, &dest, false, owner.as_ref()).await?;
+            let mut sink = Sink::open(jail, &dest, false, owner.as_ref(), metadata).await?;
             while let Some(chunk) = field.chunk().await.map_err(bad)? {
                 sink.write(&chunk).await?;
             }
@@ -389,14 +400,21 @@ struct Sink {
     file: tokio::fs::File,
     client: String,
     gunzip: Option<flate2::write::GzDecoder<Vec<u8>>>,
+    /// What the file's metadata now is, for the answer.
+    metadata: BTreeMap<String, String>,
 }
 
 impl Sink {
+    /// Opens `path` for writing with its metadata set to `metadata`. The
+    /// metadata goes on before the old contents are truncated, so a file
+    /// system that cannot keep it leaves an existing file as it was (and a
+    /// new file is removed again): a 4xx, never half an upload.
     async fn open(
         jail: &Jail,
         path: &str,
         gzip: bool,
         owner: Option<&crate::users::Identity>,
+        metadata: &BTreeMap<String, String>,
     ) -> Result<Sink, Response<Body>> {
         let r = jail.resolve(path, Follow::All).map_err(resolve_error)?;
         if let Ok(meta) = tokio::fs::metadata(&r.host).await {
@@ -410,14 +428,38 @@ impl Sink {
         if let Some(parent) = r.host.parent() {
             crate::users::make_dirs(parent, owner).map_err(|e| io_response(&r.client, e))?;
         }
-        let file = tokio::fs::File::create(&r.host)
+        let existed = tokio::fs::symlink_metadata(&r.host).await.is_ok();
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&r.host)
             .await
             .map_err(|e| io_response(&r.client, e))?;
         crate::users::give(&r.host, owner).map_err(|e| io_response(&r.client, e))?;
+        if let Err(e) = crate::metadata::replace(&file, metadata) {
+            if !existed {
+                let _ = tokio::fs::remove_file(&r.host).await;
+            }
+            let status = if e.kind() == std::io::ErrorKind::Unsupported {
+                StatusCode::BAD_REQUEST
+            } else {
+                return Err(io_response(&r.client, e));
+            };
+            return Err(reply::error(status, format!("{}: {e}", r.client)));
+        }
+        // A new file is empty already; truncating it would add a WRITE
+        // event for directory watchers that nothing wrote.
+        if existed {
+            file.set_len(0)
+                .await
+                .map_err(|e| io_response(&r.client, e))?;
+        }
         Ok(Sink {
             file,
             client: r.client,
             gunzip: gzip.then(|| flate2::write::GzDecoder::new(Vec::new())),
+            metadata: metadata.clone(),
         })
     }
 
@@ -454,7 +496,11 @@ impl Sink {
             .next()
             .unwrap_or_default()
             .to_string();
-        Ok(serde_json::json!({ "path": self.client, "name": name, "type": "file" }))
+        let mut info = serde_json::json!({ "path": self.client, "name": name, "type": "file" });
+        if !self.metadata.is_empty() {
+            info["metadata"] = serde_json::json!(self.metadata);
+        }
+        Ok(info)
     }
 }
 

@@ -18,7 +18,9 @@
 //! - [`process`]: `process.Process` — [`process::manager`] (the process
 //!   table), [`process::output`] (the output log), [`process::stream`]
 //!   (one client's event stream).
-//! - [`filesystem`]: `filesystem.Filesystem`; [`entry`] builds `EntryInfo`.
+//! - [`filesystem`]: `filesystem.Filesystem`; [`entry`] builds `EntryInfo`,
+//!   [`metadata`] keeps `user.e2b.*` file metadata, [`watch`] watches
+//!   directories.
 //! - [`paths`]: client paths → host paths, never leaving the root.
 //! - [`relay`]: the port relay socket.
 //! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
@@ -32,12 +34,14 @@ pub mod drain;
 pub mod entry;
 pub mod files;
 pub mod filesystem;
+pub mod metadata;
 pub mod paths;
 pub mod process;
 pub mod relay;
 pub mod rpc_error;
 pub mod server;
 pub mod users;
+pub mod watch;
 
 pub use config::{ApiAddr, Config, Settings};
 pub use server::ApiListener;

@@ -46,7 +46,9 @@ pub fn proc_error(e: ProcError) -> ConnectError {
             };
             ConnectError::new(code, e.to_string())
         }
-        ProcError::StdinClosed(_) => ConnectError::failed_precondition(e.to_string()),
+        ProcError::StdinClosed(_) | ProcError::Pty(_) => {
+            ConnectError::failed_precondition(e.to_string())
+        }
         ProcError::StdinWrite { .. } => ConnectError::failed_precondition(e.to_string()),
         ProcError::Signal { .. } => ConnectError::internal(e.to_string()),
     }

@@ -16,7 +16,7 @@ use crate::filesystem::FilesystemService;
 use crate::paths::Jail;
 use crate::process::manager::Manager;
 use crate::process::ProcessService;
-use connectrpc::{ConnectError, ConnectRpcService, Limits, Router};
+use connectrpc::{ConnectError, ConnectRpcService, DeadlinePolicy, Limits, Router};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use std::future::Future;
@@ -90,13 +90,23 @@ pub async fn serve(
             manager.clone(),
             settings.keepalive,
         )))
-        .add_service(Arc::new(FilesystemService::new(jail.clone())));
+        .add_service(Arc::new(FilesystemService::new(
+            jail.clone(),
+            settings.keepalive,
+        )));
     let limits = settings.listener;
-    let connect = ConnectRpcService::new(router).with_limits(
-        Limits::default()
-            .with_max_message_size(MAX_MESSAGE_BYTES)
-            .with_max_request_body_size(MAX_MESSAGE_BYTES + 1024),
-    );
+    let connect = ConnectRpcService::new(router)
+        .with_limits(
+            Limits::default()
+                .with_max_message_size(MAX_MESSAGE_BYTES)
+                .with_max_request_body_size(MAX_MESSAGE_BYTES + 1024),
+        )
+        // A client's `Connect-Timeout-Ms` bounds the whole call, streams
+        // included: a `Start`, `Connect` or `WatchDir` stream ends with
+        // `deadline_exceeded` when it runs out (the SDK's `timeout`; the
+        // process itself keeps running and stays reattachable). Without
+        // the header a stream runs until it ends.
+        .with_deadline_policy(DeadlinePolicy::new().with_enforce_on_streams(true));
     let app = Arc::new(App {
         jail,
         token: settings.access_token.clone(),

@@ -514,10 +514,32 @@ async fn input_without_stdin_and_pty_requests_are_refused_clearly() {
     let end = drain!(stream).end.expect("end");
     assert_eq!(end.status, "signal: terminated");
 
+    // A PTY needs its size, and a size the kernel can hold.
     let mut req = start_req("sh", &[], false);
     req.pty = warren_envd_proto::process::PTY::default().into();
     let err = stream_error!(client.start(req));
-    assert_eq!(err.code, ErrorCode::Unimplemented);
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(
+        err.message.as_deref().unwrap_or("").contains("pty.size"),
+        "{err:?}"
+    );
+    let mut req = start_req("sh", &[], false);
+    req.pty = warren_envd_proto::process::PTY {
+        size: warren_envd_proto::process::pty::Size {
+            cols: 0,
+            rows: 24,
+            ..Default::default()
+        }
+        .into(),
+        ..Default::default()
+    }
+    .into();
+    let err = stream_error!(client.start(req));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(
+        err.message.as_deref().unwrap_or("").contains("cols"),
+        "{err:?}"
+    );
 
     let err = stream_error!(client.start(start_req("/no/such/program", &[], false)));
     assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
@@ -760,4 +782,84 @@ async fn rpcs_work_over_h2c_as_well_as_http1() {
     let out = drain!(stream);
     assert_eq!(out.stdout, b"over h2c\n");
     assert_eq!(out.end.map(|e| e.exit_code), Some(0));
+}
+
+/// Splits a Connect streaming body into its envelopes: `(flags, payload)`.
+fn envelopes(mut body: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while body.len() >= 5 {
+        let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        out.push((body[0], body[5..5 + len].to_vec()));
+        body = &body[5 + len..];
+    }
+    out
+}
+
+/// A client's `Connect-Timeout-Ms` bounds a server stream: a `Start` whose
+/// process outlives it ends with `deadline_exceeded` (what the SDK reports
+/// as its `timeout`), and the process keeps running, reattachable.
+#[tokio::test]
+async fn connect_timeout_ms_ends_a_start_stream() {
+    let envd = TestEnvd::start().await;
+    let request = serde_json::json!({
+        "process": {"cmd": "sh", "args": ["-c", "echo started; sleep 30"]},
+        "stdin": false,
+    })
+    .to_string();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(request.len() as u32).to_be_bytes());
+    body.extend_from_slice(request.as_bytes());
+    let (status, _, res) = envd
+        .http(
+            "POST",
+            "/process.Process/Start",
+            &[
+                ("content-type", "application/connect+json"),
+                ("connect-timeout-ms", "1500"),
+            ],
+            body,
+        )
+        .await;
+    assert_eq!(status, http::StatusCode::OK);
+    let frames = envelopes(&res);
+    let (flags, end) = frames.last().expect("an end-of-stream message");
+    assert_eq!(*flags & 0x02, 0x02, "the last envelope ends the stream");
+    let end: serde_json::Value = serde_json::from_slice(end).expect("end JSON");
+    assert_eq!(end["error"]["code"], "deadline_exceeded", "{end}");
+    let pid = frames
+        .iter()
+        .filter(|(f, _)| f & 0x02 == 0)
+        .find_map(|(_, m)| {
+            let v: serde_json::Value = serde_json::from_slice(m).ok()?;
+            v["event"]["start"]["pid"].as_u64()
+        })
+        .expect("a start event with the pid");
+    assert!(
+        frames
+            .iter()
+            .any(|(_, m)| { String::from_utf8_lossy(m).contains(&base64_of(b"started\n")) }),
+        "output before the deadline was delivered"
+    );
+
+    // The process outlived the stream and can be reattached.
+    let client = envd.process(false);
+    let listed = client
+        .list(ListRequest::default())
+        .await
+        .expect("list")
+        .into_owned();
+    assert!(listed.processes.iter().any(|p| p.pid as u64 == pid));
+    client
+        .send_signal(SendSignalRequest {
+            process: pid_selector(pid as u32).into(),
+            signal: Signal::SIGNAL_SIGKILL.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("kill");
+}
+
+fn base64_of(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }

@@ -133,6 +133,13 @@ impl NodeClient {
             .map(|_| ())
     }
 
+    /// `POST /_warren/v1/heartbeat`: the node heartbeats now.
+    pub async fn heartbeat_now(&self, endpoint: &str) -> Result<(), NodeError> {
+        self.send(endpoint, Method::POST, node_api::HEARTBEAT.into(), None)
+            .await
+            .map(|_| ())
+    }
+
     /// `GET /_warren/v1/sandboxes`: what the node hosts now.
     pub async fn list(&self, endpoint: &str) -> Result<Vec<SandboxInfo>, NodeError> {
         let (_, bytes) = self

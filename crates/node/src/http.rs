@@ -16,6 +16,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// This process's incarnation, as registered with the scheduler.
     pub incarnation: u64,
+    /// Wakes the scheduler link for a heartbeat now (`POST /_warren/v1/heartbeat`).
+    pub check_in: Arc<tokio::sync::Notify>,
 }
 
 /// The stale-route answer: 404, `X-Warren-Route: not-found`, JSON.

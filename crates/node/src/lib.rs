@@ -257,6 +257,7 @@ pub async fn run(
     )
     .map_err(ConfigError::Invalid)?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let check_in = Arc::new(tokio::sync::Notify::new());
     let link = link::Link::new(
         link::NodeIdentity {
             node_id: settings.node_id.clone(),
@@ -269,6 +270,7 @@ pub async fn run(
         metrics.clone(),
         admin.clone(),
         settings.heartbeat_interval,
+        check_in.clone(),
     );
     tokio::spawn(link.clone().run_heartbeats(stop_rx.clone()));
     tokio::spawn(link.run_events(events_rx));
@@ -287,6 +289,7 @@ pub async fn run(
         registry,
         metrics,
         incarnation,
+        check_in,
     });
     let admin_for_shutdown = admin.clone();
     let shutdown_delay = settings.shutdown_delay;

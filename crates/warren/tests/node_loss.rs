@@ -237,7 +237,8 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
         .expect("delete answers");
     assert_eq!(a.status, StatusCode::NO_CONTENT, "{:?}", a.json);
     let a = health(&http, &gw, &deleted).await.expect("answers");
-    assert_eq!(a.status, StatusCode::NOT_FOUND, "{:?}", a.json);
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{:?}", a.json);
+    assert_eq!(a.str("error_code"), "sandbox_not_found", "{:?}", a.json);
 
     // Move another lost sandbox to node-2 (a new generation), as an operator
     // recovering it would: Reassign, create on the node, RecordAssignment.
@@ -348,7 +349,13 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
         if *id == moved {
             assert_eq!(a.status, StatusCode::NO_CONTENT, "{:?}", a.json);
         } else {
-            assert_eq!(a.status, StatusCode::NOT_FOUND, "{id}: {:?}", a.json);
+            assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{id}: {:?}", a.json);
+            assert_eq!(
+                a.str("error_code"),
+                "sandbox_not_found",
+                "{id}: {:?}",
+                a.json
+            );
         }
     }
     let roster = http

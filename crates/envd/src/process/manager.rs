@@ -44,6 +44,8 @@ pub struct Spec {
     pub tag: Option<String>,
     /// `USER`/`LOGNAME` for the process (from the SDK's Basic auth header).
     pub user: Option<String>,
+    /// Run on a new terminal of this size instead of pipes.
+    pub pty: Option<super::pty::Size>,
 }
 
 /// Why a request about a process failed.
@@ -85,6 +87,9 @@ pub enum ProcError {
         /// Why.
         source: std::io::Error,
     },
+    /// A PTY request for a process without one, or the terminal failed.
+    #[error("{0}")]
+    Pty(String),
     /// `kill(2)` failed.
     #[error("signalling process {pid}: {source}")]
     Signal {
@@ -149,6 +154,10 @@ pub struct Proc {
     signalled: AtomicBool,
     /// The write end of its stdin while open.
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    /// Its terminal, for a PTY process: input goes there, `Update` resizes it.
+    pty: Option<super::pty::Master>,
+    /// Turns true the moment the process has been reaped.
+    reaped: watch::Receiver<bool>,
 }
 
 impl Proc {
@@ -190,8 +199,17 @@ impl Proc {
         })
     }
 
-    /// Writes `data` to its stdin.
+    /// Writes `data` to its stdin (its terminal, for a PTY process).
     pub async fn write_stdin(&self, data: &[u8]) -> Result<(), ProcError> {
+        if let Some(pty) = &self.pty {
+            return pty
+                .write_all(data)
+                .await
+                .map_err(|source| ProcError::StdinWrite {
+                    pid: self.pid,
+                    source,
+                });
+        }
         let mut guard = self.stdin.lock().await;
         let stdin = guard.as_mut().ok_or(ProcError::StdinClosed(self.pid))?;
         let res = async {
@@ -205,8 +223,45 @@ impl Proc {
         })
     }
 
+    /// Types `data` on its terminal; only a PTY process has one.
+    pub async fn write_pty(&self, data: &[u8]) -> Result<(), ProcError> {
+        if self.pty.is_none() {
+            return Err(ProcError::Pty(format!(
+                "process {} was not started with a PTY; send its input as stdin",
+                self.pid
+            )));
+        }
+        self.write_stdin(data).await
+    }
+
+    /// Resizes its terminal; only a PTY process has one.
+    pub fn resize(&self, size: super::pty::Size) -> Result<(), ProcError> {
+        let pty = self.pty.as_ref().ok_or_else(|| {
+            ProcError::Pty(format!(
+                "process {} was not started with a PTY, so it has no size to change",
+                self.pid
+            ))
+        })?;
+        pty.resize(size)
+            .map_err(|e| ProcError::Pty(format!("resizing the PTY of process {}: {e}", self.pid)))
+    }
+
+    /// Waits until the process has been reaped, at most `limit`; whether it was.
+    pub async fn wait_reaped(&self, limit: std::time::Duration) -> bool {
+        let mut reaped = self.reaped.clone();
+        tokio::time::timeout(limit, reaped.wait_for(|r| *r))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     /// Closes its stdin (EOF for the process). Closing twice is fine.
     pub async fn close_stdin(&self) -> Result<(), ProcError> {
+        if self.pty.is_some() {
+            return Err(ProcError::Pty(format!(
+                "process {} reads a PTY, which has no end of input to close; send ^D (0x04) as input instead",
+                self.pid
+            )));
+        }
         let mut guard = self.stdin.lock().await;
         match guard.take() {
             Some(mut stdin) => {
@@ -384,17 +439,27 @@ impl Manager {
         cmd.args(&spec.args)
             .env_clear()
             .envs(self.environment(&spec, &home))
-            .current_dir(&cwd.host)
-            .stdin(if spec.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own group, so signals reach what it spawns too.
-            .process_group(0);
-        let mut child = cmd.spawn().map_err(|source| ProcError::Spawn {
+            .current_dir(&cwd.host);
+        let pty = match spec.pty {
+            Some(size) => Some(self.attach_pty(&mut cmd, size, identity.as_ref())?),
+            None => {
+                cmd.stdin(if spec.stdin {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                // Its own group, so signals reach what it spawns too.
+                .process_group(0);
+                None
+            }
+        };
+        let spawned = cmd.spawn();
+        // Closes our copies of the terminal's slave side: the master reads
+        // EIO (the end) only once no slave descriptor is left open.
+        drop(cmd);
+        let mut child = spawned.map_err(|source| ProcError::Spawn {
             cmd: spec.cmd.clone(),
             source,
         })?;
@@ -403,6 +468,7 @@ impl Manager {
             source: std::io::Error::other("process exited before its pid was known"),
         })?;
         let (changed, _) = watch::channel(());
+        let (exited_tx, exited_rx) = watch::channel(false);
         let proc = Arc::new(Proc {
             pid,
             tag: spec.tag.clone(),
@@ -419,6 +485,8 @@ impl Manager {
             exited: AtomicBool::new(false),
             signalled: AtomicBool::new(false),
             stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            pty: pty.clone(),
+            reaped: exited_rx.clone(),
         });
         self.table().procs.insert(pid, proc.clone());
         // Attached before the readers start, so not a byte can be evicted
@@ -434,11 +502,18 @@ impl Manager {
             state.next_cursor = 1;
         }
 
-        let (exited_tx, exited_rx) = watch::channel(false);
-        let out = child
-            .stdout
-            .take()
-            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stdout, exited_rx.clone()));
+        let out = match &pty {
+            Some(master) => Some(spawn_reader(
+                proc.clone(),
+                master.reader(),
+                Pipe::Pty,
+                exited_rx.clone(),
+            )),
+            None => child
+                .stdout
+                .take()
+                .map(|s| spawn_reader(proc.clone(), s, Pipe::Stdout, exited_rx.clone())),
+        };
         let err = child
             .stderr
             .take()
@@ -481,6 +556,35 @@ impl Manager {
             manager.finished(p.pid);
         });
         Ok(cursor)
+    }
+
+    /// Gives the process a new terminal of `size` as stdin, stdout, stderr
+    /// and controlling terminal; returns the master side.
+    fn attach_pty(
+        &self,
+        cmd: &mut tokio::process::Command,
+        size: super::pty::Size,
+        identity: Option<&crate::users::Identity>,
+    ) -> Result<super::pty::Master, ProcError> {
+        let failed = |e: std::io::Error| ProcError::Pty(format!("cannot open a PTY: {e}"));
+        let (master, slave) = super::pty::open(size).map_err(failed)?;
+        if let Some(id) = identity {
+            // The terminal belongs to its user, as login gives it: programs
+            // that reopen it (by /proc/self/fd/0 or its /dev/pts name) may.
+            rustix::fs::fchown(
+                &slave,
+                Some(rustix::fs::Uid::from_raw(id.uid)),
+                Some(rustix::fs::Gid::from_raw(id.gid)),
+            )
+            .map_err(|e| failed(e.into()))?;
+        }
+        let out = slave.try_clone().map_err(failed)?;
+        let err = slave.try_clone().map_err(failed)?;
+        cmd.stdin(Stdio::from(slave))
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        warren_sys::controlling_terminal_from_stdin(cmd.as_std_mut());
+        Ok(master)
     }
 
     /// Sandbox processes get a small default environment, then envd's own

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use warren_core::body::{status as no_content, Body};
 use warren_core::time::{now_ms, rfc3339_ms};
 use warren_proto::scheduler::v1::{
-    Binding, BindingState, EventType, ListSandboxesRequest, ReportSandboxEventRequest,
+    Binding, BindingState, EventType, ListOrder, ListSandboxesRequest, ReportSandboxEventRequest,
     SandboxEvent, SetTimeoutRequest,
 };
 
@@ -172,6 +172,7 @@ pub(super) async fn list_v1(
                 page_size: 1000,
                 page_token: token,
                 node_id: String::new(),
+                order: ListOrder::StartedDesc as i32,
             },
         )
         .await?;
@@ -196,6 +197,8 @@ pub(super) async fn list_v2(
     let mut limit = MAX_PAGE;
     let mut token = String::new();
     let mut local = LocalFilter::default();
+    // E2B's default: newest first.
+    let mut order = ListOrder::StartedDesc;
     for (k, v) in query_pairs(query) {
         match k.as_str() {
             "metadata" => metadata = parse_metadata_filter(&v),
@@ -221,8 +224,12 @@ pub(super) async fn list_v2(
                     .ok_or_else(|| bad(format!("limit must be between 1 and {MAX_PAGE}")))?;
             }
             "nextToken" => token = v,
-            "order" if !matches!(v.as_str(), "asc" | "desc") => {
-                return Err(bad(format!("order {v:?} must be asc or desc")));
+            "order" => {
+                order = match v.as_str() {
+                    "desc" => ListOrder::StartedDesc,
+                    "asc" => ListOrder::StartedAsc,
+                    _ => return Err(bad(format!("order {v:?} must be asc or desc"))),
+                }
             }
             other => {
                 local.take(other, &v)?;
@@ -238,6 +245,7 @@ pub(super) async fn list_v2(
             page_size: limit,
             page_token: token,
             node_id: String::new(),
+            order: order as i32,
         },
     )
     .await?;
@@ -353,9 +361,22 @@ pub(super) async fn set_timeout(
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     let t = Timeout::parse(body, true)?;
-    owned(app, team, id).await?;
+    let before = owned(app, team, id).await?;
     let secs = t.timeout_secs.unwrap_or(0) as i64;
-    set_end(app, id, now_ms() + secs * 1000).await?;
+    let after = set_end(app, id, now_ms() + secs * 1000).await?;
+    if after.end_at_ms < before.end_at_ms {
+        // The node kills at the end its scheduler names, and hears of a
+        // new end at its next heartbeat; a shortened one may come sooner,
+        // so it is asked to heartbeat now (best effort: the heartbeat
+        // after that, or the sweep, enforces it anyway).
+        let (nodes, endpoint) = (app.nodes.clone(), after.endpoint.clone());
+        let sandbox = id.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = nodes.heartbeat_now(&endpoint).await {
+                tracing::debug!(sandbox, error = %e, "asking the node to heartbeat failed");
+            }
+        });
+    }
     Ok(no_content(StatusCode::NO_CONTENT))
 }
 

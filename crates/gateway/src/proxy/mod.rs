@@ -19,15 +19,18 @@
 //!
 //! | lookup says | answer |
 //! |---|---|
-//! | not found | 404 `sandbox_not_found` |
+//! | not found | 502 `sandbox_not_found`, "The sandbox was not found" (E2B's answer for a killed or expired sandbox) |
 //! | node down (lease lost) | 502 `node_down` |
 //! | scheduler unreachable | 503 `routing_unavailable` |
 //! | same node and generation, after a failed connection | 502 `upstream_unreachable` |
-//! | same node and generation, after the marker | 404, or 503 `sandbox_not_ready` while CREATING |
+//! | same node and generation, after the marker | 502 `sandbox_not_found` (gone there; EXPIRING ends this way), or 503 `sandbox_not_ready` while CREATING |
 //! | moved (node, address or generation) | retry once if replay-safe; else 503 `sandbox_moved` + `Retry-After` |
 //!
 //! A `404` without the marker is the sandbox's own answer: passed through,
-//! never retried.
+//! never retried. A sandbox the scheduler does not know is "not found" on
+//! the data plane too (before any node is asked): every such answer is
+//! E2B's `502`, so the SDKs see a gone sandbox the same way whichever
+//! step noticed.
 
 mod headers;
 mod replay;
@@ -39,6 +42,7 @@ use crate::state::App;
 use crate::target::Target;
 use headers::Outgoing;
 use http::{Request, Response, StatusCode};
+use http_body_util::BodyExt;
 use hyper::upgrade::OnUpgrade;
 use replay::Prepared;
 use std::net::SocketAddr;
@@ -50,12 +54,25 @@ use warren_proto::scheduler::v1::BindingState;
 pub async fn handle(
     app: &App,
     target: Target,
-    peer: SocketAddr,
+    peer: &crate::server::Peer,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    match forward(app, &target, peer, req).await {
+    // An HTTP/1.x response cut off upstream ends its connection with a
+    // reset (see `crate::server`); HTTP/2 resets just the stream itself.
+    let abort = (req.version() <= http::Version::HTTP_11).then(|| peer.abort.clone());
+    let resp = match forward(app, &target, peer.addr, req).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => return e.on_data_plane(&target.sandbox_id).into_response(),
+    };
+    match abort {
+        Some(abort) => resp.map(|body| {
+            body.map_err(move |e| {
+                abort.set();
+                e
+            })
+            .boxed_unsync()
+        }),
+        None => resp,
     }
 }
 
@@ -131,9 +148,10 @@ async fn forward(
                 ApiError::sandbox_not_ready(id)
             }
             // The scheduler still names a node that says it does not host
-            // the sandbox: it is gone there, and the node's next heartbeat
-            // removes the binding.
-            Signal::NotHosted => ApiError::sandbox_not_found(id),
+            // the sandbox: it is gone there (killed, or expired and killed),
+            // and the node's DELETE report or next heartbeat removes the
+            // binding.
+            Signal::NotHosted => ApiError::sandbox_gone(id),
         });
     }
     app.metrics.refetched(RefetchOutcome::Moved);

@@ -175,6 +175,9 @@ impl SchedulerService {
             lease_ms: self.lease_ms(),
             orphans: convert::refs(out.orphans),
             expired: convert::refs(out.expired),
+            next_end_in_ms: out.next_end_in.map_or(0, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+            }),
         })
     }
 
@@ -328,20 +331,22 @@ impl SchedulerService {
         if !r.node_id.is_empty() {
             validate::node_id(&r.node_id)?;
         }
+        let order = validate::list_order(r.order)?;
         let filter = ListFilter {
             team_id: Some(r.team_id).filter(|t| !t.is_empty()),
             node_id: Some(r.node_id).filter(|n| !n.is_empty()),
             states: validate::states(&r.states)?,
             metadata: validate::metadata(&r.metadata)?,
-            after: validate::page_token(&r.page_token)?,
+            after: validate::page_token(&r.page_token, order)?,
             limit: validate::page_size(r.page_size),
+            order,
         };
         let (rows, next) = self.store.list(&filter).await?;
         Ok(pb::ListSandboxesResponse {
             sandboxes: rows.iter().map(convert::binding).collect(),
             next_page_token: next
-                .as_deref()
-                .map(validate::make_page_token)
+                .as_ref()
+                .map(|c| validate::make_page_token(c, order))
                 .unwrap_or_default(),
         })
     }

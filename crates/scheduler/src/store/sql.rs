@@ -99,11 +99,8 @@ pub const INSERT_BINDING: &str = concat!(
      ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 );
 /// The list query before its optional filters; see `sqlstore/bindings.rs`.
-pub const LIST_BINDINGS_PREFIX: &str = concat!(
-    "SELECT ",
-    binding_columns!(),
-    " FROM bindings WHERE sandbox_id > $1"
-);
+pub const LIST_BINDINGS_PREFIX: &str =
+    concat!("SELECT ", binding_columns!(), " FROM bindings WHERE ");
 /// **fenced** Moves a binding to a new node and generation.
 pub const REASSIGN: &str = "UPDATE bindings SET node_id = $4, endpoint = $5, generation = $6, \
      state = 'creating', assigned_at_ms = $7, updated_at_ms = $7, missing_since_ms = NULL \
@@ -145,6 +142,13 @@ pub const MARK_NODE_DOWN: &str = "UPDATE nodes SET state = 'down' \
 pub const BINDINGS_PAST_END: &str = "SELECT sandbox_id, node_id, generation, state FROM bindings \
      WHERE end_at_ms <= $1 AND state IN ('creating', 'running', 'paused', 'lost') \
      ORDER BY end_at_ms LIMIT $2";
+/// One node's running bindings past `end_at` (the heartbeat expires them
+/// at once, so the node kills them in the same round trip).
+pub const NODE_BINDINGS_PAST_END: &str = "SELECT sandbox_id, generation FROM bindings \
+     WHERE node_id = $1 AND end_at_ms <= $2 AND state = 'running'";
+/// The earliest end of one node's running bindings.
+pub const NODE_NEXT_END: &str =
+    "SELECT MIN(end_at_ms) FROM bindings WHERE node_id = $1 AND state = 'running'";
 pub const STUCK_CREATES: &str =
     "SELECT sandbox_id, node_id, generation, assigned_at_ms FROM bindings \
      WHERE state = 'creating' AND assigned_at_ms <= $1 ORDER BY assigned_at_ms LIMIT $2";

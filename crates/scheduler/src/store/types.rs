@@ -187,6 +187,8 @@ pub struct Reconciled {
     pub orphans: Vec<SandboxRef>,
     /// Assigned to it but past `end_at`: kill, then report DELETE.
     pub expired: Vec<SandboxRef>,
+    /// How long until the next of its running sandboxes ends, if any.
+    pub next_end_in: Option<Duration>,
 }
 
 /// `Place`, validated and with defaults applied.
@@ -261,9 +263,30 @@ pub struct ListFilter {
     pub states: Vec<State>,
     /// Every pair must match.
     pub metadata: BTreeMap<String, String>,
-    /// Continue after this sandbox id (ids are listed in order).
-    pub after: Option<String>,
+    /// Continue after this sandbox (in `order`).
+    pub after: Option<ListCursor>,
     pub limit: u32,
+    pub order: ListOrder,
+}
+
+/// The order of a listing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ListOrder {
+    /// By sandbox id.
+    #[default]
+    ById,
+    /// Newest `started_at` first, ties by sandbox id descending.
+    StartedDesc,
+    /// Oldest `started_at` first, ties by sandbox id.
+    StartedAsc,
+}
+
+/// Where a listing continues: the last sandbox of the previous page (its
+/// `started_at` matters for the time orders).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub sandbox_id: String,
+    pub started_at_ms: i64,
 }
 
 /// Bounds the sweep works with.

@@ -316,9 +316,38 @@ async fn transition(
 pub(super) async fn list(
     store: &SqlStore,
     filter: &ListFilter,
-) -> Result<(Vec<BindingRow>, Option<String>)> {
+) -> Result<(Vec<BindingRow>, Option<ListCursor>)> {
     let limit = filter.limit.max(1);
+    // Keyset pagination: each order's condition continues strictly after
+    // the cursor `($1 id, $5 started_at)`, so pages never overlap or skip.
+    let (after_rows, order_by, mut after) = match (filter.order, &filter.after) {
+        (ListOrder::ById, c) => (
+            "sandbox_id > $1 AND $5 = $5",
+            "sandbox_id",
+            c.clone().unwrap_or(ListCursor {
+                sandbox_id: String::new(),
+                started_at_ms: 0,
+            }),
+        ),
+        (ListOrder::StartedDesc, c) => (
+            "(started_at_ms < $5 OR (started_at_ms = $5 AND sandbox_id < $1))",
+            "started_at_ms DESC, sandbox_id DESC",
+            c.clone().unwrap_or(ListCursor {
+                sandbox_id: String::new(),
+                started_at_ms: i64::MAX,
+            }),
+        ),
+        (ListOrder::StartedAsc, c) => (
+            "(started_at_ms > $5 OR (started_at_ms = $5 AND sandbox_id > $1))",
+            "started_at_ms, sandbox_id",
+            c.clone().unwrap_or(ListCursor {
+                sandbox_id: String::new(),
+                started_at_ms: i64::MIN,
+            }),
+        ),
+    };
     let mut query = String::from(sql::LIST_BINDINGS_PREFIX);
+    query.push_str(after_rows);
     query.push_str(" AND ($2 = '' OR team_id = $2) AND ($3 = '' OR node_id = $3)");
     if !filter.states.is_empty() {
         // Spelled from the fixed enum, never from client text.
@@ -329,27 +358,30 @@ pub(super) async fn list(
             .collect();
         query.push_str(&format!(" AND state IN ({})", states.join(", ")));
     }
-    query.push_str(" ORDER BY sandbox_id LIMIT $4");
+    query.push_str(&format!(" ORDER BY {order_by} LIMIT $4"));
     // Without a metadata filter one query of limit+1 rows says whether there is more.
     let batch = if filter.metadata.is_empty() {
         limit + 1
     } else {
         FILTERED_BATCH
     };
-    let mut after = filter.after.clone().unwrap_or_default();
     let mut out: Vec<BindingRow> = Vec::new();
     loop {
         let rows = sqlx::query(&query)
-            .bind(&after)
+            .bind(&after.sandbox_id)
             .bind(filter.team_id.as_deref().unwrap_or(""))
             .bind(filter.node_id.as_deref().unwrap_or(""))
             .bind(i64::from(batch))
+            .bind(after.started_at_ms)
             .fetch_all(&store.reader)
             .await?;
         let exhausted = rows.len() < batch as usize;
         for row in &rows {
             let b = binding_from_row(row)?;
-            after.clone_from(&b.sandbox_id);
+            after = ListCursor {
+                sandbox_id: b.sandbox_id.clone(),
+                started_at_ms: b.started_at_ms,
+            };
             let matches = filter
                 .metadata
                 .iter()
@@ -367,7 +399,10 @@ pub(super) async fn list(
     }
     if out.len() > limit as usize {
         out.truncate(limit as usize);
-        let next = out.last().map(|b| b.sandbox_id.clone());
+        let next = out.last().map(|b| ListCursor {
+            sandbox_id: b.sandbox_id.clone(),
+            started_at_ms: b.started_at_ms,
+        });
         return Ok((out, next));
     }
     Ok((out, None))

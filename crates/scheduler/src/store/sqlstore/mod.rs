@@ -406,8 +406,8 @@ impl SqlStore {
         row.as_ref().map(binding_from_row).transpose()
     }
 
-    /// A page of bindings matching `filter`, and the id to continue after.
-    pub async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<String>)> {
+    /// A page of bindings matching `filter`, and where the next one starts.
+    pub async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<ListCursor>)> {
         bindings::list(self, filter).await
     }
 

@@ -87,12 +87,36 @@ pub(super) async fn heartbeat(
         .bind(now)
         .execute(tx.conn())
         .await?;
+    // What ended since the sweep last ran goes EXPIRING now, so the
+    // reconcile below hands it to the node in this very answer.
+    let past_end = sqlx::query(sql::NODE_BINDINGS_PAST_END)
+        .bind(node_id)
+        .bind(now)
+        .fetch_all(tx.conn())
+        .await?;
+    for row in &past_end {
+        let sandbox_id: String = row.try_get(0)?;
+        let gen = to_u64(row.try_get(1)?, "generation")?;
+        tx.set_state_fenced(
+            (sandbox_id.as_str(), node_id, gen),
+            State::Running,
+            State::Expiring,
+            ChangeKind::State,
+        )
+        .await?;
+    }
     let how = Reconcile {
         new_incarnation: false,
         moved_endpoint: None,
         roster_grace: timing.roster_grace,
     };
-    let out = reconcile(&mut tx, node_id, roster, how).await?;
+    let mut out = reconcile(&mut tx, node_id, roster, how).await?;
+    let next_end: Option<i64> = sqlx::query_scalar(sql::NODE_NEXT_END)
+        .bind(node_id)
+        .fetch_one(tx.conn())
+        .await?;
+    out.next_end_in = next_end
+        .map(|end| Duration::from_millis(u64::try_from(end.saturating_sub(now)).unwrap_or(0)));
     tx.commit(&store.changed).await?;
     Ok(out)
 }
