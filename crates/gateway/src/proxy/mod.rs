@@ -28,6 +28,10 @@
 //!
 //! A `404` without the marker is the sandbox's own answer: passed through,
 //! never retried.
+//!
+//! # Paused sandboxes
+//! A route in state PAUSED is resumed first (`control::pause::wake`: one
+//! resume however many requests wait), then proxied.
 
 mod headers;
 mod replay;
@@ -83,7 +87,10 @@ async fn forward(
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let id = target.sandbox_id.as_str();
-    let route = app.resolver.resolve(id).await?;
+    let mut route = app.resolver.resolve(id).await?;
+    if route.state == BindingState::Paused {
+        route = crate::control::pause::wake(app, &route).await?;
+    }
     let upgrade = warren_core::upgrade::protocol(&req);
     // Taken before the request is taken apart: the pending client-side
     // upgrade lives in the request's extensions.
