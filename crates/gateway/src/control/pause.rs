@@ -114,6 +114,7 @@ pub(crate) async fn wake(app: &App, route: &Route) -> Result<Arc<Route>, ApiErro
                 node_id: fresh.node_id.clone(),
                 endpoint: fresh.endpoint.clone(),
                 generation: fresh.generation,
+                team_id: fresh.team_id.clone(),
                 ..Default::default()
             };
             resume(app, id, &b, Some(WAKE_TIMEOUT_SECS)).await?;
