@@ -186,4 +186,11 @@ def paused_outlives_its_timeout():
 
 
 if __name__ == "__main__":
-    CASES[sys.argv[1]]()
+    try:
+        CASES[sys.argv[1]]()
+    finally:
+        # A failed case must not leave a frozen sandbox behind: frozen
+        # processes outlive a killed node (they cannot act on its death).
+        _, left = api("GET", "/v2/sandboxes?state=running,paused")
+        for s in left or []:
+            api("DELETE", f"/sandboxes/{s['sandboxID']}")
