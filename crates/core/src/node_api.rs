@@ -29,6 +29,12 @@ pub fn fork_path(parent: &str) -> String {
     format!("{SANDBOXES}/{parent}/fork")
 }
 
+/// `POST` freezes (`pause`) or thaws (`resume`) a sandbox in place:
+/// `/_warren/v1/sandboxes/{id}/{action}?generation=g`.
+pub fn freeze_path(id: &str, action: &str, generation: u64) -> String {
+    format!("{SANDBOXES}/{id}/{action}?generation={generation}")
+}
+
 /// The envd API version nodes report for their sandboxes (`envd_version` in
 /// [`SandboxInfo`], the SDK's `envdVersion`).
 ///

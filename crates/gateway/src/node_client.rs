@@ -140,6 +140,22 @@ impl NodeClient {
             .map(|_| ())
     }
 
+    /// `POST /_warren/v1/sandboxes/{id}/pause|resume?generation=g`: freezes
+    /// or thaws the sandbox in place.
+    pub async fn set_paused(
+        &self,
+        endpoint: &str,
+        id: &str,
+        generation: u64,
+        pause: bool,
+    ) -> Result<(), NodeError> {
+        let action = if pause { "pause" } else { "resume" };
+        let path = node_api::freeze_path(id, action, generation);
+        self.send(endpoint, Method::POST, path, Some(b"{}".to_vec()))
+            .await
+            .map(|_| ())
+    }
+
     /// `GET /_warren/v1/sandboxes`: what the node hosts now.
     pub async fn list(&self, endpoint: &str) -> Result<Vec<SandboxInfo>, NodeError> {
         let (_, bytes) = self

@@ -32,6 +32,9 @@ pub struct App {
     /// node runs that node's `warren envd`, so one answer serves them all;
     /// the TTL picks up node upgrades.
     envd_versions: moka::future::Cache<String, String>,
+    /// Data-plane resumes in flight, by `id@generation`: every request that
+    /// finds the sandbox paused joins the one resume (see `control::pause`).
+    pub(crate) resumes: moka::future::Cache<String, Arc<crate::resolver::Route>>,
 }
 
 impl App {
@@ -53,6 +56,10 @@ impl App {
             node_scheme,
             nodes,
             metrics,
+            resumes: moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(Duration::from_secs(1))
+                .build(),
             envd_versions: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(300))

@@ -1,6 +1,6 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
-//! create, fork, delete, list under `/_warren/v1/sandboxes`, and
-//! `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
+//! create, fork, pause, resume, delete, list under `/_warren/v1/sandboxes`,
+//! and `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
 
 use crate::http::{not_found_marker, Shared};
 use crate::sandbox::state::{CreateSandbox, ForkSandbox};
@@ -42,6 +42,26 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
             match read_json::<ForkSandbox>(req).await {
                 Ok(body) => created(shared.registry.fork(&id, body.generation, body.child).await),
                 Err(r) => r,
+            }
+        }
+        (Method::POST, false, [id, action @ ("pause" | "resume")]) => {
+            let generation = match query_generation(req.uri().query()) {
+                Ok(Some(g)) => g,
+                Ok(None) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        format!("{action} needs ?generation="),
+                    )
+                }
+                Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+            };
+            match shared
+                .registry
+                .set_paused(id, generation, *action == "pause")
+                .await
+            {
+                Ok(info) => json(StatusCode::OK, &info),
+                Err(e) => node_error(e),
             }
         }
         (Method::DELETE, false, [id]) => {
@@ -111,7 +131,8 @@ fn node_error(e: NodeError) -> Response<Body> {
     let status = match &e {
         NodeError::BadRequest(_) => StatusCode::BAD_REQUEST,
         NodeError::NotHosted { .. } => return not_found_marker(e.to_string()),
-        NodeError::Conflict { .. } => StatusCode::CONFLICT,
+        NodeError::Conflict { .. } | NodeError::Paused(_) => StatusCode::CONFLICT,
+        NodeError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
         NodeError::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
         NodeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };

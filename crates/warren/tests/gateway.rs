@@ -660,9 +660,20 @@ async fn teams_keys_and_malformed_input() {
     let r = api(&c, Method::PUT, "/v2/sandboxes", None).await;
     assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
     assert!(r.headers.get("allow").is_some());
+    // The process runtime cannot freeze a sandbox: a 501 naming why, and
+    // the sandbox stays running.
     let r = api(&c, Method::POST, &format!("/sandboxes/{id}/pause"), None).await;
     assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
+    assert!(
+        r.message().contains("process runtime cannot pause"),
+        "{}",
+        r.message()
+    );
     assert_eq!(r.expect_json()["code"], 501);
+    let r = api(&c, Method::GET, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(r.expect_json()["state"], "running");
+    let r = api(&c, Method::POST, &format!("/sandboxes/{id}/resume"), None).await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "resuming a running sandbox");
 }
 
 /// A tiny WebSocket echo server (RFC 6455 handshake and framing) for inside

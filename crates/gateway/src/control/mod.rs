@@ -9,10 +9,13 @@
 //! - [`create`]: `POST /sandboxes`, `POST /v2/sandboxes`, `POST /sandboxes/{id}/fork`
 //!   (Place → node → RecordAssignment, cleaned up if the node fails).
 //! - [`sandboxes`]: get, list (v1, v2), kill, timeout, connect (v1, v2).
+//! - [`pause`]: `POST /sandboxes/{id}/pause` and `/resume` (freeze and thaw
+//!   on the node, then the fenced PAUSE / RESUME event).
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 
 mod create;
 mod nodes;
+pub(crate) mod pause;
 mod route;
 mod sandboxes;
 mod templates;
@@ -170,16 +173,8 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Nodes, _) => nodes::list(app, &team).await,
         (Endpoint::Templates, _) => templates::list(app),
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
-        (Endpoint::Pause(id) | Endpoint::Resume(id), _) => {
-            // Still check existence and ownership so a 501 never confirms
-            // that another team's sandbox exists.
-            owned(app, &team, &id).await?;
-            Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "not_implemented",
-                "pausing and resuming sandboxes is not supported by warren yet",
-            ))
-        }
+        (Endpoint::Pause(id), _) => pause::pause(app, &team, &id, &body).await,
+        (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,
         (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }

@@ -382,7 +382,8 @@ pub(super) async fn set_timeout(
 
 /// `POST /sandboxes/{id}/connect` (timeout required) and
 /// `POST /v2/sandboxes/{id}/connect` (optional): a running sandbox's
-/// details, its end time only ever extended.
+/// details, its end time only ever extended; a paused one is resumed first
+/// (201, as E2B answers).
 pub(super) async fn connect(
     app: &App,
     team: &Team,
@@ -396,11 +397,8 @@ pub(super) async fn connect(
         Ok(BindingState::Running) | Ok(BindingState::Creating) => {}
         Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
         Ok(BindingState::Paused) => {
-            return Err(ApiError::new(
-                StatusCode::NOT_IMPLEMENTED,
-                "not_implemented",
-                format!("sandbox {id} is paused, and resuming is not supported by warren yet"),
-            ))
+            b = super::pause::resume(app, id, &b, t.timeout_secs).await?;
+            return describe(app, team, &b, StatusCode::CREATED).await;
         }
         _ => return Err(ApiError::sandbox_not_found(id)),
     }
@@ -410,6 +408,17 @@ pub(super) async fn connect(
             b = set_end(app, id, wanted).await?;
         }
     }
+    describe(app, team, &b, StatusCode::OK).await
+}
+
+/// The `Sandbox` answer (connect, resume) for `team`'s binding `b`.
+pub(super) async fn describe(
+    app: &App,
+    team: &Team,
+    b: &Binding,
+    status: StatusCode,
+) -> Result<Response<Body>, ApiError> {
+    let id = b.sandbox_id.as_str();
     let token = access_token(app, team, id).await?;
     let envd_version = app.envd_version(&b.endpoint).await;
     let json = Sandbox {
@@ -420,7 +429,7 @@ pub(super) async fn connect(
         envd_access_token: (!token.is_empty()).then_some(token),
         domain: app.settings.domain.clone(),
     };
-    let mut r = warren_core::body::json(StatusCode::OK, &json);
+    let mut r = warren_core::body::json(status, &json);
     r.headers_mut()
         .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     Ok(r)

@@ -31,6 +31,10 @@
 //! the data plane too (before any node is asked): every such answer is
 //! E2B's `502`, so the SDKs see a gone sandbox the same way whichever
 //! step noticed.
+//!
+//! # Paused sandboxes
+//! A route in state PAUSED is resumed first (`control::pause::wake`: one
+//! resume however many requests wait), then proxied.
 
 mod headers;
 mod replay;
@@ -100,7 +104,10 @@ async fn forward(
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let id = target.sandbox_id.as_str();
-    let route = app.resolver.resolve(id).await?;
+    let mut route = app.resolver.resolve(id).await?;
+    if route.state == BindingState::Paused {
+        route = crate::control::pause::wake(app, &route).await?;
+    }
     let upgrade = warren_core::upgrade::protocol(&req);
     // Taken before the request is taken apart: the pending client-side
     // upgrade lives in the request's extensions.

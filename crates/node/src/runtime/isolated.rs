@@ -385,6 +385,13 @@ impl Runtime for Isolated {
         self.limits.remove_all();
     }
 
+    fn set_frozen(&self, handle: &Handle, frozen: bool) -> Result<(), RuntimeError> {
+        let cg = handle.cgroup.as_ref().ok_or_else(|| {
+            RuntimeError::Unsupported("the sandbox has no cgroup to freeze".into())
+        })?;
+        if frozen { cg.freeze() } else { cg.thaw() }.map_err(RuntimeError::Pause)
+    }
+
     fn destroy(&self, paths: &Paths, handle: Option<&Handle>) -> Result<(), RuntimeError> {
         let killed = handle.map(super::kill).unwrap_or(Ok(()));
         remove_sandbox_files(paths).map_err(RuntimeError::Files)?;

@@ -71,6 +71,10 @@ pub enum RuntimeError {
     Egress(String),
     #[error("cannot freeze the parent sandbox: {0}")]
     Freeze(#[source] std::io::Error),
+    #[error("cannot pause or resume the sandbox: {0}")]
+    Pause(#[source] std::io::Error),
+    #[error("{0}")]
+    Unsupported(String),
     #[error("processes {0:?} of the sandbox survived SIGKILL")]
     Survivors(Vec<i32>),
 }
@@ -313,6 +317,17 @@ pub trait Runtime: Send + Sync + 'static {
     /// disk (blocking; run it in `spawn_blocking`). `handle` is None for a
     /// sandbox that never started.
     fn destroy(&self, paths: &Paths, handle: Option<&Handle>) -> Result<(), RuntimeError>;
+    /// Freezes (`true`) or thaws (`false`) every process of a running
+    /// sandbox in place, memory kept (blocking but quick). The default: the
+    /// runtime cannot (see [`RuntimeError::Unsupported`]).
+    fn set_frozen(&self, handle: &Handle, frozen: bool) -> Result<(), RuntimeError> {
+        let _ = (handle, frozen);
+        Err(RuntimeError::Unsupported(format!(
+            "the {} runtime cannot pause a sandbox (it has no cgroup to freeze); \
+             use the isolated runtime",
+            self.kind().as_str()
+        )))
+    }
     /// After every sandbox is gone (node shutdown): removes what the
     /// runtime made for the node as a whole.
     fn shutdown(&self) {}

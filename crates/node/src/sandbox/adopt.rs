@@ -45,6 +45,8 @@ impl Registry {
                         ids: None,
                         network: Default::default(),
                         egress: std::sync::Mutex::new(None),
+                        // Only `process` sandboxes are adopted, and they cannot pause.
+                        paused: std::sync::atomic::AtomicBool::new(false),
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
                     true

@@ -54,6 +54,12 @@ pub enum NodeError {
         generation: String,
         node: String,
     },
+    /// The sandbox is paused and the operation needs it running (409).
+    #[error("sandbox {0} is paused; resume it first")]
+    Paused(String),
+    /// The runtime cannot do this (501).
+    #[error("{0}")]
+    Unsupported(String),
     /// Hosted at another generation (409).
     #[error("sandbox {id} is hosted at generation {hosted}, not {asked}")]
     Conflict { id: String, hosted: u64, asked: u64 },
@@ -81,6 +87,15 @@ pub struct Sandbox {
     pub egress: Mutex<Option<runtime::egress::EgressHandle>>,
     /// The host id range the sandbox holds (isolated), released when dropped.
     pub ids: Option<runtime::ids::IdRange>,
+    /// Frozen in place by a pause (changed under the sandbox id's lock).
+    pub paused: std::sync::atomic::AtomicBool,
+}
+
+impl Sandbox {
+    /// Frozen by a pause.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// Settings the registry needs from the node's configuration.
@@ -239,6 +254,8 @@ impl Registry {
             let _gb = lb.lock().await;
             match self.get(parent_id, parent_generation) {
                 None => Err(self.not_hosted(parent_id, Some(parent_generation))),
+                // Copying freezes and then thaws the parent: never a paused one.
+                Some(parent) if parent.is_paused() => Err(NodeError::Paused(parent_id.into())),
                 Some(parent) => self.create_locked(&child, Some(&parent)).await,
             }
         };
@@ -385,6 +402,7 @@ impl Registry {
             ids,
             network: network.clone(),
             egress: Mutex::new(egress),
+            paused: std::sync::atomic::AtomicBool::new(false),
         });
         self.insert(sandbox);
         if let Some(child) = child {
@@ -472,6 +490,44 @@ impl Registry {
         self.emit(id, sandbox.info.generation, EventKind::Delete);
         tracing::info!(sandbox_id = %id, generation = sandbox.info.generation, reason, "sandbox deleted");
         Ok(sandbox.info.clone())
+    }
+
+    /// Freezes (`pause: true`) or thaws the sandbox hosted at `generation`
+    /// in place; doing what is already done is a success.
+    pub async fn set_paused(
+        self: &Arc<Self>,
+        id: &str,
+        generation: u64,
+        pause: bool,
+    ) -> Result<SandboxInfo, NodeError> {
+        let lock = self.lock_for(id);
+        let result = {
+            let _held = lock.lock().await;
+            match self.get(id, generation) {
+                None => Err(self.not_hosted(id, Some(generation))),
+                Some(sb) if sb.is_paused() == pause => Ok(sb.info.clone()),
+                Some(sb) => {
+                    let rt = self.runtime.clone();
+                    let handle = sb.handle.clone();
+                    let done =
+                        tokio::task::spawn_blocking(move || rt.set_frozen(&handle, pause)).await;
+                    match done {
+                        Ok(Ok(())) => {
+                            sb.paused.store(pause, std::sync::atomic::Ordering::SeqCst);
+                            tracing::info!(sandbox_id = %id, generation, paused = pause, "sandbox frozen state changed");
+                            Ok(sb.info.clone())
+                        }
+                        Ok(Err(runtime::RuntimeError::Unsupported(m))) => {
+                            Err(NodeError::Unsupported(m))
+                        }
+                        Ok(Err(e)) => Err(NodeError::Internal(e.to_string())),
+                        Err(e) => Err(NodeError::Internal(format!("the freeze task failed: {e}"))),
+                    }
+                }
+            }
+        };
+        self.release_lock(id, lock);
+        result
     }
 
     fn emit(&self, id: &str, generation: u64, kind: EventKind) {

@@ -139,8 +139,10 @@ pub const NODES_PAST_LEASE: &str =
 /// in the meantime wins.
 pub const MARK_NODE_DOWN: &str = "UPDATE nodes SET state = 'down' \
      WHERE node_id = $1 AND state = 'up' AND lease_expires_at_ms <= $2";
+/// A paused sandbox never expires (kept until deleted; resuming gives it a
+/// new end time).
 pub const BINDINGS_PAST_END: &str = "SELECT sandbox_id, node_id, generation, state FROM bindings \
-     WHERE end_at_ms <= $1 AND state IN ('creating', 'running', 'paused', 'lost') \
+     WHERE end_at_ms <= $1 AND state IN ('creating', 'running', 'lost') \
      ORDER BY end_at_ms LIMIT $2";
 /// One node's running bindings past `end_at` (the heartbeat expires them
 /// at once, so the node kills them in the same round trip).

@@ -1,0 +1,242 @@
+//! Pause and resume: E2B's `POST /sandboxes/{id}/pause` and `/resume` (and
+//! `connect`, which resumes). A pause freezes every process of the sandbox
+//! in place on its node (the cgroup freezer), memory kept; a resume thaws it.
+//! The binding goes PAUSED / RUNNING through the same fenced
+//! `ReportSandboxEvent` a node would send, so the change is in the scheduler
+//! (and every gateway's routes) before the answer. A paused sandbox never
+//! expires; resuming gives it a new timeout.
+
+use super::owned;
+use crate::auth::Team;
+use crate::error::ApiError;
+use crate::models::{object, Timeout};
+use crate::node_client::NodeError;
+use crate::resolver::Route;
+use crate::state::App;
+use http::{Response, StatusCode};
+use std::sync::Arc;
+use warren_core::body::{status as no_content, Body};
+use warren_core::time::now_ms;
+use warren_proto::scheduler::v1::{
+    Binding, BindingState, EventType, ReportSandboxEventRequest, SandboxEvent, SetTimeoutRequest,
+};
+
+/// A resumed sandbox's timeout when `POST /resume` names none (E2B's
+/// `ResumedSandbox.timeout` default).
+pub(super) const DEFAULT_RESUME_TIMEOUT_SECS: u64 = 15;
+/// A sandbox's timeout after `connect` without one, or after a data-plane
+/// request woke it (E2B's default sandbox timeout).
+pub(crate) const WAKE_TIMEOUT_SECS: u64 = 300;
+
+/// `POST /sandboxes/{id}/pause`: 204, 409 when already paused.
+pub(super) async fn pause(
+    app: &App,
+    team: &Team,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let obj = object(body, true)?;
+    if obj.get("memory") == Some(&serde_json::Value::Bool(false)) {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            "a filesystem-only pause (\"memory\": false) is not supported by warren yet; \
+             omit \"memory\" (or send true) to pause with memory kept",
+        ));
+    }
+    let b = owned(app, team, id).await?;
+    match BindingState::try_from(b.state) {
+        Ok(BindingState::Running) => {}
+        Ok(BindingState::Paused) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("sandbox {id} is already paused"),
+            ))
+        }
+        Ok(BindingState::Creating) => return Err(ApiError::sandbox_not_ready(id)),
+        Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
+        _ => return Err(ApiError::sandbox_not_found(id)),
+    }
+    change(app, id, &b, true).await?;
+    Ok(no_content(StatusCode::NO_CONTENT))
+}
+
+/// `POST /sandboxes/{id}/resume`: 201 with the sandbox, 409 when it is not
+/// paused (E2B's answers).
+pub(super) async fn resume_endpoint(
+    app: &App,
+    team: &Team,
+    id: &str,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let t = Timeout::parse(body, false)?;
+    let b = owned(app, team, id).await?;
+    match BindingState::try_from(b.state) {
+        Ok(BindingState::Paused) => {}
+        Ok(BindingState::Running) | Ok(BindingState::Creating) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "conflict",
+                format!("sandbox {id} is already running"),
+            ))
+        }
+        Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
+        _ => return Err(ApiError::sandbox_not_found(id)),
+    }
+    let b = resume(app, id, &b, t.timeout_secs).await?;
+    super::sandboxes::describe(app, team, &b, StatusCode::CREATED).await
+}
+
+/// Resumes the sandbox a data-plane request found paused at `route`, once
+/// however many requests wait: concurrent callers for the same
+/// `id@generation` share one resume (and its outcome). The route to proxy
+/// to after.
+pub(crate) async fn wake(app: &App, route: &Route) -> Result<Arc<Route>, ApiError> {
+    let key = format!("{}@{}", route.sandbox_id, route.generation);
+    let id = route.sandbox_id.as_str();
+    let woke = app
+        .resumes
+        .try_get_with(key.clone(), async {
+            // Read it again: another gateway, or an earlier wave, may have
+            // resumed it already.
+            let fresh = app
+                .resolver
+                .lookup_uncached(id)
+                .await
+                .map_err(ApiError::from)?;
+            if fresh.state != BindingState::Paused {
+                app.resolver.learn(fresh.clone()).await;
+                return Ok::<_, ApiError>(fresh);
+            }
+            let b = Binding {
+                sandbox_id: fresh.sandbox_id.clone(),
+                node_id: fresh.node_id.clone(),
+                endpoint: fresh.endpoint.clone(),
+                generation: fresh.generation,
+                team_id: fresh.team_id.clone(),
+                ..Default::default()
+            };
+            resume(app, id, &b, Some(WAKE_TIMEOUT_SECS)).await?;
+            tracing::info!(
+                sandbox_id = id,
+                generation = fresh.generation,
+                "resumed by a data-plane request"
+            );
+            Ok(Arc::new(Route {
+                state: BindingState::Running,
+                ..(*fresh).clone()
+            }))
+        })
+        .await;
+    app.resumes.invalidate(&key).await;
+    woke.map_err(|e| (*e).clone())
+}
+
+/// Thaws the paused sandbox `b` and gives it `timeout_secs` (default
+/// [`DEFAULT_RESUME_TIMEOUT_SECS`]) from now; the binding after.
+pub(super) async fn resume(
+    app: &App,
+    id: &str,
+    b: &Binding,
+    timeout_secs: Option<u64>,
+) -> Result<Binding, ApiError> {
+    change(app, id, b, false).await?;
+    let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS) as i64;
+    let end_at_ms = now_ms() + secs * 1000;
+    app.scheduler
+        .call("SetTimeout", |mut c| async move {
+            c.set_timeout(SetTimeoutRequest {
+                sandbox_id: id.to_string(),
+                end_at_ms,
+            })
+            .await
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))
+}
+
+/// The node freezes (or thaws), then the fenced state change; a change the
+/// scheduler refuses (the sandbox moved or went meanwhile) is undone on the
+/// node and answered as a conflict.
+async fn change(app: &App, id: &str, b: &Binding, pause: bool) -> Result<(), ApiError> {
+    match app
+        .nodes
+        .set_paused(&b.endpoint, id, b.generation, pause)
+        .await
+    {
+        Ok(()) => {}
+        Err(NodeError::Status {
+            not_hosted: true, ..
+        }) => return Err(ApiError::sandbox_not_found(id)),
+        Err(NodeError::Status {
+            status, message, ..
+        }) if status == StatusCode::NOT_IMPLEMENTED || status == StatusCode::CONFLICT => {
+            let code = if status == StatusCode::CONFLICT {
+                "conflict"
+            } else {
+                "not_implemented"
+            };
+            return Err(ApiError::new(status, code, message));
+        }
+        Err(e) if e.is_connect() => return Err(ApiError::upstream_unreachable()),
+        Err(e) => {
+            return Err(ApiError::internal(format!(
+                "cannot {} sandbox {id}: {e}",
+                if pause { "pause" } else { "resume" }
+            )))
+        }
+    }
+    let kind = if pause {
+        EventType::Pause
+    } else {
+        EventType::Resume
+    };
+    let resp = app
+        .scheduler
+        .call("ReportSandboxEvent", |mut c| async move {
+            c.report_sandbox_event(ReportSandboxEventRequest {
+                node_id: b.node_id.clone(),
+                events: vec![SandboxEvent {
+                    sandbox_id: id.to_string(),
+                    generation: b.generation,
+                    r#type: kind as i32,
+                }],
+            })
+            .await
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+    if let Some(r) = resp.results.iter().find(|r| !r.applied) {
+        // Put the node back as the scheduler still has it.
+        let _ = app
+            .nodes
+            .set_paused(&b.endpoint, id, b.generation, !pause)
+            .await;
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "sandbox {id} changed while being paused or resumed: {}",
+                r.reason
+            ),
+        ));
+    }
+    // This gateway routes by the new state at once; the others hear it
+    // from the scheduler's watch.
+    app.resolver
+        .learn(Arc::new(Route {
+            sandbox_id: id.to_string(),
+            node_id: b.node_id.clone(),
+            endpoint: b.endpoint.clone(),
+            generation: b.generation,
+            state: if pause {
+                BindingState::Paused
+            } else {
+                BindingState::Running
+            },
+            team_id: b.team_id.clone(),
+        }))
+        .await;
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! Pause and resume through a gateway with the real `e2b` SDK
+//! (`tests/e2b/pause.py`) on the `isolated` runtime: a paused sandbox's
+//! processes stand still (read from the host), listings say `paused`, a
+//! paused sandbox outlives its timeout, and `connect` or a data-plane
+//! request resumes it with its memory intact. On the `process` runtime a
+//! pause is a clear 501 that changes nothing.
+//!
+//! Needs what the security suite needs (root, cgroups, slirp4netns,
+//! nftables, the `base` template in `/var/lib/warren/templates`).
+
+use std::time::Duration;
+use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::sdk::run_case;
+
+const KEY: &str = "e2b_1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c5e7b9d";
+
+async fn cluster(runtime: &str) -> Cluster {
+    Cluster::start(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        Spec {
+            nodes: 1,
+            runtime: runtime.into(),
+            keys: vec![(KEY.into(), "team-a".into())],
+            ..Spec::default()
+        },
+    )
+    .await
+    .expect("a cluster starts (isolated needs root, cgroups, slirp4netns, nftables and the base template)")
+}
+
+async fn run(c: &Cluster, name: &str) -> serde_json::Value {
+    let gateway = format!("http://{}", c.gateway(0));
+    let data = c.dir().join("node-1").display().to_string();
+    run_case(
+        &gateway,
+        "pause.py",
+        name,
+        KEY,
+        &[("WARREN_NODE_DATA", data)],
+        Duration::from_secs(300),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_paused_sandbox_stands_still_and_resumes_with_its_memory() {
+    let c = cluster("isolated").await;
+    let r = run(&c, "freeze_and_resume").await;
+    eprintln!("facts: {r}");
+    assert!(r["after"].as_u64() > r["frozen"].as_u64(), "{r}");
+}
+
+#[tokio::test]
+async fn a_paused_sandbox_outlives_its_timeout() {
+    let c = cluster("isolated").await;
+    run(&c, "paused_outlives_its_timeout").await;
+}
