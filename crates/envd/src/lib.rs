@@ -20,6 +20,8 @@
 //! - [`filesystem`]: `filesystem.Filesystem`; [`entry`] builds `EntryInfo`.
 //! - [`paths`]: client paths → host paths, never leaving the root.
 //! - [`relay`]: the port relay socket.
+//! - [`start`]: the template's start command and its readiness
+//!   (`GET /warren/start`).
 //! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
 //!   `warren_core::body::error`).
 // Dev-dependencies are for the integration tests under tests/; this crate's
@@ -35,6 +37,7 @@ pub mod process;
 pub mod relay;
 pub mod rpc_error;
 pub mod server;
+pub mod start;
 pub mod users;
 
 pub use config::{ApiAddr, Config, Settings};

@@ -71,15 +71,18 @@ impl NodeClient {
         NodeClient { client, timeout }
     }
 
-    /// `POST /_warren/v1/sandboxes`.
+    /// `POST /_warren/v1/sandboxes`, allowed `extra` time on top of the
+    /// request timeout (the template's start command's ready timeout).
     pub async fn create(
         &self,
         endpoint: &str,
         req: &CreateSandbox,
+        extra: Duration,
     ) -> Result<SandboxInfo, NodeError> {
         let body = serde_json::to_vec(req).unwrap_or_default();
         let (_, bytes) = self
-            .send(
+            .send_within(
+                self.timeout + extra,
                 endpoint,
                 Method::POST,
                 node_api::SANDBOXES.into(),
@@ -89,13 +92,15 @@ impl NodeClient {
         parse(endpoint, &bytes)
     }
 
-    /// `POST /_warren/v1/sandboxes/{parent}/fork`.
+    /// `POST /_warren/v1/sandboxes/{parent}/fork`, allowed `extra` time as
+    /// [`NodeClient::create`] is.
     pub async fn fork(
         &self,
         endpoint: &str,
         parent: &str,
         parent_generation: u64,
         child: &CreateSandbox,
+        extra: Duration,
     ) -> Result<SandboxInfo, NodeError> {
         let body = serde_json::to_vec(&ForkSandbox {
             generation: parent_generation,
@@ -103,7 +108,15 @@ impl NodeClient {
         })
         .unwrap_or_default();
         let path = node_api::fork_path(parent);
-        let (_, bytes) = self.send(endpoint, Method::POST, path, Some(body)).await?;
+        let (_, bytes) = self
+            .send_within(
+                self.timeout + extra,
+                endpoint,
+                Method::POST,
+                path,
+                Some(body),
+            )
+            .await?;
         parse(endpoint, &bytes)
     }
 
@@ -125,6 +138,18 @@ impl NodeClient {
 
     async fn send(
         &self,
+        endpoint: &str,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), NodeError> {
+        self.send_within(self.timeout, endpoint, method, path, body)
+            .await
+    }
+
+    async fn send_within(
+        &self,
+        timeout: Duration,
         endpoint: &str,
         method: Method,
         path: String,
@@ -174,11 +199,11 @@ impl NodeClient {
             }
             Ok((status, bytes))
         };
-        match tokio::time::timeout(self.timeout, call).await {
+        match tokio::time::timeout(timeout, call).await {
             Ok(r) => r,
             Err(_) => Err(NodeError::Timeout {
                 endpoint: endpoint.to_string(),
-                timeout: self.timeout,
+                timeout,
             }),
         }
     }

@@ -160,6 +160,20 @@ impl Proc {
         self.changed.subscribe()
     }
 
+    /// The last `max` bytes or so of its retained output (stdout and
+    /// stderr as they came), as text.
+    pub fn output_tail(&self, max: usize) -> String {
+        let state = self.state();
+        let from = state
+            .log
+            .end()
+            .saturating_sub(max as u64)
+            .max(state.log.start());
+        let chunks = state.log.read_from(from, max).unwrap_or_default();
+        let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.data.iter().copied()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
     /// Whether it is still running.
     pub fn running(&self) -> bool {
         !self.exited.load(Ordering::Acquire)
@@ -327,9 +341,10 @@ impl Manager {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts a process; its output is recorded from the first byte, and
-    /// the returned cursor (at offset 0) holds it for the starting client.
-    pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
+    /// The command for `spec` as it runs in the sandbox: its user, working
+    /// directory (checked), environment and own process group; stdio is
+    /// the caller's to set.
+    pub fn command(&self, spec: &Spec) -> Result<tokio::process::Command, ProcError> {
         let identity = self.jail.users().lookup(spec.user.as_deref())?;
         // A user's own home is the default directory, as on a login.
         let default_cwd = identity.as_ref().map_or("", |i| i.home.as_str());
@@ -350,17 +365,24 @@ impl Manager {
         }
         cmd.args(&spec.args)
             .env_clear()
-            .envs(self.environment(&spec, &home))
+            .envs(self.environment(spec, &home))
             .current_dir(&cwd.host)
-            .stdin(if spec.stdin {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
             // Its own group, so signals reach what it spawns too.
             .process_group(0);
+        Ok(cmd)
+    }
+
+    /// Starts a process; its output is recorded from the first byte, and
+    /// the returned cursor (at offset 0) holds it for the starting client.
+    pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
+        let mut cmd = self.command(&spec)?;
+        cmd.stdin(if spec.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|source| ProcError::Spawn {
             cmd: spec.cmd.clone(),
             source,
