@@ -13,10 +13,13 @@
 //! - [`e2b_python`]: the Python interpreter that has the pinned `e2b` SDK.
 //! - [`cluster::Cluster`]: scheduler + nodes + gateways as real processes.
 //! - [`http::Http`]: a tiny JSON HTTP client with timeouts.
+//! - [`sdk`]: one case of an SDK script (Python or JavaScript) against a gateway.
+//! - [`templates::TestTemplate`]: a template a test builds, removed after it.
 
 pub mod cluster;
 pub mod http;
 pub mod sdk;
+pub mod templates;
 
 pub use warren_harness::{postgres, Launch, Proc};
 
