@@ -23,6 +23,11 @@ The protocol (what the SDKs send and read):
   `GET /contexts`; `DELETE /contexts/{id}`; `POST /contexts/{id}/restart`.
 - `GET /health`.
 
+`/execute` needs the sandbox's access token in `X-Access-Token` (what the
+SDKs send there): envd gives the start command the token's SHA-256
+(`WARREN_ACCESS_TOKEN_SHA256`), never the token. The SDKs send no token to
+the context endpoints, so those take none.
+
 Each context is its own kernel process; contexts share nothing but the
 sandbox. One execution runs in a context at a time; others wait their turn.
 
@@ -33,6 +38,8 @@ handlers, `main`.
 
 import argparse
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
 import os
@@ -49,6 +56,9 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.paths import jupyter_runtime_dir
 
 log = logging.getLogger("code-interpreter")
+
+# Where envd puts the hex SHA-256 of the sandbox's access token.
+TOKEN_DIGEST_ENV = "WARREN_ACCESS_TOKEN_SHA256"
 
 # Language names a client may use → (the name contexts report, the kernel).
 LANGUAGES = {
@@ -698,9 +708,20 @@ class Health(Handler):
 
 
 class Execute(Handler):
-    def initialize(self, contexts):
+    def initialize(self, contexts, token_digest):
         super().initialize(contexts)
+        self.token_digest = token_digest
         self.gone = asyncio.Event()
+
+    def prepare(self):
+        # Running code needs the sandbox's access token (the SDKs send it
+        # here); envd gave us its digest, not the token.
+        if self.token_digest is None:
+            return
+        sent = self.request.headers.get("X-Access-Token", "")
+        got = hashlib.sha256(sent.encode()).hexdigest()
+        if not sent or not hmac.compare_digest(got, self.token_digest):
+            raise ClientError(401, "missing or invalid access token (X-Access-Token)")
 
     def on_connection_close(self):
         self.gone.set()
@@ -771,12 +792,12 @@ class ContextRestart(Handler):
         self.finish()
 
 
-def app(contexts):
+def app(contexts, token_digest=None):
     args = {"contexts": contexts}
     return tornado.web.Application(
         [
             (r"/health", Health, args),
-            (r"/execute", Execute, args),
+            (r"/execute", Execute, {"contexts": contexts, "token_digest": token_digest}),
             (r"/contexts", ContextList, args),
             (r"/contexts/([^/]+)", ContextOne, args),
             (r"/contexts/([^/]+)/restart", ContextRestart, args),
@@ -786,7 +807,8 @@ def app(contexts):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--host", default=os.environ.get("WARREN_CI_HOST", "0.0.0.0"))
+    # envd's relay reaches sandbox ports on 127.0.0.1; nothing else needs to.
+    p.add_argument("--host", default=os.environ.get("WARREN_CI_HOST", "127.0.0.1"))
     p.add_argument("--port", type=int, default=int(os.environ.get("WARREN_CI_PORT", "49999")))
     p.add_argument(
         "--cwd",
@@ -809,11 +831,16 @@ def parse_args(argv):
 
 
 async def serve(settings):
+    # The access token's SHA-256, from envd: checked on /execute, and not
+    # passed on to the kernels.
+    token_digest = os.environ.pop(TOKEN_DIGEST_ENV, None) or None
     contexts = Contexts(settings)
     # The default Python context first: the server is ready (it listens)
     # only once code can run.
     await contexts.default("python")
-    server = tornado.httpserver.HTTPServer(app(contexts), idle_connection_timeout=3600)
+    server = tornado.httpserver.HTTPServer(
+        app(contexts, token_digest), idle_connection_timeout=3600
+    )
     server.listen(settings.port, settings.host)
     log.info("code interpreter listening on %s:%s", settings.host, settings.port)
     stop = asyncio.Event()

@@ -15,12 +15,16 @@ exits non-zero on a failed assertion.
 """
 
 import base64
+import json
+import os
 import sys
 
 from e2b import TimeoutException
 from e2b_code_interpreter import Sandbox
 
-from common import result
+from common import http, result
+
+SANDBOX_URL = os.environ["E2B_SANDBOX_URL"]
 
 
 def create():
@@ -231,6 +235,33 @@ def case_env_vars():
         sh = sbx.run_code("echo ${ONLY_NOW:-unset}", language="bash", envs={"ONLY_NOW": "b"})
         assert "".join(sh.logs.stdout) == "b\n", sh.logs
         result(ok=True)
+    finally:
+        sbx.kill()
+
+
+def case_auth():
+    """Code runs only for a client with the sandbox's access token: without
+    it, or with another, `/execute` answers 401 and runs nothing."""
+    sbx = create()
+    try:
+        def execute(token):
+            headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999",
+                       "Content-Type": "application/json"}
+            if token is not None:
+                headers["X-Access-Token"] = token
+            body = json.dumps({"code": "open('/tmp/ran', 'a').write('x')\n'ran'"}).encode()
+            return http("POST", "/execute", headers=headers, body=body, base=SANDBOX_URL)
+
+        token = sbx._envd_access_token
+        assert token, "the sandbox has an access token"
+        missing, _, _ = execute(None)
+        wrong, _, _ = execute(token[:-1] + ("x" if token[-1] != "x" else "y"))
+        assert (missing, wrong) == (401, 401), (missing, wrong)
+        assert not sbx.files.exists("/tmp/ran"), "code ran without the token"
+        ok_status, _, body = execute(token)
+        assert ok_status == 200 and b"'ran'" in body, (ok_status, body)
+        assert sbx.files.read("/tmp/ran") == "x"
+        result(missing=missing, wrong=wrong, ok=ok_status)
     finally:
         sbx.kill()
 

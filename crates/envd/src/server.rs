@@ -96,7 +96,7 @@ pub async fn serve(
         settings.keep_finished,
     );
     let start = match settings.start.clone() {
-        Some(cmd) => crate::start::spawn(manager.clone(), cmd),
+        Some(cmd) => crate::start::spawn(manager.clone(), cmd, settings.access_token.as_deref()),
         None => tokio::sync::watch::channel(crate::start::StartState::None).1,
     };
     let router = Router::new()

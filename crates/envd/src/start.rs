@@ -6,6 +6,11 @@
 //! The node asks `GET /warren/start` (with the access token) until the
 //! answer is `ready` or `failed`, so a create returns only once the
 //! sandbox is ready (docs/sandboxes.md, "Start and ready commands").
+//!
+//! The start command gets [`TOKEN_DIGEST_ENV`]: the SHA-256 of the
+//! sandbox's access token, so a server it starts can check the token
+//! clients send (the code interpreter's `/execute` does) without holding
+//! the token itself.
 
 use crate::process::manager::{Manager, Spec};
 use serde::{Deserialize, Serialize};
@@ -17,6 +22,10 @@ use tokio::time::Instant;
 
 /// The tag the start command's process carries.
 pub const TAG: &str = "start_cmd";
+
+/// The start command's variable holding the hex SHA-256 of the sandbox's
+/// access token (absent when it has none).
+pub const TOKEN_DIGEST_ENV: &str = "WARREN_ACCESS_TOKEN_SHA256";
 
 /// How often the ready command runs until it succeeds.
 const READY_INTERVAL: Duration = Duration::from_millis(50);
@@ -69,11 +78,22 @@ pub enum StartState {
 }
 
 /// Starts `start` and follows it until it is ready or has failed; the
-/// receiver always holds where it is.
-pub fn spawn(manager: Arc<Manager>, start: StartCommand) -> watch::Receiver<StartState> {
+/// receiver always holds where it is. `token` is the sandbox's access token.
+pub fn spawn(
+    manager: Arc<Manager>,
+    start: StartCommand,
+    token: Option<&str>,
+) -> watch::Receiver<StartState> {
     let (tx, rx) = watch::channel(StartState::Starting { last_check: None });
+    let digest = token.map(|t| {
+        use sha2::Digest;
+        sha2::Sha256::digest(t.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    });
     tokio::spawn(async move {
-        let end = run(&manager, &start, &tx).await;
+        let end = run(&manager, &start, digest, &tx).await;
         match &end {
             StartState::Failed { message } => {
                 tracing::error!(%message, "the start command failed")
@@ -88,6 +108,7 @@ pub fn spawn(manager: Arc<Manager>, start: StartCommand) -> watch::Receiver<Star
 async fn run(
     manager: &Arc<Manager>,
     start: &StartCommand,
+    digest: Option<String>,
     tx: &watch::Sender<StartState>,
 ) -> StartState {
     let deadline = Instant::now() + Duration::from_secs(start.timeout_secs);
@@ -97,6 +118,10 @@ async fn run(
         user: start.user.clone(),
         cwd: start.cwd.clone(),
         tag: Some(TAG.into()),
+        envs: digest
+            .map(|d| (TOKEN_DIGEST_ENV.to_string(), d))
+            .into_iter()
+            .collect(),
         ..Spec::default()
     };
     let proc = match manager.start(spec) {

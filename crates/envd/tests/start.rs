@@ -154,6 +154,39 @@ async fn without_a_ready_command_it_is_ready_once_started() {
 }
 
 #[tokio::test]
+async fn the_start_command_gets_the_tokens_digest_not_the_token() {
+    let envd = TestEnvd::start_with(|s| {
+        s.with_access_token(TOKEN).with_start(start(
+            "echo \"$WARREN_ACCESS_TOKEN_SHA256\" > digest; env > env.txt; exec sleep 600",
+            "test -f env.txt",
+            60,
+        ))
+    })
+    .await;
+    wait_for(&envd, "ready", |s| match s {
+        StartState::Ready { .. } => Some(()),
+        StartState::Failed { message } => panic!("failed: {message}"),
+        _ => None,
+    })
+    .await;
+    let digest = std::fs::read_to_string(envd.host("/home/user/digest")).expect("digest");
+    let want: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(TOKEN.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    assert_eq!(digest.trim(), want);
+    let env = std::fs::read_to_string(envd.host("/home/user/env.txt")).expect("env");
+    assert!(
+        !env.contains(TOKEN),
+        "the token itself reached the start command"
+    );
+    envd.stop().await;
+}
+
+#[tokio::test]
 async fn without_a_start_command_there_is_none_and_it_needs_the_token() {
     let envd = TestEnvd::start_with(|s| s.with_access_token(TOKEN)).await;
     assert_eq!(state(&envd).await, StartState::None);

@@ -6,7 +6,8 @@
 //! `run_code` calls; `print` streamed to `on_stdout` before the code ends; an
 //! exception as `execution.error` with its name; a matplotlib figure as a
 //! PNG; contexts that share nothing; a short `timeout` that stops a loop and
-//! leaves the context usable; JavaScript and bash contexts; per-run env vars.
+//! leaves the context usable; JavaScript and bash contexts; per-run env vars;
+//! no code runs without the sandbox's access token.
 //!
 //! They need what the isolated sandbox tests need (root, cgroups,
 //! slirp4netns, nftables) and the `code-interpreter-v1` template in
@@ -182,6 +183,18 @@ async fn python_javascript_and_bash_contexts_run() {
 async fn python_env_vars_apply_to_one_run() {
     let d = dev().await;
     d.python("env_vars").await;
+    d.stop().await;
+}
+
+/// `/execute` without the sandbox's access token (or with another) is
+/// refused with 401 and runs nothing: knowing a sandbox's id is not enough
+/// to run code in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_execute_needs_the_access_token() {
+    let d = dev().await;
+    let facts = d.python("auth").await;
+    assert_eq!(facts["missing"], 401, "{facts}");
+    assert_eq!(facts["wrong"], 401, "{facts}");
     d.stop().await;
 }
 
