@@ -68,6 +68,7 @@ LANGUAGES = {
     "js": ("javascript", "deno"),
     "typescript": ("typescript", "deno"),
     "ts": ("typescript", "deno"),
+    "deno": ("javascript", "deno"),
     "bash": ("bash", "bash"),
     "sh": ("bash", "bash"),
 }
@@ -248,16 +249,48 @@ class Kernel:
     async def _connect(self):
         self.kc = self.km.client()
         self.kc.start_channels()
-        try:
-            await self.kc.wait_for_ready(timeout=self.settings.kernel_start_timeout)
-        except RuntimeError as e:
-            raise RuntimeError(f"the {self.kernel_name} kernel did not start: {e}") from e
         self.readers = [
             asyncio.create_task(self._read("iopub", self.kc.get_iopub_msg)),
             asyncio.create_task(self._read("shell", self.kc.get_shell_msg)),
         ]
+        await self._wait_ready()
         if self.kernel_name == "python3":
             await self.run_silent(PYTHON_SETUP)
+
+    async def _wait_ready(self):
+        """Until the kernel answers a kernel_info request on the shell
+        channel and its status for it arrives on iopub (so both channels are
+        connected; iopub drops what it sends before). jupyter_client's
+        wait_for_ready does this too, but then waits 0.2 s for nothing."""
+        deadline = time.monotonic() + self.settings.kernel_start_timeout
+        while True:
+            msg_id = self.kc.kernel_info()
+            queue = asyncio.Queue()
+            self.waiters[msg_id] = queue
+            replied = published = False
+            try:
+                attempt = min(deadline, time.monotonic() + 0.5)
+                while not (replied and published):
+                    left = attempt - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        channel, _ = await asyncio.wait_for(queue.get(), left)
+                    except asyncio.TimeoutError:
+                        break
+                    replied = replied or channel == "shell"
+                    published = published or channel == "iopub"
+            finally:
+                del self.waiters[msg_id]
+            if replied and published:
+                return
+            if not await self.km.is_alive():
+                raise RuntimeError(f"the {self.kernel_name} kernel exited while starting")
+            if time.monotonic() >= deadline:
+                raise RuntimeError(
+                    f"the {self.kernel_name} kernel did not answer within "
+                    f"{self.settings.kernel_start_timeout}s"
+                )
 
     async def _read(self, channel, get):
         while True:
