@@ -16,7 +16,7 @@ use crate::paths::{Follow, Jail};
 use crate::rpc_error::{http_status, path_error};
 use futures_util::TryStreamExt;
 use http::{header, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, BodyStream, StreamBody};
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
 use std::collections::HashMap;
 use std::io::Write;
@@ -248,16 +248,20 @@ async fn upload(
     written
 }
 
+/// How much of an upload's body is read and discarded after its answer is
+/// decided, and for how long.
+const DRAIN_LIMIT: usize = 256 << 20;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// After an error answer to an upload, reads and discards what the client
 /// is still sending (bounded), so it gets the answer instead of a reset
 /// that could swallow it.
 async fn drain(body: &mut Incoming) {
-    const LIMIT: usize = 256 << 20;
     let mut seen = 0usize;
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
         while let Some(Ok(frame)) = body.frame().await {
             seen += frame.data_ref().map_or(0, |d| d.len());
-            if seen > LIMIT {
+            if seen > DRAIN_LIMIT {
                 break;
             }
         }
@@ -277,9 +281,39 @@ async fn upload_multipart(
             format!("bad multipart Content-Type: {e}"),
         )
     })?;
-    let stream =
-        BodyStream::new(body).try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
-    let mut multipart = multer::Multipart::new(stream, boundary);
+    // The body is read by a task of its own that hands it to the parser and
+    // then reads it to its end: the parser stops at the closing boundary,
+    // and an answer sent while the rest (an epilogue, a chunked body's last
+    // chunk) is unread closes the connection under a client still writing,
+    // which then sees a reset instead of the answer.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+    let reader = tokio::spawn(async move {
+        let mut body = body;
+        let mut parser_gone = false;
+        let mut discarded = 0usize;
+        while let Some(frame) = body.frame().await {
+            let data = match frame {
+                Ok(f) => match f.into_data() {
+                    Ok(d) => d,
+                    Err(_) => continue,
+                },
+                Err(e) => {
+                    let _ = tx.send(Err(std::io::Error::other(e))).await;
+                    return;
+                }
+            };
+            if !parser_gone {
+                parser_gone = tx.send(Ok(data)).await.is_err();
+            } else {
+                discarded += data.len();
+                if discarded > DRAIN_LIMIT {
+                    return;
+                }
+            }
+        }
+    });
+    let mut multipart =
+        multer::Multipart::new(tokio_stream::wrappers::ReceiverStream::new(rx), boundary);
     let bad = |e: multer::Error| {
         reply::error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"))
     };
@@ -315,17 +349,10 @@ async fn upload_multipart(
         Ok(())
     }
     .await;
-    if let Err(answer) = result {
-        // Read what the client is still sending (bounded) so it gets the
-        // answer instead of a reset that could swallow it.
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-            while let Ok(Some(mut field)) = multipart.next_field().await {
-                while let Ok(Some(_)) = field.chunk().await {}
-            }
-        })
-        .await;
-        return Err(answer);
-    }
+    // Whatever the answer, the rest of the body is read first (bounded).
+    drop(multipart);
+    let _ = tokio::time::timeout(DRAIN_TIME, reader).await;
+    result?;
     if written.is_empty() {
         return Err(reply::error(
             StatusCode::BAD_REQUEST,

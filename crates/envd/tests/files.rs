@@ -537,3 +537,67 @@ fn signature(path: &str, operation: &str, user: &str, token: &str) -> String {
     .replace('+', "%2B")
     .replace('/', "%2F")
 }
+
+/// A multipart upload sent chunked (as Node's fetch sends a FormData): envd
+/// reads the body to its end before it answers, so the connection stays
+/// usable — an answer sent while the end of the body was still unread made
+/// the connection close with unread bytes, which resets it under a client
+/// still writing ("error writing a body to connection" at the node).
+#[tokio::test]
+async fn a_chunked_multipart_upload_is_read_to_its_end() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let envd = TestEnvd::start().await;
+    let (ct, body) = multipart(&[("chunked.txt", b"sent in chunks")]);
+    let addr = envd
+        .base
+        .authority()
+        .expect("authority")
+        .as_str()
+        .to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("connect");
+    let mut req = format!(
+        "POST /files?username=user HTTP/1.1\r\nHost: envd\r\nContent-Type: {ct}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    req.extend_from_slice(b"\r\n");
+    conn.write_all(&req).await.expect("write the body");
+    // The last chunk comes a moment later, as a streaming client's does.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    conn.write_all(b"0\r\n\r\n")
+        .await
+        .expect("envd closed the connection before the upload's last chunk");
+    // Then a second request on the same connection.
+    conn.write_all(b"GET /health HTTP/1.1\r\nHost: envd\r\n\r\n")
+        .await
+        .expect("envd closed the connection after the upload");
+    let mut seen = Vec::new();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = conn.read(&mut buf).await.unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            seen.extend_from_slice(&buf[..n]);
+            if String::from_utf8_lossy(&seen).contains("HTTP/1.1 204") {
+                break;
+            }
+        }
+    })
+    .await;
+    let text = String::from_utf8_lossy(&seen);
+    assert!(read.is_ok(), "no answer to the second request: {text}");
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains("HTTP/1.1 204"),
+        "the connection did not survive the upload: {text}"
+    );
+    assert_eq!(
+        std::fs::read(envd.host("/home/user/chunked.txt")).expect("uploaded"),
+        b"sent in chunks"
+    );
+}
