@@ -12,6 +12,8 @@ with E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY and case-specific WARREN_*
 variables set by the Rust test, which checks the host side (the template's
 root, a host listener). Each case asserts what the user sees and prints one
 JSON line of facts (`RESULT {...}`); it exits non-zero on a failed assertion.
+It runs as root on the host: `host_without_own_table` removes the sandbox's
+own nftables table itself (the fault that case tests).
 """
 
 import json
@@ -40,32 +42,63 @@ def must(sbx, cmd, user=None, timeout=60):
     return out
 
 
-# A probe run inside a sandbox: `python3 probe.py JSON` where JSON is a list
-# of [host, port]; prints, per target, "ok", "refused", "timeout",
-# "unreachable" or "dns: ..." as one JSON list.
+# A probe run inside a sandbox: `python3 probe.py JSON [ROUNDS]` where JSON
+# is a list of [host, port]; prints, per target, "ok", "refused", "timeout",
+# "unreachable: ..." or "dns: ..." as one JSON list; with ROUNDS, tries each
+# target that many times and prints, per target, {outcome: count}.
+#
+# "ok" means the handshake completed: the socket is established (or the peer
+# already closed its side). connect() alone is not trusted: when an ICMP
+# error answers the SYN (slirp does so for its own addresses), Linux queues
+# the error and wakes the waiting connect() before it records the error, so
+# a connect with a timeout (poll, then SO_ERROR) may read "no error" and
+# return for a socket that never connected (here up to about one connect in
+# 500 to slirp's 10.0.2.2, more when the two run on different CPUs).
 PROBE = r'''
-import json, socket, sys
-out = []
-for host, port in json.loads(sys.argv[1]):
+import collections, json, os, socket, sys, time
+STATES = {1: "established", 2: "syn-sent", 7: "closed", 8: "close-wait"}
+
+def state(s):
+    return s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+
+def attempt(host, port):
     try:
         addr = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
     except Exception as e:
-        out.append("dns: %s" % e)
-        continue
+        return "dns: %s" % e
     s = socket.socket()
     s.settimeout(5)
     try:
-        s.connect(addr)
-        out.append("ok")
-    except ConnectionRefusedError:
-        out.append("refused")
-    except socket.timeout:
-        out.append("timeout")
-    except OSError as e:
-        out.append("unreachable: %s" % e)
+        try:
+            s.connect(addr)
+        except ConnectionRefusedError:
+            return "refused"
+        except socket.timeout:
+            return "timeout"
+        except OSError as e:
+            return "unreachable: %s" % e
+        deadline = time.monotonic() + 5
+        while state(s) == 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        st = state(s)
+        if st in (1, 8):
+            return "ok"
+        err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        return "unreachable: connect() returned, the socket is %s (%s)" % (
+            STATES.get(st, st), os.strerror(err) if err else "no error")
     finally:
         s.close()
-print(json.dumps(out))
+
+targets = json.loads(sys.argv[1])
+if len(sys.argv) > 2:
+    rounds = int(sys.argv[2])
+    out = [collections.Counter() for _ in targets]
+    for _ in range(rounds):
+        for i, (host, port) in enumerate(targets):
+            out[i][attempt(host, port)] += 1
+    print(json.dumps(out))
+else:
+    print(json.dumps([attempt(host, port) for host, port in targets]))
 '''
 
 # Resolves names inside a sandbox: `python3 resolve.py NAME...` prints
@@ -94,6 +127,14 @@ def probe(sbx, targets, user=None):
     return json.loads(out)
 
 
+def probe_rounds(sbx, targets, rounds, user=None):
+    """Connects to each (host, port) `rounds` times (none may time out);
+    returns, per target, {outcome: count}."""
+    out = must(sbx, "python3 /tmp/probe.py '%s' %d" % (json.dumps(targets), rounds),
+               user=user, timeout=60 + len(targets) * rounds // 10)
+    return json.loads(out)
+
+
 def resolve(sbx, *names):
     return json.loads(must(sbx, "python3 /tmp/resolve.py " + " ".join(names)))
 
@@ -107,6 +148,40 @@ def eventually(fn, what, tries=30, pause=1.0):
             return last
         time.sleep(pause)
     raise AssertionError(f"{what}: never happened (last: {last!r})")
+
+
+def host_ports():
+    """The ports of the host's warren services and of the Rust side's
+    listener on every address (WARREN_HOST_PORT)."""
+    return {
+        "gateway": int(API_URL.rsplit(":", 1)[1]),
+        "node": int(os.environ["WARREN_NODE_ADDR"].rsplit(":", 1)[1]),
+        "scheduler": int(os.environ["WARREN_SCHEDULER_URL"].rsplit(":", 1)[1]),
+        "host listener": int(os.environ["WARREN_HOST_PORT"]),
+    }
+
+
+def host_uid(sbx):
+    """The host uid the sandbox's root is (its first uid_map line)."""
+    for line in must(sbx, "cat /proc/self/uid_map", user="root").splitlines():
+        inside, outside, _ = line.split()
+        if inside == "0":
+            return int(outside)
+    raise AssertionError("no uid_map line for root")
+
+
+def own_tables(uid):
+    """The host's nftables tables whose rules name the sandbox's uids
+    `uid`..`uid+65535` (its own; the node's guard names every range)."""
+    out = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True,
+                         check=True).stdout
+    mine, name = [], None
+    for line in out.splitlines():
+        if line.startswith("table inet "):
+            name = line.split()[2]
+        elif name and f"meta skuid {uid}-{uid + 65535} " in line and name not in mine:
+            mine.append(name)
+    return mine
 
 
 def host_ipv4s():
@@ -234,13 +309,7 @@ def deny_out():
 
 @case
 def no_host_no_neighbour():
-    host_port = int(os.environ["WARREN_HOST_PORT"])  # a listener on 0.0.0.0
-    ports = {
-        "gateway": int(API_URL.rsplit(":", 1)[1]),
-        "node": int(os.environ["WARREN_NODE_ADDR"].rsplit(":", 1)[1]),
-        "scheduler": int(os.environ["WARREN_SCHEDULER_URL"].rsplit(":", 1)[1]),
-        "host listener": host_port,
-    }
+    ports = host_ports()
     host_addrs = ["127.0.0.1", "10.0.2.2", "10.0.2.3"] + host_ipv4s()
 
     b = Sandbox.create(timeout=300)
@@ -267,6 +336,17 @@ def no_host_no_neighbour():
         reached = [t for t, g in zip(targets, got) if g == "ok"]
         assert not reached, (user, reached, dict(zip([f"{h}:{p}" for h, p in targets], got)),
                              ports, must(a, "ip addr; ip route"))
+    # Nor in many tries (a timing window would show here): every target
+    # that answered at once, 50 times over, as user and as root.
+    quick = [t for t, g in zip(targets, got) if g != "timeout"]
+    tries = {}
+    for user in (None, "root"):
+        counts = probe_rounds(a, quick, 50, user=user)
+        reached = {f"{h}:{p}": c for (h, p), c in zip(quick, counts) if c.get("ok")}
+        assert not reached, (user, reached, ports)
+        for (h, p), c in zip(quick, counts):
+            for outcome, n in c.items():
+                tries[outcome] = tries.get(outcome, 0) + n
     # Nothing of B by any address A can find: B's, the host's (port 8000).
     fetch = ("import sys, urllib.request\n"
              "for u in sys.argv[1:]:\n"
@@ -285,7 +365,38 @@ def no_host_no_neighbour():
     a.kill()
     b.kill()
     result(a=a.sandbox_id, b=b.sandbox_id, b_addrs=b_addrs, tried=urls, fetched=seen,
-           host_probes=dict(zip([f"{h}:{p}" for h, p in targets], got)))
+           host_probes=dict(zip([f"{h}:{p}" for h, p in targets], got)), many_tries=tries)
+
+
+@case
+def host_without_own_table():
+    # The sandbox's own table removed under it, as a window at its start or
+    # end or an operator's `nft` would leave it: its policy goes, the host
+    # stays out of reach (the node's guard table).
+    ports = host_ports()
+    denied = "1.0.0.1"
+    sbx = Sandbox.create(timeout=300, network={"deny_out": [f"{denied}/32"]})
+    install_tools(sbx)
+    eventually(lambda: probe(sbx, [["1.1.1.1", 443]]) == ["ok"], "the sandbox connects out")
+    assert probe(sbx, [[denied, 443]]) == ["refused"], "its policy holds"
+    uid = host_uid(sbx)
+    tables = own_tables(uid)
+    assert len(tables) == 1, ("the sandbox's own table", uid, tables)
+    subprocess.run(["nft", "delete", "table", "inet", tables[0]], check=True)
+    assert own_tables(uid) == [], own_tables(uid)
+    # Its policy is gone: the denied address connects...
+    eventually(lambda: probe(sbx, [[denied, 443]]) == ["ok"],
+               "the denied address connects once the sandbox's table is gone")
+    # ... and the host is still refused, at every address and port.
+    targets = [[h, p] for h in ["10.0.2.2"] + host_ipv4s() for p in ports.values()]
+    for user in (None, "root"):
+        got = probe(sbx, targets, user=user)
+        reached = [t for t, g in zip(targets, got) if g == "ok"]
+        assert not reached, (user, reached, dict(zip([f"{h}:{p}" for h, p in targets], got)))
+    assert ok(sbx)
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id, uid=uid, removed=tables[0],
+           probes=dict(zip([f"{h}:{p}" for h, p in targets], got)))
 
 
 @case

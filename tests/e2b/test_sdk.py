@@ -167,7 +167,7 @@ def malformed_sandbox_id_is_400_on_both_planes():
 
 
 @check
-def kill_then_404_on_both_planes():
+def kill_then_gone_on_both_planes():
     sbx = STATE["sbx"]
     assert sbx.kill() is True
     try:
@@ -179,7 +179,11 @@ def kill_then_404_on_both_planes():
     status, body = http(
         "GET", "/health", {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983"}
     )
-    assert status == 404, (status, body)
+    # E2B's answer for a gone sandbox on the data plane, which the SDK reads
+    # as "not running".
+    assert status == 502, (status, body)
+    assert body["message"].startswith("The sandbox was not found"), body
+    assert sbx.is_running() is False
     try:
         sbx.commands.run("echo still here")
     except SandboxException:

@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 use warren_harness::{free_port, Exit, Launch, Proc};
+use warren_trust::{Identity, Role, TlsArgs};
 
 /// One replica: how to start it, and the running process if any.
 pub struct Part {
@@ -89,6 +90,29 @@ impl Cluster {
                 _ => vec![],
             }
         };
+        // Mutual TLS between the parts, as in production (a binary from
+        // before internal TLS runs without it).
+        let certs = dir.join("certs");
+        let secure = supports(exe, "scheduler", "--tls-ca");
+        if secure {
+            let ids: Vec<Identity> = (1..=2)
+                .flat_map(|i| {
+                    [
+                        (Role::Scheduler, format!("scheduler-{i}")),
+                        (Role::Node, format!("node-{i}")),
+                        (Role::Gateway, format!("gateway-{i}")),
+                    ]
+                })
+                .map(|(role, name)| Identity::new(role, &name).map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()?;
+            warren_trust::issue::local_cluster(&certs, &ids)?;
+        }
+        let tls = |role: Role, name: &str| -> Vec<String> {
+            match Identity::new(role, name) {
+                Ok(id) if secure => TlsArgs::from_dir(&certs, &id).to_args(),
+                _ => vec![],
+            }
+        };
         let mut c = Cluster {
             schedulers: Vec::new(),
             nodes: Vec::new(),
@@ -112,6 +136,7 @@ impl Cluster {
                 "250ms",
             ]);
             args.extend(delay("scheduler"));
+            args.extend(tls(Role::Scheduler, &format!("scheduler-{i}")));
             // Started right away: a port from `free_port` is only free until
             // something else takes it, so the window stays one start long.
             let mut p = part(
@@ -144,6 +169,7 @@ impl Cluster {
                 &spec.runtime,
             ]);
             args.extend(delay("node"));
+            args.extend(tls(Role::Node, &name));
             let mut p = part(exe, &name, args, &["node http", "node admin"], &logs);
             p.start().await?;
             c.nodes.push(p);
@@ -164,6 +190,7 @@ impl Cluster {
                 "500ms",
             ]);
             args.extend(delay("gateway"));
+            args.extend(tls(Role::Gateway, &format!("gateway-{i}")));
             let mut p = part(
                 exe,
                 &format!("gateway-{i}"),

@@ -162,7 +162,11 @@ fn is_clear_refusal(e: &ClientError) -> bool {
     matches!(e, ClientError::NodeDown { .. })
         || matches!(
             e.kind().as_str(),
-            "node_down" | "upstream_unreachable" | "not_found" | "stream_sandbox_not_found"
+            "node_down"
+                | "upstream_unreachable"
+                | "not_found"
+                | "sandbox_not_found"
+                | "stream_sandbox_not_found"
         )
 }
 

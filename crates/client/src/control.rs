@@ -329,7 +329,9 @@ impl Client {
             Err(e) => match e.api() {
                 Some(a) if a.is_node_down() => Ok(Health::NodeDown),
                 Some(a) if a.is_upstream_unreachable() => Ok(Health::Unreachable),
-                Some(a) if a.status == StatusCode::NOT_FOUND => Ok(Health::NotFound),
+                Some(a) if a.status == StatusCode::NOT_FOUND || a.is_sandbox_not_found() => {
+                    Ok(Health::NotFound)
+                }
                 Some(a) => Ok(Health::Other(a.clone())),
                 None => Err(e),
             },

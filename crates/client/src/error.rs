@@ -46,14 +46,22 @@ impl ApiError {
         self.error_code == "upstream_unreachable"
     }
 
+    /// The sandbox does not exist (any more): a 404 on the control plane,
+    /// E2B's 502 "The sandbox was not found" on the data plane.
+    pub fn is_sandbox_not_found(&self) -> bool {
+        self.error_code == "sandbox_not_found"
+    }
+
     /// Statuses that another entry point (or a moment later) may answer
     /// differently: the entry point's own trouble, not the request's. A
-    /// `node_down` answer is the truth about the sandbox, so it is final.
+    /// `node_down` or `sandbox_not_found` answer is the truth about the
+    /// sandbox, so it is final.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.status,
             StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE
         ) && !self.is_node_down()
+            && !self.is_sandbox_not_found()
     }
 }
 

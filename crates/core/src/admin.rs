@@ -3,10 +3,10 @@
 //! `GET /readyz` (200 while the component wants traffic; 503 once shutdown
 //! has begun, so load balancers drain it first).
 
+use crate::server::{self, Incoming, Limits};
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use prometheus_client::registry::Registry;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,14 +20,20 @@ pub struct Admin {
     pub registry: Arc<RwLock<Registry>>,
     /// What `/readyz` reports; flipped to false when shutdown begins.
     pub ready: Arc<AtomicBool>,
+    /// The listener metrics (open connections, refusals, timeouts) of
+    /// every listener of the component, registered in [`Admin::registry`].
+    pub listeners: server::Metrics,
 }
 
 impl Admin {
     /// A fresh registry with the given metric name prefix (e.g. `warren_gateway`).
     pub fn new(prefix: &str) -> Self {
+        let mut registry = Registry::with_prefix(prefix);
+        let listeners = server::Metrics::register(&mut registry);
         Admin {
-            registry: Arc::new(RwLock::new(Registry::with_prefix(prefix))),
+            registry: Arc::new(RwLock::new(registry)),
             ready: Arc::new(AtomicBool::new(false)),
+            listeners,
         }
     }
 
@@ -86,13 +92,19 @@ impl Admin {
     }
 
     /// Serves the admin endpoints on `listener` until `shutdown` resolves,
-    /// with the limits every listener has.
-    pub async fn serve(self, listener: TcpListener, shutdown: impl Future<Output = ()>) {
+    /// under `limits` (the part's timeouts, its `--admin-max-connections`),
+    /// counted as listener `admin`.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()>,
+        limits: Limits,
+    ) {
+        let metrics = self.listeners.listener("admin");
         let handler = move |_peer, req: Request<Incoming>| {
             let resp = self.respond(&req);
             async move { resp }
         };
-        let limits = crate::server::Limits::with_drain(std::time::Duration::from_secs(1));
-        crate::server::serve(listener, handler, shutdown, limits).await;
+        server::serve(listener, handler, shutdown, limits, metrics).await;
     }
 }

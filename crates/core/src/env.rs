@@ -5,6 +5,11 @@
 //! processes it starts). Variables that steer the dynamic loader or libc's
 //! file lookups are refused all the same, at the gateway and again at the
 //! node, so a mistake elsewhere cannot turn them into code execution.
+//!
+//! [`check_shape`] is what any variable must be for a program to get it at
+//! all (the kernel refuses the rest with `E2BIG`); envd applies it to the
+//! `envs` of each process it starts. [`check_var`] adds the refusals above
+//! for a create's `envVars`.
 
 /// The largest `NAME=value` the kernel passes to a program (`MAX_ARG_STRLEN`).
 pub const MAX_VAR_BYTES: usize = 128 * 1024 - 1;
@@ -25,13 +30,31 @@ const LOADER_VARS: &[&str] = &[
     "RES_OPTIONS",
 ];
 
-/// Checks one variable; the error names it and says why.
-pub fn check_var(name: &str, value: &str) -> Result<(), String> {
+/// Checks that a program can be given this variable: a name that is
+/// non-empty and has no `=` or NUL, a value without NUL, and `NAME=value`
+/// within [`MAX_VAR_BYTES`]. The error names the variable and the limit.
+pub fn check_shape(name: &str, value: &str) -> Result<(), String> {
     if name.is_empty() || name.contains('=') || name.contains('\0') {
         return Err(format!(
             "env var name {name:?} is not allowed: it must be non-empty, without '=' or NUL"
         ));
     }
+    if value.contains('\0') {
+        return Err(format!("env var {name:?}: the value contains NUL"));
+    }
+    let len = name.len() + 1 + value.len();
+    if len > MAX_VAR_BYTES {
+        return Err(format!(
+            "env var {name:?} is too long: NAME=value is {len} bytes, the limit is \
+             {MAX_VAR_BYTES} bytes (the kernel's largest single environment string)"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one variable of a create; the error names it and says why.
+pub fn check_var(name: &str, value: &str) -> Result<(), String> {
+    check_shape(name, value)?;
     if name.starts_with("WARREN_") {
         return Err(format!(
             "env var {name:?} is not allowed: the WARREN_ prefix is reserved"
@@ -41,14 +64,6 @@ pub fn check_var(name: &str, value: &str) -> Result<(), String> {
         return Err(format!(
             "env var {name:?} is not allowed: it steers the dynamic loader or libc; \
              set it in the command instead"
-        ));
-    }
-    if value.contains('\0') {
-        return Err(format!("env var {name:?}: the value contains NUL"));
-    }
-    if name.len() + 1 + value.len() > MAX_VAR_BYTES {
-        return Err(format!(
-            "env var {name:?} is too long: NAME=value may have at most {MAX_VAR_BYTES} bytes"
         ));
     }
     Ok(())
@@ -83,5 +98,14 @@ mod tests {
         assert!(check_var("FOO", "a\0b").is_err());
         assert!(check_var("FOO", &"x".repeat(MAX_VAR_BYTES)).is_err());
         assert!(check_var("FOO", &"x".repeat(MAX_VAR_BYTES - 4)).is_ok());
+        // One byte over: NAME=value is MAX_VAR_BYTES + 1, and the message
+        // says by how much.
+        let err = check_shape("FOO", &"x".repeat(MAX_VAR_BYTES - 3)).expect_err("too long");
+        assert!(
+            err.contains("131072 bytes") && err.contains("131071"),
+            "{err}"
+        );
+        // The shape check leaves tenant-chosen loader variables alone.
+        assert!(check_shape("LD_LIBRARY_PATH", "/opt/lib").is_ok());
     }
 }

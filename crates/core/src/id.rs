@@ -104,7 +104,36 @@ pub fn new_sandbox_id() -> String {
     random_token(GENERATED_SANDBOX_ID_LEN)
 }
 
-/// A random string of `[a-z0-9]`, for ids, access tokens and API keys.
+/// The prefix of E2B's API keys.
+pub const E2B_KEY_PREFIX: &str = "e2b_";
+/// How many hex digits follow [`E2B_KEY_PREFIX`] in E2B's API keys.
+pub const E2B_KEY_HEX_DIGITS: usize = 40;
+
+/// A new random API key in E2B's format: `e2b_` and 40 lowercase hex
+/// digits (160 random bits), which the JavaScript `e2b` SDK's client-side
+/// check accepts.
+pub fn new_e2b_api_key() -> String {
+    const HEX: &[u8] = b"0123456789abcdef";
+    let mut rng = rand::rng();
+    let digits: String = (0..E2B_KEY_HEX_DIGITS)
+        .map(|_| HEX[rng.random_range(0..HEX.len())] as char)
+        .collect();
+    format!("{E2B_KEY_PREFIX}{digits}")
+}
+
+/// Whether `key` is in E2B's API key format (`e2b_` and 40 lowercase hex
+/// digits). Other keys work with warren, the Python SDK and `curl`, but
+/// versions of the JavaScript SDK refuse them before sending a request.
+pub fn is_e2b_api_key(key: &str) -> bool {
+    key.strip_prefix(E2B_KEY_PREFIX).is_some_and(|digits| {
+        digits.len() == E2B_KEY_HEX_DIGITS
+            && digits
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// A random string of `[a-z0-9]`, for ids and access tokens.
 pub fn random_token(len: usize) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
     let mut rng = rand::rng();
@@ -116,6 +145,28 @@ pub fn random_token(len: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn e2b_api_keys() {
+        let key = new_e2b_api_key();
+        assert!(is_e2b_api_key(&key), "{key}");
+        assert_ne!(key, new_e2b_api_key());
+        assert!(is_e2b_api_key(
+            "e2b_0123456789abcdef0123456789abcdef01234567"
+        ));
+        for bad in [
+            "",
+            "e2b_",
+            "warren_abc",
+            "e2b_0123456789abcdef0123456789abcdef0123456", // 39 digits
+            "e2b_0123456789abcdef0123456789abcdef012345678", // 41 digits
+            "e2b_0123456789ABCDEF0123456789abcdef01234567",
+            "e2b_0123456789abcdef0123456789abcdef0123456z",
+            "E2B_0123456789abcdef0123456789abcdef01234567",
+        ] {
+            assert!(!is_e2b_api_key(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn sandbox_ids() {

@@ -13,7 +13,8 @@
 //! - [`upgrade`]: HTTP/1.1 upgrade detection and splicing for proxies.
 //! - [`backoff`]: the one retry pause policy (capped exponential, jittered).
 //! - [`server`]: the one HTTP server loop every listener runs, generic over
-//!   how connections are accepted, with the same timeouts and graceful drain.
+//!   how connections are accepted (a handshake step for TLS), with the same
+//!   timeouts, connection limits, metrics and graceful drain.
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.

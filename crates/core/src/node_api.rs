@@ -13,6 +13,12 @@ pub const PREFIX: &str = "/_warren/v1/";
 /// `POST` creates here; `GET` lists.
 pub const SANDBOXES: &str = "/_warren/v1/sandboxes";
 
+/// `POST` (no body) asks the node to heartbeat now rather than at its next
+/// interval: a gateway that shortened a sandbox's end (`SetTimeout`) sends
+/// it, so the node learns the new end (`next_end_in_ms`) before it passes.
+/// `204`; the heartbeat itself runs in the background.
+pub const HEARTBEAT: &str = "/_warren/v1/heartbeat";
+
 /// `DELETE`/`GET` one sandbox: `/_warren/v1/sandboxes/{id}`.
 pub fn sandbox_path(id: &str) -> String {
     format!("{SANDBOXES}/{id}")
@@ -27,12 +33,13 @@ pub fn fork_path(parent: &str) -> String {
 /// [`SandboxInfo`], the SDK's `envdVersion`).
 ///
 /// The e2b SDK (2.63) gates features on it (`e2b/envd/versions.py`):
-/// 0.3.0 `stdin` on Start, 0.4.0 default user (no `username` sent), 0.5.2
-/// CloseStdin, 0.5.7 `application/octet-stream` (and gzip) uploads — all of
-/// which warren envd implements. 0.6.2 adds file metadata (xattrs via
-/// `X-Metadata-*`) and 0.6.3/0.6.4 watcher options, which it does not, so
-/// the SDK refuses those up front instead of failing half-way.
-pub const ENVD_VERSION: &str = "0.5.7";
+/// 0.1.4 recursive watching, 0.3.0 `stdin` on Start, 0.4.0 default user (no
+/// `username` sent), 0.5.2 CloseStdin, 0.5.7 `application/octet-stream`
+/// (and gzip) uploads, 0.6.2 file metadata (`user.e2b.*` xattrs set by
+/// `X-Metadata-*` upload headers), 0.6.3 `include_entry` in watch events,
+/// 0.6.4 `allow_network_mounts` on watches — all of which warren envd
+/// implements. Raise it only with the feature a newer version gates.
+pub const ENVD_VERSION: &str = "0.6.4";
 
 /// `POST /_warren/v1/sandboxes` body.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

@@ -1,36 +1,83 @@
-//! The one HTTP server loop every warren listener runs (gateway, node, envd,
-//! every admin port): HTTP/1.1 and h2c on one listener, upgrades (WebSocket)
-//! passed through, the same timeouts and limits everywhere, and graceful
-//! draining at shutdown.
+//! The one HTTP server loop every warren listener runs (gateway, node,
+//! envd, scheduler, every admin port): HTTP/1.1 and h2c on one listener,
+//! upgrades (WebSocket) passed through, the same timeouts and limits
+//! everywhere, and graceful draining at shutdown.
 //!
 //! It is generic over how connections arrive ([`Accept`]): TCP and Unix
-//! listeners implement it here, and a simulated network can implement it
-//! in a test, so the same loop runs on real sockets and in simulation.
+//! listeners implement it here, a TLS listener can (its handshake runs on
+//! the connection's own task, under the header-read timeout), and a
+//! simulated network can in a test, so the same loop runs everywhere.
+//!
+//! # Layout
+//! - this file: [`Accept`], [`serve`] and one connection's task.
+//! - [`limits`]: [`Limits`] (header-read, idle and body-progress timeouts,
+//!   connection limits, drain), their defaults, the open-file limit.
+//! - `admission`: the connection limits, refusing right after accept.
+//! - `watchdog`: the per-connection clock (head, busy, idle).
+//! - [`body`]: request bodies under the body-progress timeout
+//!   ([`Incoming`], what every handler reads).
+//! - [`metrics`]: what every listener counts.
 
-use http::{Request, Response};
-use hyper::body::Incoming;
+pub mod body;
+pub mod limits;
+pub mod metrics;
+
+mod admission;
+mod watchdog;
+
+pub use admission::{Admission, Slot};
+pub use body::{BodyError, Incoming};
+pub use limits::{raise_fd_limit, Limits};
+pub use metrics::{ListenerMetrics, Metrics};
+
+use body::Reply;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{mpsc, watch};
+use watchdog::{ConnState, Watched};
 
-/// A source of connections: a listener, or a simulated one.
+/// A source of connections: a listener, a TLS listener over one, or a
+/// simulated one.
 pub trait Accept: Send + 'static {
-    /// One accepted connection.
+    /// A connection as accepted, before any handshake.
+    type Conn: Send + 'static;
+    /// The stream HTTP is spoken on: the accepted connection itself, or,
+    /// say, a TLS stream over it.
     type Io: AsyncRead + AsyncWrite + Send + Unpin + 'static;
     /// Who is on the other end, handed to every request's handler.
     type Peer: std::fmt::Debug + Clone + Send + Sync + 'static;
 
-    /// The next connection.
-    fn accept(&self) -> impl Future<Output = std::io::Result<(Self::Io, Self::Peer)>> + Send;
+    /// The next connection. It must return quickly: anything slow (a
+    /// handshake) belongs in [`Accept::handshake`].
+    fn accept(&self) -> impl Future<Output = std::io::Result<(Self::Conn, Self::Peer)>> + Send;
+
+    /// Readies an accepted connection for HTTP (a TLS handshake, which may
+    /// also learn who the peer is). It runs on the connection's own task
+    /// and counts against the header-read timeout, so a silent handshake
+    /// holds neither the accept loop nor its slot for long.
+    fn handshake(
+        &self,
+        conn: Self::Conn,
+        peer: Self::Peer,
+    ) -> impl Future<Output = std::io::Result<(Self::Io, Self::Peer)>> + Send + 'static;
+
+    /// The peer's address for the per-peer connection cap; `None` for
+    /// peers without one (Unix sockets), capped only by the total.
+    fn peer_ip(_peer: &Self::Peer) -> Option<IpAddr> {
+        None
+    }
 }
 
 impl Accept for TcpListener {
+    type Conn = TcpStream;
     type Io = TcpStream;
     type Peer = SocketAddr;
 
@@ -40,9 +87,22 @@ impl Accept for TcpListener {
         let _ = stream.set_nodelay(true);
         Ok((stream, peer))
     }
+
+    fn handshake(
+        &self,
+        conn: TcpStream,
+        peer: SocketAddr,
+    ) -> impl Future<Output = std::io::Result<(TcpStream, SocketAddr)>> + Send + 'static {
+        std::future::ready(Ok((conn, peer)))
+    }
+
+    fn peer_ip(peer: &SocketAddr) -> Option<IpAddr> {
+        Some(peer.ip())
+    }
 }
 
 impl Accept for UnixListener {
+    type Conn = UnixStream;
     type Io = UnixStream;
     /// Unix peers are unnamed; who may connect is decided by the socket's
     /// place in the file system.
@@ -52,137 +112,256 @@ impl Accept for UnixListener {
         let (stream, _) = UnixListener::accept(self).await?;
         Ok((stream, ()))
     }
-}
 
-/// Timeouts and limits every listener gets.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// How long a client may take to send a request's headers (HTTP/1.1),
-    /// so a silent connection cannot hold a slot forever.
-    pub header_read_timeout: Duration,
-    /// How long in-flight requests may finish after shutdown; then the
-    /// remaining connections are closed.
-    pub drain: Duration,
-}
-
-impl Limits {
-    /// The header-read timeout every listener uses.
-    pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
-    /// The standard limits with `drain` for the drain timeout.
-    pub fn with_drain(drain: Duration) -> Self {
-        Limits {
-            header_read_timeout: Self::HEADER_READ_TIMEOUT,
-            drain,
-        }
+    fn handshake(
+        &self,
+        conn: UnixStream,
+        peer: (),
+    ) -> impl Future<Output = std::io::Result<(UnixStream, ())>> + Send + 'static {
+        std::future::ready(Ok((conn, peer)))
     }
+}
+
+/// Where the server is in its life; every connection task follows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Serving,
+    /// Finish what is in flight, take nothing new (HTTP/2 GOAWAY, HTTP/1.1
+    /// `Connection: close`).
+    Draining,
+    /// The drain timed out: close now.
+    Closing,
 }
 
 /// Serves connections from `listener` with `handler` until `shutdown`
 /// resolves, then stops accepting (the listener is dropped) and lets
 /// in-flight connections finish for up to `limits.drain`.
+///
+/// Every connection gets the listener's [`Limits`]: past a connection
+/// limit a new connection is closed right after accept; a connection
+/// without a complete request head within the header-read timeout, or idle
+/// for the idle timeout, is closed; a request whose body stalls gets `408`.
 pub async fn serve<A, H, Fut, B>(
     listener: A,
     handler: H,
     shutdown: impl Future<Output = ()>,
     limits: Limits,
+    metrics: ListenerMetrics,
 ) where
     A: Accept,
     H: Fn(A::Peer, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
-    B: http_body::Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<crate::body::BoxError>,
 {
+    let limits = limits::fit_fd_limit(limits, metrics.name);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    // The timer is what lets hyper enforce the header-read timeout at all.
+    // The watchdog owns the header-read timeout (see `watchdog`); hyper's
+    // own, on by default once a timer is set, would cut idle connections.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
-    builder.http2().timer(TokioTimer::new());
-    let graceful = GracefulShutdown::new();
+        .header_read_timeout(None);
+    // Pings find HTTP/2 peers that vanished while a stream was open.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let admission = Admission::new(
+        limits.max_connections,
+        limits.max_connections_per_peer,
+        metrics.clone(),
+    );
+    let (stage, staged) = watch::channel(Stage::Serving);
+    // Every connection task holds a sender; `recv` returns `None` once the
+    // last one has ended.
+    let (alive, mut all_ended) = mpsc::channel::<()>(1);
+    let mut accept_errors = 0u64;
     tokio::pin!(shutdown);
     loop {
-        let (io, peer) = tokio::select! {
+        let (conn, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(c) => c,
                 Err(e) => {
-                    // Usually EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    // Usually EMFILE: back off instead of spinning, and
+                    // say so once, not per attempt.
+                    accept_errors += 1;
+                    if accept_errors.is_power_of_two() {
+                        tracing::warn!(listener = metrics.name, error = %e, failures = accept_errors, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             },
         };
-        let handler = handler.clone();
-        let who = peer.clone();
-        let svc = hyper::service::service_fn(move |req| {
-            let fut = handler(who.clone(), req);
-            async move { Ok::<_, Infallible>(fut.await) }
-        });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(io), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(?peer, error = %e, "connection ended with an error");
-            }
-        });
+        // Past a limit the connection is dropped here, before it costs
+        // anything more than the accept.
+        let Ok(slot) = admission.admit(A::peer_ip(&peer)) else {
+            continue;
+        };
+        let accepted_at = tokio::time::Instant::now();
+        let handshake = listener.handshake(conn, peer);
+        let task = Connection {
+            handler: handler.clone(),
+            builder: builder.clone(),
+            limits,
+            metrics: metrics.clone(),
+            stage: staged.clone(),
+            _alive: alive.clone(),
+        };
+        tokio::spawn(task.run(handshake, slot, accepted_at));
     }
     drop(listener);
+    drop(alive);
     let drain = limits.drain;
     tracing::debug!(
-        connections = graceful.count(),
+        listener = metrics.name,
+        connections = admission.open(),
         ?drain,
         "stopped accepting; draining in-flight requests"
     );
-    tokio::select! {
-        _ = graceful.shutdown() => tracing::debug!("drained"),
-        _ = tokio::time::sleep(drain) => {
-            tracing::warn!(?drain, "drain timeout reached; closing the remaining connections");
+    let _ = stage.send(Stage::Draining);
+    if tokio::time::timeout(drain, all_ended.recv()).await.is_err() {
+        tracing::warn!(
+            listener = metrics.name,
+            ?drain,
+            "drain timeout reached; closing the remaining connections"
+        );
+        let _ = stage.send(Stage::Closing);
+    }
+}
+
+/// One accepted connection's task and what it needs.
+struct Connection<H> {
+    handler: H,
+    builder: auto::Builder<TokioExecutor>,
+    limits: Limits,
+    metrics: ListenerMetrics,
+    stage: watch::Receiver<Stage>,
+    _alive: mpsc::Sender<()>,
+}
+
+impl<H> Connection<H> {
+    async fn run<Io, P, Fut, B>(
+        mut self,
+        handshake: impl Future<Output = std::io::Result<(Io, P)>>,
+        slot: Slot,
+        accepted_at: tokio::time::Instant,
+    ) where
+        Io: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+        P: std::fmt::Debug + Clone + Send + Sync + 'static,
+        H: Fn(P, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Response<B>> + Send + 'static,
+        B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+        B::Error: Into<crate::body::BoxError>,
+    {
+        let limits = self.limits;
+        let deadline = accepted_at + limits.header_read_timeout;
+        let (io, peer) = match tokio::time::timeout_at(deadline, handshake).await {
+            Ok(Ok(ready)) => ready,
+            Ok(Err(e)) => {
+                tracing::debug!(listener = self.metrics.name, error = %e, "handshake failed");
+                return;
+            }
+            Err(_) => {
+                self.metrics.timed_out(metrics::Timeout::HeaderRead);
+                return;
+            }
+        };
+        let state = ConnState::new(accepted_at);
+        let io = Watched::new(io, state.clone(), slot);
+        let svc = {
+            let (handler, state, metrics, who) = (
+                self.handler.clone(),
+                state.clone(),
+                self.metrics.clone(),
+                peer.clone(),
+            );
+            hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                let busy = state.begin_request();
+                let (parts, body) = req.into_parts();
+                let (body, watch) = Incoming::new(body, limits.body_progress_timeout);
+                let answer = handler(who.clone(), Request::from_parts(parts, body));
+                let metrics = metrics.clone();
+                async move {
+                    // A stalled body ends the request even if the handler
+                    // would not notice (it may be waiting on something that
+                    // waits on the body).
+                    let resp = tokio::select! {
+                        biased;
+                        () = watch.stalled() => None,
+                        resp = answer => Some(resp),
+                    };
+                    watch.answer();
+                    let reply = match resp {
+                        Some(resp) if !watch.is_stalled() => resp.map(|b| Reply::handler(b, busy)),
+                        _ => {
+                            metrics.timed_out(metrics::Timeout::BodyProgress);
+                            stalled_body(limits.body_progress_timeout, busy)
+                        }
+                    };
+                    Ok::<_, Infallible>(reply)
+                }
+            })
+        };
+        let conn = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), svc)
+            .into_owned();
+        tokio::pin!(conn);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                ended = conn.as_mut() => {
+                    if let Err(e) = ended {
+                        tracing::debug!(?peer, error = %e, "connection ended with an error");
+                    }
+                    return;
+                }
+                timeout = state.expired(&limits), if !closing => {
+                    self.metrics.timed_out(timeout);
+                    match timeout {
+                        // A head that never came: nothing to finish.
+                        metrics::Timeout::HeaderRead => return,
+                        // Idle: close gracefully, so a request that raced
+                        // the timeout is still answered.
+                        _ => {
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                    }
+                }
+                changed = self.stage.changed() => {
+                    let stage = *self.stage.borrow_and_update();
+                    match (changed, stage) {
+                        (Err(_), _) | (_, Stage::Closing) => return,
+                        (_, Stage::Draining) if !closing => {
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                        _ => {}
+                    }
+                }
+            }
         }
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    #[tokio::test]
-    async fn a_client_that_never_sends_its_headers_is_disconnected() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let limits = Limits {
-            header_read_timeout: Duration::from_millis(200),
-            drain: Duration::from_secs(1),
-        };
-        let handler =
-            |_peer, _req| async { Response::new(http_body_util::Empty::<bytes::Bytes>::new()) };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve(
-            listener,
-            handler,
-            async {
-                let _ = stopped.await;
-            },
-            limits,
-        ));
-        let mut conn = TcpStream::connect(addr).await.expect("connect");
-        conn.write_all(b"GET / HTTP/1.1\r\n").await.expect("write");
-        // The server gives up on the headers and closes; the read ends
-        // (with EOF or a 408) instead of hanging.
-        let mut buf = Vec::new();
-        tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut buf))
-            .await
-            .expect("the server closes a connection that never sends its headers")
-            .ok();
-        let text = String::from_utf8_lossy(&buf);
-        assert!(buf.is_empty() || text.starts_with("HTTP/1.1 408"), "{text}");
-        let _ = stop.send(());
-        server.await.expect("server ends");
-    }
+/// The answer to a request whose body stalled: E2B's JSON error shape.
+fn stalled_body<B>(timeout: Duration, busy: watchdog::Busy) -> Response<Reply<B>> {
+    let message =
+        format!("the request body sent nothing for {timeout:?}; the request was abandoned");
+    let json = serde_json::json!({ "code": 408, "message": message });
+    let mut resp = Response::new(Reply::stalled(Bytes::from(json.to_string()), busy));
+    *resp.status_mut() = StatusCode::REQUEST_TIMEOUT;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
 }
+
+#[cfg(test)]
+mod tests;

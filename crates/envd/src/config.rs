@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
+use warren_core::server::Limits;
 
 /// The env var that carries the sandbox's access token. Never a flag: argv is
 /// visible to every process in the sandbox through `/proc`.
@@ -69,7 +70,36 @@ pub struct Config {
     /// the sandbox's user namespace.
     #[arg(long)]
     pub switch_users: bool,
+
+    // Listener limits (docs/security.md, "Listeners under load"); under a
+    // node, envd runs with these defaults.
+    /// How long a client may take to send a request's headers, from
+    /// connecting or from the first byte of a later request on a kept-alive
+    /// connection; then the connection is closed.
+    #[arg(long, env = "WARREN_ENVD_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in flight.
+    #[arg(long, env = "WARREN_ENVD_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// How long a request body may send nothing while envd waits for it
+    /// (before answering); then the request is answered 408.
+    #[arg(long, env = "WARREN_ENVD_BODY_PROGRESS_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_progress_timeout: Duration,
+    /// Most connections open at once on the API listener, and apart from
+    /// those on the relay socket; past it new connections are closed at once.
+    #[arg(long, env = "WARREN_ENVD_MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
 }
+
+/// Default `--max-connections`: envd's one client is its node, with a
+/// connection per request in flight and per open stream. It stays within
+/// what the usual open-file limit of 1024 leaves room for, which envd (like
+/// its node) does not raise: the sandbox's processes would inherit it.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
+/// How long in-flight requests may finish after shutdown is asked for
+/// (process streams end once their processes are killed).
+const DRAIN: Duration = Duration::from_secs(2);
 
 /// What the node writes to envd's stdin with `--settings-on-stdin`.
 #[derive(Debug, Default, serde::Deserialize)]
@@ -115,6 +145,9 @@ pub struct Settings {
     pub switch_users: bool,
     /// The template's start command, run once at start (see [`crate::start`]).
     pub start: Option<crate::start::StartCommand>,
+    /// The API listener's timeouts and connection limit; the relay socket
+    /// has the same connection limit.
+    pub listener: Limits,
 }
 
 impl Settings {
@@ -156,6 +189,14 @@ impl Settings {
         s.env_vars = env_vars;
         s.switch_users = config.switch_users;
         s.start = start;
+        s.listener = Limits::from_flags(
+            config.header_read_timeout,
+            config.idle_timeout,
+            config.body_progress_timeout,
+            config.max_connections,
+            0,
+            DRAIN,
+        )?;
         Ok(s)
     }
 
@@ -200,6 +241,7 @@ impl Settings {
             env_vars: Default::default(),
             switch_users: false,
             start: None,
+            listener: Limits::new(DEFAULT_MAX_CONNECTIONS, DRAIN),
         })
     }
 
@@ -212,6 +254,12 @@ impl Settings {
     /// Sets a start command (tests).
     pub fn with_start(mut self, start: crate::start::StartCommand) -> Settings {
         self.start = Some(start);
+        self
+    }
+
+    /// Replaces the listener limits (tests).
+    pub fn with_listener(mut self, limits: Limits) -> Settings {
+        self.listener = limits;
         self
     }
 

@@ -1,4 +1,10 @@
 //! `EntryInfo` for a file, as E2B's envd fills it (Go's `os.FileInfo`).
+//!
+//! A symlink is reported as what it points to (type and mode of the target,
+//! `FILE_TYPE_UNSPECIFIED` when that is missing or outside the sandbox),
+//! with `symlink_target` naming the target; its size, permissions (`L...`),
+//! owner and time are the link's own. `metadata` is the file's `user.e2b.*`
+//! attributes ([`crate::metadata`]).
 
 use crate::paths::{Follow, Jail};
 use std::collections::HashMap;
@@ -61,16 +67,47 @@ pub fn from_metadata(
     names: &mut Names,
 ) -> EntryInfo {
     let ft = meta.file_type();
-    let kind = if ft.is_symlink() {
-        FileType::FILE_TYPE_SYMLINK
-    } else if ft.is_dir() {
-        FileType::FILE_TYPE_DIRECTORY
-    } else if ft.is_file() {
-        FileType::FILE_TYPE_FILE
+    // What the entry is as a program opening it sees it: a link's target.
+    let (kind, mode, symlink_target, data_path) = if ft.is_symlink() {
+        match jail.resolve(client, Follow::All) {
+            Ok(target) => match std::fs::metadata(&target.host) {
+                Ok(t) => (
+                    kind_of(&t),
+                    t.mode() & 0o777,
+                    Some(target.client),
+                    Some(target.host),
+                ),
+                Err(_) => (
+                    FileType::FILE_TYPE_UNSPECIFIED,
+                    0,
+                    Some(target.client),
+                    None,
+                ),
+            },
+            // Outside the sandbox or a loop: the link's own text, never a
+            // resolved host path.
+            Err(_) => (
+                FileType::FILE_TYPE_UNSPECIFIED,
+                0,
+                Some(
+                    std::fs::read_link(host)
+                        .map(|t| t.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                ),
+                None,
+            ),
+        }
     } else {
-        FileType::FILE_TYPE_UNSPECIFIED
+        (
+            kind_of(meta),
+            meta.mode() & 0o777,
+            None,
+            Some(host.to_path_buf()),
+        )
     };
-    let symlink_target = ft.is_symlink().then(|| symlink_target(jail, client, host));
+    let metadata = data_path
+        .map(|p| crate::metadata::read(&p))
+        .unwrap_or_default();
     let name = client
         .rsplit('/')
         .find(|s| !s.is_empty())
@@ -81,7 +118,7 @@ pub fn from_metadata(
         r#type: kind.into(),
         path: client.to_string(),
         size: meta.len() as i64,
-        mode: meta.mode() & 0o777,
+        mode,
         permissions: permissions(meta),
         owner: names.user(meta.uid()),
         group: names.group(meta.gid()),
@@ -91,18 +128,19 @@ pub fn from_metadata(
             .map(buffa_types::google::protobuf::Timestamp::from)
             .into(),
         symlink_target,
+        metadata: metadata.into_iter().collect(),
         ..Default::default()
     }
 }
 
-/// Where a link points, as the client names it when that is inside the
-/// sandbox; otherwise the link's own text (never a resolved host path).
-fn symlink_target(jail: &Jail, client: &str, host: &Path) -> String {
-    match jail.resolve(client, Follow::All) {
-        Ok(r) => r.client,
-        Err(_) => std::fs::read_link(host)
-            .map(|t| t.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+fn kind_of(meta: &Metadata) -> FileType {
+    let ft = meta.file_type();
+    if ft.is_dir() {
+        FileType::FILE_TYPE_DIRECTORY
+    } else if ft.is_file() {
+        FileType::FILE_TYPE_FILE
+    } else {
+        FileType::FILE_TYPE_UNSPECIFIED
     }
 }
 

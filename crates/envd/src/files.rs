@@ -8,20 +8,24 @@
 //! - Upload, `application/octet-stream` (envd >= 0.5.7 clients): the body is
 //!   the file, `?path=` is required, `Content-Encoding: gzip` is undone.
 //!
-//! Both answer `[{"path", "name", "type": "file"}]`. Parent directories are
-//! created; an existing file is overwritten. `username` is accepted and
-//! ignored: every file belongs to the user envd runs as.
+//! Both answer `[{"path", "name", "type": "file"}]` (plus `metadata` when
+//! set). Parent directories are created; an existing file is overwritten.
+//! `username` names the user the files and new directories belong to.
+//! `X-Metadata-<key>` headers set the file's metadata (and an upload
+//! without them clears it; [`crate::metadata`]), checked before anything
+//! is written.
 
 use crate::paths::{Follow, Jail};
 use crate::rpc_error::{http_status, path_error};
 use futures_util::TryStreamExt;
 use http::{header, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, StreamBody};
-use hyper::body::{Frame, Incoming};
-use std::collections::HashMap;
+use http_body_util::{BodyExt, BodyStream, StreamBody};
+use hyper::body::Frame;
+use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
 use tokio::io::AsyncWriteExt;
 use warren_core::body::{self as reply, Body};
+use warren_core::server::Incoming;
 
 /// The query of a `/files` request.
 #[derive(Debug, Default)]
@@ -157,10 +161,25 @@ async fn download(jail: &Jail, query: &Query, head: bool) -> Response<Body> {
             format!("path {:?} is a directory", r.client),
         );
     }
+    if !meta.is_file() {
+        // A device, pipe or socket has no end to read to (`/dev/zero`) or
+        // blocks until a writer comes (a FIFO).
+        return reply::error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "path {:?} is not a regular file (a device, pipe or socket) and cannot be downloaded",
+                r.client
+            ),
+        );
+    }
+    let length = trusted_size(&file, meta.len());
     let body = if head {
         reply::empty()
     } else {
-        let frames = tokio_util::io::ReaderStream::new(file)
+        // With a length, exactly that many bytes: a file that grows while
+        // it is sent cannot overrun the answer's framing.
+        let reader = tokio::io::AsyncReadExt::take(file, length.unwrap_or(u64::MAX));
+        let frames = tokio_util::io::ReaderStream::new(reader)
             .map_ok(Frame::data)
             .map_err(|e| Box::new(e) as reply::BoxError);
         BodyExt::boxed_unsync(StreamBody::new(frames))
@@ -177,11 +196,40 @@ async fn download(jail: &Jail, query: &Query, head: bool) -> Response<Body> {
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/octet-stream"),
     );
-    h.insert(header::CONTENT_LENGTH, meta.len().into());
+    if let Some(length) = length {
+        h.insert(header::CONTENT_LENGTH, length.into());
+    }
     if let Ok(v) = header::HeaderValue::from_str(&format!("attachment; filename=\"{name}\"")) {
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     res
+}
+
+/// The size a download can announce as `Content-Length`, or `None` when
+/// the file must be read to its end instead: files of the kernel's
+/// pseudo-filesystems report a size of 0 (`/proc`) or a page (`/sys`)
+/// whatever they hold, and a size of 0 proves nothing anywhere.
+fn trusted_size(file: &tokio::fs::File, size: u64) -> Option<u64> {
+    use nix::sys::statfs::{self as fs, fstatfs};
+    const PSEUDO: [fs::FsType; 9] = [
+        fs::PROC_SUPER_MAGIC,
+        fs::SYSFS_MAGIC,
+        fs::DEBUGFS_MAGIC,
+        fs::TRACEFS_MAGIC,
+        fs::SECURITYFS_MAGIC,
+        fs::CGROUP_SUPER_MAGIC,
+        fs::CGROUP2_SUPER_MAGIC,
+        fs::BPF_FS_MAGIC,
+        fs::SELINUX_MAGIC,
+    ];
+    if size == 0 {
+        return None;
+    }
+    match fstatfs(file) {
+        Ok(st) if PSEUDO.contains(&st.filesystem_type()) => None,
+        Ok(_) => Some(size),
+        Err(_) => None,
+    }
 }
 
 async fn upload(
@@ -212,6 +260,13 @@ async fn upload(
             ))
         }
     };
+    let metadata = match crate::metadata::from_headers(req.headers()) {
+        Ok(m) => m,
+        Err(message) => {
+            drain(&mut req.into_body()).await;
+            return Err(reply::error(StatusCode::BAD_REQUEST, message));
+        }
+    };
     if content_type.starts_with("multipart/form-data") {
         if gzip {
             return Err(reply::error(
@@ -219,7 +274,7 @@ async fn upload(
                 "gzip is only supported with application/octet-stream uploads",
             ));
         }
-        return upload_multipart(jail, query, &content_type, req.into_body()).await;
+        return upload_multipart(jail, query, &content_type, &metadata, req.into_body()).await;
     }
     let Some(path) = query.path.as_deref() else {
         return Err(reply::error(
@@ -230,7 +285,7 @@ async fn upload(
     let owner = owner_of(jail, query).map_err(unknown_user)?;
     let mut body = req.into_body();
     let written = async {
-        let mut sink = Sink::open(jail, path, gzip, owner.as_ref()).await?;
+        let mut sink = Sink::open(jail, path, gzip, owner.as_ref(), &metadata).await?;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
                 reply::error(StatusCode::BAD_REQUEST, format!("reading the upload: {e}"))
@@ -248,20 +303,16 @@ async fn upload(
     written
 }
 
-/// How much of an upload's body is read and discarded after its answer is
-/// decided, and for how long.
-const DRAIN_LIMIT: usize = 256 << 20;
-const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// After an error answer to an upload, reads and discards what the client
 /// is still sending (bounded), so it gets the answer instead of a reset
 /// that could swallow it.
 async fn drain(body: &mut Incoming) {
+    const LIMIT: usize = 256 << 20;
     let mut seen = 0usize;
-    let _ = tokio::time::timeout(DRAIN_TIME, async {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
         while let Some(Ok(frame)) = body.frame().await {
             seen += frame.data_ref().map_or(0, |d| d.len());
-            if seen > DRAIN_LIMIT {
+            if seen > LIMIT {
                 break;
             }
         }
@@ -273,6 +324,7 @@ async fn upload_multipart(
     jail: &Jail,
     query: &Query,
     content_type: &str,
+    metadata: &BTreeMap<String, String>,
     body: Incoming,
 ) -> Result<Vec<serde_json::Value>, Response<Body>> {
     let boundary = multer::parse_boundary(content_type).map_err(|e| {
@@ -281,39 +333,13 @@ async fn upload_multipart(
             format!("bad multipart Content-Type: {e}"),
         )
     })?;
-    // The body is read by a task of its own that hands it to the parser and
-    // then reads it to its end: the parser stops at the closing boundary,
-    // and an answer sent while the rest (an epilogue, a chunked body's last
-    // chunk) is unread closes the connection under a client still writing,
-    // which then sees a reset instead of the answer.
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
-    let reader = tokio::spawn(async move {
-        let mut body = body;
-        let mut parser_gone = false;
-        let mut discarded = 0usize;
-        while let Some(frame) = body.frame().await {
-            let data = match frame {
-                Ok(f) => match f.into_data() {
-                    Ok(d) => d,
-                    Err(_) => continue,
-                },
-                Err(e) => {
-                    let _ = tx.send(Err(std::io::Error::other(e))).await;
-                    return;
-                }
-            };
-            if !parser_gone {
-                parser_gone = tx.send(Ok(data)).await.is_err();
-            } else {
-                discarded += data.len();
-                if discarded > DRAIN_LIMIT {
-                    return;
-                }
-            }
-        }
-    });
-    let mut multipart =
-        multer::Multipart::new(tokio_stream::wrappers::ReceiverStream::new(rx), boundary);
+    // multer stops at the closing boundary; whatever follows it (a final
+    // CRLF, often sent in a packet of its own) is read and dropped after the
+    // answer, so the connection is not closed under a sender still writing
+    // it (the node would report that as a 502).
+    let stream = BodyStream::new(crate::drain::DrainOnDrop::new(body))
+        .try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
+    let mut multipart = multer::Multipart::new(stream, boundary);
     let bad = |e: multer::Error| {
         reply::error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"))
     };
@@ -340,7 +366,7 @@ async fn upload_multipart(
                 }
             };
             let owner = owner_of(jail, query).map_err(unknown_user)?;
-            let mut sink = Sink::open(jail, &dest, false, owner.as_ref()).await?;
+            let mut sink = Sink::open(jail, &dest, false, owner.as_ref(), metadata).await?;
             while let Some(chunk) = field.chunk().await.map_err(bad)? {
                 sink.write(&chunk).await?;
             }
@@ -349,10 +375,17 @@ async fn upload_multipart(
         Ok(())
     }
     .await;
-    // Whatever the answer, the rest of the body is read first (bounded).
-    drop(multipart);
-    let _ = tokio::time::timeout(DRAIN_TIME, reader).await;
-    result?;
+    if let Err(answer) = result {
+        // Read what the client is still sending (bounded) so it gets the
+        // answer instead of a reset that could swallow it.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while let Ok(Some(mut field)) = multipart.next_field().await {
+                while let Ok(Some(_)) = field.chunk().await {}
+            }
+        })
+        .await;
+        return Err(answer);
+    }
     if written.is_empty() {
         return Err(reply::error(
             StatusCode::BAD_REQUEST,
@@ -367,14 +400,21 @@ struct Sink {
     file: tokio::fs::File,
     client: String,
     gunzip: Option<flate2::write::GzDecoder<Vec<u8>>>,
+    /// What the file's metadata now is, for the answer.
+    metadata: BTreeMap<String, String>,
 }
 
 impl Sink {
+    /// Opens `path` for writing with its metadata set to `metadata`. The
+    /// metadata goes on before the old contents are truncated, so a file
+    /// system that cannot keep it leaves an existing file as it was (and a
+    /// new file is removed again): a 4xx, never half an upload.
     async fn open(
         jail: &Jail,
         path: &str,
         gzip: bool,
         owner: Option<&crate::users::Identity>,
+        metadata: &BTreeMap<String, String>,
     ) -> Result<Sink, Response<Body>> {
         let r = jail.resolve(path, Follow::All).map_err(resolve_error)?;
         if let Ok(meta) = tokio::fs::metadata(&r.host).await {
@@ -388,14 +428,38 @@ impl Sink {
         if let Some(parent) = r.host.parent() {
             crate::users::make_dirs(parent, owner).map_err(|e| io_response(&r.client, e))?;
         }
-        let file = tokio::fs::File::create(&r.host)
+        let existed = tokio::fs::symlink_metadata(&r.host).await.is_ok();
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&r.host)
             .await
             .map_err(|e| io_response(&r.client, e))?;
         crate::users::give(&r.host, owner).map_err(|e| io_response(&r.client, e))?;
+        if let Err(e) = crate::metadata::replace(&file, metadata) {
+            if !existed {
+                let _ = tokio::fs::remove_file(&r.host).await;
+            }
+            let status = if e.kind() == std::io::ErrorKind::Unsupported {
+                StatusCode::BAD_REQUEST
+            } else {
+                return Err(io_response(&r.client, e));
+            };
+            return Err(reply::error(status, format!("{}: {e}", r.client)));
+        }
+        // A new file is empty already; truncating it would add a WRITE
+        // event for directory watchers that nothing wrote.
+        if existed {
+            file.set_len(0)
+                .await
+                .map_err(|e| io_response(&r.client, e))?;
+        }
         Ok(Sink {
             file,
             client: r.client,
             gunzip: gzip.then(|| flate2::write::GzDecoder::new(Vec::new())),
+            metadata: metadata.clone(),
         })
     }
 
@@ -432,7 +496,11 @@ impl Sink {
             .next()
             .unwrap_or_default()
             .to_string();
-        Ok(serde_json::json!({ "path": self.client, "name": name, "type": "file" }))
+        let mut info = serde_json::json!({ "path": self.client, "name": name, "type": "file" });
+        if !self.metadata.is_empty() {
+            info["metadata"] = serde_json::json!(self.metadata);
+        }
+        Ok(info)
     }
 }
 

@@ -1,16 +1,25 @@
-//! `filesystem.Filesystem`: Stat, ListDir, MakeDir, Move, Remove.
+//! `filesystem.Filesystem`: Stat, ListDir, MakeDir, Move, Remove, and
+//! directory watching ([`crate::watch`]): the `WatchDir` stream, and
+//! `CreateWatcher`/`GetWatcherEvents`/`RemoveWatcher` for clients that poll.
 //!
 //! Paths are resolved under the sandbox root ([`crate::paths`]); entries name
-//! paths as the sandbox sees them. The watcher RPCs answer `unimplemented`.
-//! File system calls are blocking, so each RPC runs on the blocking pool.
+//! paths as the sandbox sees them. Removing a path that does not exist is
+//! not an error (as in E2B's envd). File system calls are blocking, so each
+//! RPC runs on the blocking pool.
 
 use crate::entry::{entry_info, from_metadata, Names};
 use crate::paths::{Follow, Jail, Resolved};
 use crate::rpc_error::{io_error, path_error};
+use crate::watch::{WatchError, Watcher};
 use connectrpc::{
     ConnectError, RequestContext, Response, ServiceRequest, ServiceResult, ServiceStream,
 };
-use std::sync::Arc;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::time::{Instant, MissedTickBehavior};
+use warren_envd_proto::filesystem::watch_dir_response::Event as WatchEvent;
 use warren_envd_proto::filesystem::{
     CreateWatcherRequest, CreateWatcherResponse, EntryInfo, Filesystem, GetWatcherEventsRequest,
     GetWatcherEventsResponse, ListDirRequest, ListDirResponse, MakeDirRequest, MakeDirResponse,
@@ -22,19 +31,61 @@ use warren_envd_proto::filesystem::{
 /// here rather than walking a whole disk.
 const MAX_DEPTH: u32 = 64;
 
-const NO_WATCH: &str =
-    "directory watching is not supported by warren envd yet; poll with ListDir/Stat instead";
+/// Most watchers made with `CreateWatcher` that may exist at once (each
+/// holds a kernel inotify instance until `RemoveWatcher`).
+pub const MAX_WATCHERS: usize = 128;
+
+/// Polled watchers by id, each with the task that reads its events.
+type Watchers = HashMap<String, (Arc<Watcher>, tokio::task::AbortHandle)>;
 
 /// `filesystem.Filesystem` under a [`Jail`].
 #[derive(Debug, Clone)]
 pub struct FilesystemService {
     jail: Arc<Jail>,
+    /// Watchers made with `CreateWatcher`, by id, with the task that reads
+    /// their events.
+    watchers: Arc<Mutex<Watchers>>,
+    /// Keepalive interval of `WatchDir` streams when the client names none.
+    keepalive: Duration,
 }
 
 impl FilesystemService {
-    /// Serves the files under `jail`.
-    pub fn new(jail: Arc<Jail>) -> FilesystemService {
-        FilesystemService { jail }
+    /// Serves the files under `jail`; `WatchDir` streams send a keepalive
+    /// after `keepalive` of quiet unless the client asks for another interval.
+    pub fn new(jail: Arc<Jail>, keepalive: Duration) -> FilesystemService {
+        FilesystemService {
+            jail,
+            watchers: Arc::default(),
+            keepalive,
+        }
+    }
+
+    fn watchers(&self) -> MutexGuard<'_, Watchers> {
+        self.watchers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a watch of `path` after checking it is a directory (on the
+    /// blocking pool: a recursive watch walks the tree below).
+    async fn watch(
+        &self,
+        path: String,
+        recursive: bool,
+        include_entry: bool,
+    ) -> Result<Arc<Watcher>, ConnectError> {
+        let shared = self.jail.clone();
+        self.blocking(move |jail| {
+            let dir = resolve(jail, &path, Follow::All)?;
+            let meta = std::fs::metadata(&dir.host).map_err(|e| io_error(&dir.client, e))?;
+            if !meta.is_dir() {
+                return Err(ConnectError::invalid_argument(format!(
+                    "path {:?} is not a directory; watch its directory instead",
+                    dir.client
+                )));
+            }
+            Watcher::start(shared, dir.host, dir.client, recursive, include_entry)
+                .map_err(watch_error)
+        })
+        .await
     }
 
     async fn blocking<T: Send + 'static>(
@@ -45,6 +96,14 @@ impl FilesystemService {
         tokio::task::spawn_blocking(move || f(&jail))
             .await
             .map_err(|e| ConnectError::internal(format!("filesystem task failed: {e}")))?
+    }
+}
+
+fn watch_error(e: WatchError) -> ConnectError {
+    match e {
+        WatchError::Exhausted(m) => ConnectError::resource_exhausted(m),
+        WatchError::Lost(m) => ConnectError::data_loss(m),
+        WatchError::Io(m) => ConnectError::internal(m),
     }
 }
 
@@ -197,13 +256,22 @@ impl Filesystem for FilesystemService {
                     "refusing to remove the sandbox root",
                 ));
             }
-            let meta = std::fs::symlink_metadata(&r.host).map_err(|e| io_error(&r.client, e))?;
+            let meta = match std::fs::symlink_metadata(&r.host) {
+                Ok(meta) => meta,
+                // Already gone: what the caller wanted.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(io_error(&r.client, e)),
+            };
             let res = if meta.is_dir() {
                 std::fs::remove_dir_all(&r.host)
             } else {
                 std::fs::remove_file(&r.host)
             };
-            res.map_err(|e| io_error(&r.client, e))
+            match res {
+                // Removed by someone else meanwhile: gone all the same.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                res => res.map_err(|e| io_error(&r.client, e)),
+            }
         })
         .await?;
         Response::ok(RemoveResponse::default())
@@ -211,34 +279,148 @@ impl Filesystem for FilesystemService {
 
     async fn watch_dir(
         &self,
-        _ctx: RequestContext,
-        _request: ServiceRequest<'_, WatchDirRequest>,
+        ctx: RequestContext,
+        request: ServiceRequest<'_, WatchDirRequest>,
     ) -> ServiceResult<ServiceStream<WatchDirResponse>> {
-        Err(ConnectError::unimplemented(NO_WATCH))
+        let req = request.to_owned_message();
+        // `allow_network_mounts` needs nothing: warren's sandboxes have no
+        // network file systems to refuse.
+        let watcher = self
+            .watch(req.path, req.recursive, req.include_entry)
+            .await?;
+        let keepalive = crate::process::keepalive_of(&ctx).unwrap_or(self.keepalive);
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(stream_events(watcher, keepalive, tx));
+        Response::stream_ok(tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r))
     }
 
     async fn create_watcher(
         &self,
         _ctx: RequestContext,
-        _request: ServiceRequest<'_, CreateWatcherRequest>,
+        request: ServiceRequest<'_, CreateWatcherRequest>,
     ) -> ServiceResult<CreateWatcherResponse> {
-        Err(ConnectError::unimplemented(NO_WATCH))
+        let req = request.to_owned_message();
+        if self.watchers().len() >= MAX_WATCHERS {
+            return Err(ConnectError::resource_exhausted(format!(
+                "{MAX_WATCHERS} watchers exist already; remove some with RemoveWatcher"
+            )));
+        }
+        let watcher = self
+            .watch(req.path, req.recursive, req.include_entry)
+            .await?;
+        let id = format!("w{:016x}", rand_id());
+        let pump = tokio::spawn(watcher.clone().pump()).abort_handle();
+        self.watchers().insert(id.clone(), (watcher, pump));
+        Response::ok(CreateWatcherResponse {
+            watcher_id: id,
+            ..Default::default()
+        })
     }
 
     async fn get_watcher_events(
         &self,
         _ctx: RequestContext,
-        _request: ServiceRequest<'_, GetWatcherEventsRequest>,
+        request: ServiceRequest<'_, GetWatcherEventsRequest>,
     ) -> ServiceResult<GetWatcherEventsResponse> {
-        Err(ConnectError::unimplemented(NO_WATCH))
+        let id = request.watcher_id.to_string();
+        let watcher = self
+            .watchers()
+            .get(&id)
+            .map(|(w, _)| w.clone())
+            .ok_or_else(|| ConnectError::not_found(format!("watcher {id:?} not found")))?;
+        let events = self
+            .blocking(move |_| watcher.take().map_err(watch_error))
+            .await?;
+        Response::ok(GetWatcherEventsResponse {
+            events,
+            ..Default::default()
+        })
     }
 
     async fn remove_watcher(
         &self,
         _ctx: RequestContext,
-        _request: ServiceRequest<'_, RemoveWatcherRequest>,
+        request: ServiceRequest<'_, RemoveWatcherRequest>,
     ) -> ServiceResult<RemoveWatcherResponse> {
-        Err(ConnectError::unimplemented(NO_WATCH))
+        let id = request.watcher_id.to_string();
+        let (_, pump) = self
+            .watchers()
+            .remove(&id)
+            .ok_or_else(|| ConnectError::not_found(format!("watcher {id:?} not found")))?;
+        pump.abort();
+        Response::ok(RemoveWatcherResponse::default())
+    }
+}
+
+/// A watcher id nobody can guess from another's.
+fn rand_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+type WatchTx = tokio::sync::mpsc::Sender<Result<WatchDirResponse, ConnectError>>;
+
+/// One `WatchDir` stream: the start event, then events as they come, with
+/// a keepalive after each quiet interval, until the client goes away or
+/// the watch fails.
+async fn stream_events(watcher: Arc<Watcher>, keepalive: Duration, tx: WatchTx) {
+    let send = |event: WatchEvent| WatchDirResponse {
+        event: Some(event),
+        ..Default::default()
+    };
+    if tx
+        .send(Ok(send(WatchEvent::Start(Box::default()))))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let mut tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        // Only waiting happens under `select!`: events are taken after it,
+        // so a keepalive winning the race can never drop any.
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = tick.tick() => {
+                if tx.send(Ok(send(WatchEvent::Keepalive(Box::default())))).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            ready = watcher.readable() => {
+                if let Err(e) = ready {
+                    let _ = tx.send(Err(watch_error(e))).await;
+                    return;
+                }
+            }
+        }
+        let events = match watcher.take_blocking().await {
+            Ok(events) => events,
+            Err(e) => {
+                let _ = tx.send(Err(watch_error(e))).await;
+                return;
+            }
+        };
+        if events.is_empty() {
+            continue;
+        }
+        for ev in events {
+            if tx
+                .send(Ok(send(WatchEvent::Filesystem(Box::new(ev)))))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        tick.reset();
     }
 }
 

@@ -13,11 +13,14 @@
 //! # Layout
 //! - [`config`]: flags/env ([`Config`]) and their validated form ([`Settings`]).
 //! - [`server`]: the HTTP listener, access-token check and routing.
+//! - [`drain`]: reading what is left of a body after an early answer.
 //! - [`files`]: `/files` download and upload (multipart, octet-stream, gzip).
 //! - [`process`]: `process.Process` — [`process::manager`] (the process
 //!   table), [`process::output`] (the output log), [`process::stream`]
 //!   (one client's event stream).
-//! - [`filesystem`]: `filesystem.Filesystem`; [`entry`] builds `EntryInfo`.
+//! - [`filesystem`]: `filesystem.Filesystem`; [`entry`] builds `EntryInfo`,
+//!   [`metadata`] keeps `user.e2b.*` file metadata, [`watch`] watches
+//!   directories.
 //! - [`paths`]: client paths → host paths, never leaving the root.
 //! - [`relay`]: the port relay socket.
 //! - [`start`]: the template's start command and its readiness
@@ -29,9 +32,11 @@
 #![cfg_attr(test, allow(unused_crate_dependencies))]
 
 pub mod config;
+pub mod drain;
 pub mod entry;
 pub mod files;
 pub mod filesystem;
+pub mod metadata;
 pub mod paths;
 pub mod process;
 pub mod relay;
@@ -39,6 +44,7 @@ pub mod rpc_error;
 pub mod server;
 pub mod start;
 pub mod users;
+pub mod watch;
 
 pub use config::{ApiAddr, Config, Settings};
 pub use server::ApiListener;
@@ -186,9 +192,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let max_connections = settings.listener.max_connections;
     let relay_task = relay.map(|listener| {
         let mut stopped = stopped.clone();
-        tokio::spawn(relay::serve(listener, async move {
+        tokio::spawn(relay::serve(listener, max_connections, async move {
             let _ = stopped.wait_for(|s| *s).await;
         }))
     });

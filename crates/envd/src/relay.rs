@@ -11,6 +11,7 @@ use std::future::Future;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixListener, UnixStream};
+use warren_core::server::Admission;
 
 /// How long envd waits for the target port to accept.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -21,19 +22,30 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Longest valid port line: `65535\n`, with room for a `\r`.
 const MAX_LINE: usize = 7;
 
-/// Serves relay connections on `listener` until `shutdown` resolves.
-/// Connections already spliced keep going until either side closes.
-pub async fn serve(listener: UnixListener, shutdown: impl Future<Output = ()>) {
+/// Serves relay connections on `listener` until `shutdown` resolves, at
+/// most `max_connections` at once (past it a new connection is closed at
+/// once). Connections already spliced keep going until either side closes.
+pub async fn serve(
+    listener: UnixListener,
+    max_connections: usize,
+    shutdown: impl Future<Output = ()>,
+) {
+    let metrics = warren_core::server::Metrics::default().listener("relay");
+    let admission = Admission::new(max_connections, None, metrics);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => return,
             accepted = listener.accept() => match accepted {
                 Ok((conn, _)) => {
+                    let Ok(slot) = admission.admit(None) else {
+                        continue;
+                    };
                     tokio::spawn(async move {
                         if let Err(e) = relay(conn).await {
                             tracing::debug!(error = %e, "relay connection ended with an error");
                         }
+                        drop(slot);
                     });
                 }
                 Err(e) => {

@@ -1,7 +1,8 @@
 //! The envd HTTP server: the shared `warren_core::server` loop (HTTP/1.1 and
-//! h2c, header-read timeout, drain) on a TCP or Unix listener, routing
-//! `/health`, `/files` and everything else to the Connect router. The
-//! listener is created apart from serving (`crate::bind_api`).
+//! h2c, the timeouts and connection limit of `Settings::listener`, drain)
+//! on a TCP or Unix listener, routing `/health`, `/files` and everything
+//! else to the Connect router. The listener is created apart from serving
+//! (`crate::bind_api`).
 //!
 //! `GET /warren/start` is warren's own: where the template's start command
 //! is (see [`crate::start`]), asked by the node while a sandbox starts.
@@ -12,34 +13,31 @@
 //! `unauthenticated` error in their own wire shape.
 
 use crate::config::Settings;
+use crate::drain::{self, DrainOnDrop};
 use crate::files;
 use crate::filesystem::FilesystemService;
 use crate::paths::Jail;
 use crate::process::manager::Manager;
 use crate::process::ProcessService;
-use connectrpc::{ConnectError, ConnectRpcService, Limits, Router};
+use connectrpc::{ConnectError, ConnectRpcService, DeadlinePolicy, Limits, Router};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, UnixListener};
 use warren_core::body::{self as reply, Body};
-use warren_core::server::{self as http_server, Accept};
+use warren_core::server::{self as http_server, Accept, Incoming};
 
 /// The largest Connect message envd accepts (a SendInput chunk, say). Larger
-/// ones are refused with `resource_exhausted` before they are buffered.
+/// ones are refused with `resource_exhausted` before they are buffered
+/// (and a unary request whose `Content-Length` says so before any of it is
+/// read: `oversized_unary`).
 const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Where the template's start command is (`GET`).
 pub const START_PATH: &str = "/warren/start";
-
-/// How long in-flight requests may finish after shutdown is asked for
-/// (process streams end once their processes are killed).
-const DRAIN: Duration = Duration::from_secs(2);
 
 /// A bound listener for the envd API.
 #[derive(Debug)]
@@ -104,12 +102,23 @@ pub async fn serve(
             manager.clone(),
             settings.keepalive,
         )))
-        .add_service(Arc::new(FilesystemService::new(jail.clone())));
-    let connect = ConnectRpcService::new(router).with_limits(
-        Limits::default()
-            .with_max_message_size(MAX_MESSAGE_BYTES)
-            .with_max_request_body_size(MAX_MESSAGE_BYTES + 1024),
-    );
+        .add_service(Arc::new(FilesystemService::new(
+            jail.clone(),
+            settings.keepalive,
+        )));
+    let limits = settings.listener;
+    let connect = ConnectRpcService::new(router)
+        .with_limits(
+            Limits::default()
+                .with_max_message_size(MAX_MESSAGE_BYTES)
+                .with_max_request_body_size(MAX_MESSAGE_BYTES + 1024),
+        )
+        // A client's `Connect-Timeout-Ms` bounds the whole call, streams
+        // included: a `Start`, `Connect` or `WatchDir` stream ends with
+        // `deadline_exceeded` when it runs out (the SDK's `timeout`; the
+        // process itself keeps running and stays reattachable). Without
+        // the header a stream runs until it ends.
+        .with_deadline_policy(DeadlinePolicy::new().with_enforce_on_streams(true));
     let app = Arc::new(App {
         jail,
         token: settings.access_token.clone(),
@@ -134,13 +143,9 @@ pub async fn serve(
         tracing::info!("envd shutting down");
         manager.kill_all();
     };
-    warren_core::server::serve(
-        listener,
-        handler,
-        stop,
-        http_server::Limits::with_drain(DRAIN),
-    )
-    .await;
+    // envd has no admin listener to show metrics on.
+    let metrics = http_server::Metrics::default().listener("http");
+    warren_core::server::serve(listener, handler, stop, limits, metrics).await;
     if let Some(path) = unix_path {
         let _ = std::fs::remove_file(path);
     }
@@ -152,6 +157,7 @@ pub trait Io: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> Io for T {}
 
 impl Accept for ApiListener {
+    type Conn = Box<dyn Io>;
     type Io = Box<dyn Io>;
     type Peer = ();
 
@@ -163,6 +169,14 @@ impl Accept for ApiListener {
             }
         })
     }
+
+    fn handshake(
+        &self,
+        conn: Box<dyn Io>,
+        peer: (),
+    ) -> impl Future<Output = std::io::Result<(Box<dyn Io>, ())>> + Send + 'static {
+        std::future::ready(Ok((conn, peer)))
+    }
 }
 
 async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
@@ -172,7 +186,9 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
     }
     let is_files = path == "/files";
     if !authorized(app, &req, is_files) {
-        return unauthorized(&req);
+        let answer = unauthorized(&req);
+        drain::discard(req.into_body());
+        return answer;
     }
     if is_files {
         return files::handle(&app.jail, req).await;
@@ -181,12 +197,60 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
         let state = app.start.borrow().clone();
         return reply::json(StatusCode::OK, &state);
     }
+    if let Some(answer) = oversized_unary(&req) {
+        drain::discard(req.into_body());
+        return answer;
+    }
+    // Connect answers a body over its limit (a streamed unary request, a
+    // streaming message) before reading the rest; the rest is read anyway
+    // so that the answer arrives (see `drain`).
+    let req = req.map(DrainOnDrop::new);
     let mut connect = app.connect.clone();
     let res = match tower_service::Service::call(&mut connect, req).await {
         Ok(res) => res,
         Err(never) => match never {},
     };
     res.map(|b| b.map_err(|never| match never {}).boxed_unsync())
+}
+
+/// A unary Connect request whose `Content-Length` is over the message
+/// limit, answered `resource_exhausted` (HTTP 429 in Connect's mapping)
+/// with a message naming the limit, before any of it is read.
+fn oversized_unary(req: &Request<Incoming>) -> Option<Response<Body>> {
+    let content_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)?
+        .to_str()
+        .ok()?;
+    // Streaming RPCs (`application/connect+...`) are checked per message.
+    if req.method() != Method::POST
+        || !content_type.starts_with("application/")
+        || content_type.starts_with("application/connect+")
+        || content_type.starts_with("application/grpc")
+    {
+        return None;
+    }
+    let length: u64 = req
+        .headers()
+        .get(http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()?;
+    if length <= MAX_MESSAGE_BYTES as u64 {
+        return None;
+    }
+    let message = format!(
+        "request body of {length} bytes is over envd's limit of {MAX_MESSAGE_BYTES} bytes \
+         ({} MiB) for one Connect request; send large input in several requests, and \
+         files with POST /files",
+        MAX_MESSAGE_BYTES >> 20
+    );
+    Some(
+        ConnectError::resource_exhausted(message)
+            .into_http_response(req.headers())
+            .map(|b| b.map_err(|never| match never {}).boxed_unsync()),
+    )
 }
 
 fn authorized(app: &App, req: &Request<Incoming>, is_files: bool) -> bool {

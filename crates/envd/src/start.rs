@@ -184,7 +184,7 @@ async fn check(manager: &Manager, start: &StartCommand, within: Duration) -> Res
         cwd: start.cwd.clone(),
         ..Spec::default()
     };
-    let mut cmd = manager.command(&spec).map_err(|e| e.to_string())?;
+    let (mut cmd, _) = manager.command(&spec).map_err(|e| e.to_string())?;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

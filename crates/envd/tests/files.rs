@@ -183,6 +183,81 @@ async fn download_errors_use_e2b_json() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "path is required");
 }
 
+/// Files of the kernel's pseudo-filesystems say they are empty (`/proc`)
+/// or a page long (`/sys`): a download reads them to their end instead of
+/// trusting that size. Devices and pipes, which have no end, are refused.
+#[tokio::test]
+async fn proc_files_download_with_their_content() {
+    // This envd's root is the host's, so `/proc/self` is this test process.
+    let envd = TestEnvd::start_with(|s| warren_envd::Settings {
+        root: "/".into(),
+        home: "/tmp".into(),
+        ..s
+    })
+    .await;
+    let (status, headers, body) = envd
+        .http("GET", "/files?path=/proc/self/status", &[], vec![])
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.starts_with("Name:") && text.contains("\nPid:\t"),
+        "{text:?}"
+    );
+    assert!(
+        headers.get("content-length").is_none(),
+        "a /proc file's size (0) is not announced: {headers:?}"
+    );
+    let (status, _, body) = envd
+        .http("GET", "/files?path=/proc/cpuinfo", &[], vec![])
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(String::from_utf8_lossy(&body).contains("processor"));
+    if std::path::Path::new("/sys/kernel/osrelease").exists() {
+        let (status, _, body) = envd
+            .http("GET", "/files?path=/sys/kernel/osrelease", &[], vec![])
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let expected = std::fs::read("/sys/kernel/osrelease").expect("osrelease");
+        assert_eq!(
+            body, expected,
+            "a sysfs file (4096 by its size) downloads whole"
+        );
+    }
+
+    // A regular file still announces its length, and sends exactly it.
+    let data = random_bytes(100_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let file = dir.path().join("regular.bin");
+    std::fs::write(&file, &data).expect("write");
+    let (status, headers, body) = envd
+        .http(
+            "GET",
+            &format!("/files?path={}", file.display()),
+            &[],
+            vec![],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(headers["content-length"], "100000");
+    assert_eq!(body, data);
+
+    for device in ["/dev/zero", "/dev/null"] {
+        let (status, _, body) = envd
+            .http("GET", &format!("/files?path={device}"), &[], vec![])
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{device}");
+        let err = json(&body);
+        assert!(
+            err["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("not a regular file"),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn filesystem_rpcs_stat_list_make_move_remove() {
     let envd = TestEnvd::start().await;
@@ -289,42 +364,92 @@ async fn filesystem_rpcs_stat_list_make_move_remove() {
         .await
         .expect("remove dir");
         assert!(!envd.host(&format!("{base}/d1")).exists());
-        let err = fs
-            .remove(RemoveRequest {
-                path: format!("{base}/d1"),
-                ..Default::default()
-            })
-            .await
-            .expect_err("already gone");
-        assert_eq!(err.code, ErrorCode::NotFound);
-    }
-}
-
-#[tokio::test]
-async fn symlinks_are_reported_and_watchers_are_unimplemented() {
-    let envd = TestEnvd::start().await;
-    let home = envd.host("/home/user");
-    std::fs::write(home.join("target.txt"), b"t").expect("write");
-    std::os::unix::fs::symlink("target.txt", home.join("link")).expect("symlink");
-    let fs = envd.fs(false);
-    let stat = fs
-        .stat(StatRequest {
-            path: "link".into(),
+        // Removing what is already gone is not an error (E2B's envd).
+        fs.remove(RemoveRequest {
+            path: format!("{base}/d1"),
             ..Default::default()
         })
         .await
-        .expect("stat link")
-        .into_owned();
-    let e = stat.entry.as_option().expect("entry");
-    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_SYMLINK));
-    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/target.txt"));
-    assert!(e.permissions.starts_with('L'));
+        .expect("removing a missing path succeeds");
+        assert!(!envd.host(&format!("{base}/d1")).exists());
+    }
+}
 
-    let err = stream_error!(fs.watch_dir(WatchDirRequest {
-        path: "/home/user".into(),
-        ..Default::default()
-    }));
-    assert_eq!(err.code, ErrorCode::Unimplemented);
+/// As E2B's envd: a symlink is reported as what it points to (type and
+/// mode of the target), with `symlink_target`; a dangling one has no type.
+#[tokio::test]
+async fn symlinks_are_reported_as_their_targets() {
+    use std::os::unix::fs::PermissionsExt;
+    let envd = TestEnvd::start().await;
+    let home = envd.host("/home/user");
+    std::fs::write(home.join("target.txt"), b"t").expect("write");
+    std::fs::set_permissions(
+        home.join("target.txt"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .expect("chmod");
+    std::fs::create_dir(home.join("dir")).expect("mkdir");
+    std::os::unix::fs::symlink("target.txt", home.join("link")).expect("symlink");
+    std::os::unix::fs::symlink("dir", home.join("dirlink")).expect("symlink");
+    std::os::unix::fs::symlink("nowhere", home.join("dangling")).expect("symlink");
+    let fs = envd.fs(false);
+    let stat = |path: &'static str| {
+        let fs = fs.clone();
+        async move {
+            fs.stat(StatRequest {
+                path: path.into(),
+                ..Default::default()
+            })
+            .await
+            .expect("stat")
+            .into_owned()
+            .entry
+            .into_option()
+            .expect("entry")
+        }
+    };
+    let e = stat("link").await;
+    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_FILE));
+    assert_eq!(e.mode, 0o640, "the target's mode");
+    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/target.txt"));
+    assert!(e.permissions.starts_with('L'), "{}", e.permissions);
+    assert_eq!(e.path, "/home/user/link");
+
+    let e = stat("dirlink").await;
+    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_DIRECTORY));
+    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/dir"));
+
+    let e = stat("dangling").await;
+    assert_eq!(e.r#type.as_known(), Some(FileType::FILE_TYPE_UNSPECIFIED));
+    assert_eq!(e.symlink_target.as_deref(), Some("/home/user/nowhere"));
+
+    // A listing says the same; a plain file has no target.
+    let listed = fs
+        .list_dir(ListDirRequest {
+            path: "/home/user".into(),
+            depth: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .into_owned();
+    let by_name = |n: &str| {
+        listed
+            .entries
+            .iter()
+            .find(|e| e.name == n)
+            .unwrap_or_else(|| panic!("{n} listed"))
+            .clone()
+    };
+    assert_eq!(
+        by_name("link").r#type.as_known(),
+        Some(FileType::FILE_TYPE_FILE)
+    );
+    assert_eq!(
+        by_name("dirlink").r#type.as_known(),
+        Some(FileType::FILE_TYPE_DIRECTORY)
+    );
+    assert_eq!(by_name("target.txt").symlink_target, None);
 }
 
 #[tokio::test]
@@ -538,66 +663,130 @@ fn signature(path: &str, operation: &str, user: &str, token: &str) -> String {
     .replace('/', "%2F")
 }
 
-/// A multipart upload sent chunked (as Node's fetch sends a FormData): envd
-/// reads the body to its end before it answers, so the connection stays
-/// usable — an answer sent while the end of the body was still unread made
-/// the connection close with unread bytes, which resets it under a client
-/// still writing ("error writing a body to connection" at the node).
+/// Metadata an upload names is checked before anything is written: a 400
+/// naming the problem, and no file.
 #[tokio::test]
-async fn a_chunked_multipart_upload_is_read_to_its_end() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+async fn bad_upload_metadata_is_refused_before_writing() {
     let envd = TestEnvd::start().await;
-    let (ct, body) = multipart(&[("chunked.txt", b"sent in chunks")]);
-    let addr = envd
-        .base
-        .authority()
-        .expect("authority")
-        .as_str()
-        .to_string();
-    let mut conn = tokio::net::TcpStream::connect(&addr)
+    let long_key = format!("x-metadata-{}", "k".repeat(300));
+    let big = "v".repeat(3000);
+    for (header, value, says) in [
+        ("x-metadata-", "v", "empty"),
+        ("x-metadata-k", "tab\there", "printable"),
+        (long_key.as_str(), "v", "limit"),
+    ] {
+        let (status, _, body) = envd
+            .http(
+                "POST",
+                "/files?path=meta.txt",
+                &[
+                    ("content-type", "application/octet-stream"),
+                    (header, value),
+                ],
+                b"data".to_vec(),
+            )
+            .await;
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{header}: {body}");
+        assert!(body.contains(says), "{header}: {body}");
+    }
+    let (status, _, body) = envd
+        .http(
+            "POST",
+            "/files?path=meta.txt",
+            &[
+                ("content-type", "application/octet-stream"),
+                ("x-metadata-a", &big),
+                ("x-metadata-b", &big),
+            ],
+            b"data".to_vec(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(String::from_utf8_lossy(&body).contains("4096"));
+    assert!(!envd.host("/home/user/meta.txt").exists());
+
+    // A good one is kept on the file as `user.e2b.*` attributes.
+    let (status, _, body) = envd
+        .http(
+            "POST",
+            "/files?path=meta.txt",
+            &[
+                ("content-type", "application/octet-stream"),
+                ("X-Metadata-Author", "mish"),
+            ],
+            b"data".to_vec(),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let answer: serde_json::Value = serde_json::from_slice(&body).expect("json");
+    assert_eq!(answer[0]["metadata"]["author"], "mish");
+    let names = rustix::fs::listxattr(envd.host("/home/user/meta.txt"), &mut vec![0u8; 1024][..])
+        .expect("listxattr");
+    assert!(names > 0, "the attribute is on the file");
+}
+
+/// Polled watchers: unknown ids are `not_found`; a removed watcher is gone.
+#[tokio::test]
+async fn polled_watchers_are_found_by_id_until_removed() {
+    use warren_envd_proto::filesystem::{
+        CreateWatcherRequest, GetWatcherEventsRequest, RemoveWatcherRequest,
+    };
+    let envd = TestEnvd::start().await;
+    let fs = envd.fs(false);
+    let err = fs
+        .get_watcher_events(GetWatcherEventsRequest {
+            watcher_id: "nope".into(),
+            ..Default::default()
+        })
         .await
-        .expect("connect");
-    let mut req = format!(
-        "POST /files?username=user HTTP/1.1\r\nHost: envd\r\nContent-Type: {ct}\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
-        body.len()
-    )
-    .into_bytes();
-    req.extend_from_slice(&body);
-    req.extend_from_slice(b"\r\n");
-    conn.write_all(&req).await.expect("write the body");
-    // The last chunk comes a moment later, as a streaming client's does.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    conn.write_all(b"0\r\n\r\n")
+        .expect_err("unknown watcher");
+    assert_eq!(err.code, ErrorCode::NotFound);
+    let id = fs
+        .create_watcher(CreateWatcherRequest {
+            path: "/home/user".into(),
+            ..Default::default()
+        })
         .await
-        .expect("envd closed the connection before the upload's last chunk");
-    // Then a second request on the same connection.
-    conn.write_all(b"GET /health HTTP/1.1\r\nHost: envd\r\n\r\n")
+        .expect("create")
+        .into_owned()
+        .watcher_id;
+    std::fs::write(envd.host("/home/user/new.txt"), b"x").expect("write");
+    let events = fs
+        .get_watcher_events(GetWatcherEventsRequest {
+            watcher_id: id.clone(),
+            ..Default::default()
+        })
         .await
-        .expect("envd closed the connection after the upload");
-    let mut seen = Vec::new();
-    let read = tokio::time::timeout(std::time::Duration::from_secs(10), async {
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = conn.read(&mut buf).await.unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            seen.extend_from_slice(&buf[..n]);
-            if String::from_utf8_lossy(&seen).contains("HTTP/1.1 204") {
-                break;
-            }
-        }
-    })
-    .await;
-    let text = String::from_utf8_lossy(&seen);
-    assert!(read.is_ok(), "no answer to the second request: {text}");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+        .expect("events")
+        .into_owned()
+        .events;
     assert!(
-        text.contains("HTTP/1.1 204"),
-        "the connection did not survive the upload: {text}"
+        events.iter().any(|e| e.name == "new.txt"
+            && e.r#type.as_known()
+                == Some(warren_envd_proto::filesystem::EventType::EVENT_TYPE_CREATE)),
+        "{events:?}"
     );
-    assert_eq!(
-        std::fs::read(envd.host("/home/user/chunked.txt")).expect("uploaded"),
-        b"sent in chunks"
-    );
+    fs.remove_watcher(RemoveWatcherRequest {
+        watcher_id: id.clone(),
+        ..Default::default()
+    })
+    .await
+    .expect("remove");
+    let err = fs
+        .remove_watcher(RemoveWatcherRequest {
+            watcher_id: id,
+            ..Default::default()
+        })
+        .await
+        .expect_err("removed already");
+    assert_eq!(err.code, ErrorCode::NotFound);
+
+    // A stream over a file is refused up front.
+    std::fs::write(envd.host("/home/user/file.txt"), b"x").expect("write");
+    let err = stream_error!(fs.watch_dir(WatchDirRequest {
+        path: "file.txt".into(),
+        ..Default::default()
+    }));
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
 }

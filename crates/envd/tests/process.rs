@@ -101,6 +101,68 @@ async fn processes_run_in_home_with_default_env_and_request_env() {
     assert!(lines[3].contains("/usr/bin"), "a sane PATH: {}", lines[3]);
 }
 
+/// What `execve` cannot take is the client's mistake, named: one variable
+/// over the kernel's limit for one string (`MAX_ARG_STRLEN`), a NUL, and
+/// variables too large only together (`E2BIG`). One just at the limit runs.
+#[tokio::test]
+async fn env_vars_and_arguments_the_kernel_refuses_are_invalid_arguments() {
+    let envd = TestEnvd::start().await;
+    let client = envd.process(false);
+    let limit = warren_core::env::MAX_VAR_BYTES;
+    let with_envs = |args: &[&str], envs: Vec<(String, String)>| {
+        let mut req = start_req("sh", args, false);
+        if let Some(p) = req.process.as_option_mut() {
+            p.envs = envs.into_iter().collect();
+        }
+        req
+    };
+    // NAME=value of exactly the limit: BIG= is 4 bytes.
+    let at_limit = vec![("BIG".to_string(), "x".repeat(limit - 4))];
+    let mut stream = client
+        .start(with_envs(&["-c", "echo ${#BIG}"], at_limit))
+        .await
+        .expect("start at the limit");
+    let out = drain!(stream);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        (limit - 4).to_string()
+    );
+
+    // A value of 131072 bytes (what the probe sent).
+    let over = vec![("BIG".to_string(), "x".repeat(128 * 1024))];
+    let err = stream_error!(client.start(with_envs(&["-c", "true"], over)));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    let message = err.message.unwrap_or_default();
+    assert!(
+        message.contains("\"BIG\"") && message.contains(&limit.to_string()),
+        "the message names the variable and the limit: {message}"
+    );
+
+    // Each fits, all together do not (over the kernel's ceiling of 6 MiB
+    // even with an unlimited stack), within one Connect message.
+    let many = (0..56)
+        .map(|i| (format!("V{i}"), "y".repeat(125_000)))
+        .collect();
+    let err = stream_error!(client.start(with_envs(&["-c", "true"], many)));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    let message = err.message.unwrap_or_default();
+    assert!(message.contains("too large together"), "{message}");
+
+    let nul = vec![("A".to_string(), "x\0y".to_string())];
+    let err = stream_error!(client.start(with_envs(&["-c", "true"], nul)));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    let err = stream_error!(client.start(start_req("echo", &["a\0b"], false)));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(err.message.unwrap_or_default().contains("args[0]"));
+
+    // envd is unharmed.
+    let mut stream = client
+        .start(start_req("echo", &["still here"], false))
+        .await
+        .expect("start");
+    assert_eq!(drain!(stream).stdout, b"still here\n");
+}
+
 /// The heart of durable output: a client drops mid-stream, the process goes
 /// on, and Connect with the byte offset the client had reached replays
 /// exactly what it missed, then the rest live, then the end.
@@ -452,10 +514,32 @@ async fn input_without_stdin_and_pty_requests_are_refused_clearly() {
     let end = drain!(stream).end.expect("end");
     assert_eq!(end.status, "signal: terminated");
 
+    // A PTY needs its size, and a size the kernel can hold.
     let mut req = start_req("sh", &[], false);
     req.pty = warren_envd_proto::process::PTY::default().into();
     let err = stream_error!(client.start(req));
-    assert_eq!(err.code, ErrorCode::Unimplemented);
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(
+        err.message.as_deref().unwrap_or("").contains("pty.size"),
+        "{err:?}"
+    );
+    let mut req = start_req("sh", &[], false);
+    req.pty = warren_envd_proto::process::PTY {
+        size: warren_envd_proto::process::pty::Size {
+            cols: 0,
+            rows: 24,
+            ..Default::default()
+        }
+        .into(),
+        ..Default::default()
+    }
+    .into();
+    let err = stream_error!(client.start(req));
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
+    assert!(
+        err.message.as_deref().unwrap_or("").contains("cols"),
+        "{err:?}"
+    );
 
     let err = stream_error!(client.start(start_req("/no/such/program", &[], false)));
     assert_eq!(err.code, ErrorCode::InvalidArgument, "{err:?}");
@@ -567,6 +651,11 @@ async fn oversized_and_malformed_messages_are_refused() {
         .await
         .expect_err("9 MiB message");
     assert_eq!(err.code, ErrorCode::ResourceExhausted, "{err:?}");
+    let message = err.message.unwrap_or_default();
+    assert!(
+        message.contains("8388608 bytes"),
+        "names the limit: {message}"
+    );
 
     let (status, _, body) = envd
         .http(
@@ -598,6 +687,66 @@ async fn oversized_and_malformed_messages_are_refused() {
         "{status} {}",
         String::from_utf8_lossy(&body)
     );
+}
+
+/// The node writes a request through to envd over HTTP/1.1 while it is
+/// still arriving. envd's early answer to one over the size limit must
+/// reach the writer, with a `Content-Length` (refused before a byte is
+/// read) and chunked (refused by Connect part-way): it used to close the
+/// connection under the writer, whose failed write the node answered with
+/// a 502.
+#[tokio::test]
+async fn an_oversized_unary_request_gets_its_answer_not_a_reset() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    use hyper::body::Frame;
+    use hyper_util::rt::TokioIo;
+
+    let envd = TestEnvd::start().await;
+    let addr = envd.base.authority().expect("authority").to_string();
+    for chunked in [false, true] {
+        let stream = tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("connect");
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(conn);
+        let mib = Bytes::from(vec![b'x'; 1 << 20]);
+        let body = if chunked {
+            // Well past the limit, so that most of it is still unread when
+            // Connect gives up on it.
+            let frames =
+                (0..32).map(move |_| Ok::<_, std::convert::Infallible>(Frame::data(mib.clone())));
+            StreamBody::new(futures_util::stream::iter(frames)).boxed()
+        } else {
+            Full::new(Bytes::from(vec![b'x'; 9 << 20])).boxed()
+        };
+        let req = http::Request::post("/process.Process/SendInput")
+            .header("host", "localhost")
+            .header("content-type", "application/proto")
+            .header("connect-protocol-version", "1")
+            .body(body)
+            .expect("request");
+        let res = sender
+            .send_request(req)
+            .await
+            .unwrap_or_else(|e| panic!("chunked={chunked}: no answer, the connection failed: {e}"));
+        assert_eq!(
+            res.status(),
+            http::StatusCode::TOO_MANY_REQUESTS,
+            "Connect's resource_exhausted"
+        );
+        let body = res.into_body().collect().await.expect("body").to_bytes();
+        let err: serde_json::Value = serde_json::from_slice(&body).expect("connect error json");
+        assert_eq!(err["code"], "resource_exhausted", "{err}");
+        let message = err["message"].as_str().unwrap_or("");
+        // 8388608 (the message limit) or 8389632 (the body limit).
+        assert!(
+            message.contains("limit") && message.contains("838"),
+            "chunked={chunked}: the message names the limit: {message}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -633,4 +782,84 @@ async fn rpcs_work_over_h2c_as_well_as_http1() {
     let out = drain!(stream);
     assert_eq!(out.stdout, b"over h2c\n");
     assert_eq!(out.end.map(|e| e.exit_code), Some(0));
+}
+
+/// Splits a Connect streaming body into its envelopes: `(flags, payload)`.
+fn envelopes(mut body: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    let mut out = Vec::new();
+    while body.len() >= 5 {
+        let len = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
+        out.push((body[0], body[5..5 + len].to_vec()));
+        body = &body[5 + len..];
+    }
+    out
+}
+
+/// A client's `Connect-Timeout-Ms` bounds a server stream: a `Start` whose
+/// process outlives it ends with `deadline_exceeded` (what the SDK reports
+/// as its `timeout`), and the process keeps running, reattachable.
+#[tokio::test]
+async fn connect_timeout_ms_ends_a_start_stream() {
+    let envd = TestEnvd::start().await;
+    let request = serde_json::json!({
+        "process": {"cmd": "sh", "args": ["-c", "echo started; sleep 30"]},
+        "stdin": false,
+    })
+    .to_string();
+    let mut body = vec![0u8];
+    body.extend_from_slice(&(request.len() as u32).to_be_bytes());
+    body.extend_from_slice(request.as_bytes());
+    let (status, _, res) = envd
+        .http(
+            "POST",
+            "/process.Process/Start",
+            &[
+                ("content-type", "application/connect+json"),
+                ("connect-timeout-ms", "1500"),
+            ],
+            body,
+        )
+        .await;
+    assert_eq!(status, http::StatusCode::OK);
+    let frames = envelopes(&res);
+    let (flags, end) = frames.last().expect("an end-of-stream message");
+    assert_eq!(*flags & 0x02, 0x02, "the last envelope ends the stream");
+    let end: serde_json::Value = serde_json::from_slice(end).expect("end JSON");
+    assert_eq!(end["error"]["code"], "deadline_exceeded", "{end}");
+    let pid = frames
+        .iter()
+        .filter(|(f, _)| f & 0x02 == 0)
+        .find_map(|(_, m)| {
+            let v: serde_json::Value = serde_json::from_slice(m).ok()?;
+            v["event"]["start"]["pid"].as_u64()
+        })
+        .expect("a start event with the pid");
+    assert!(
+        frames
+            .iter()
+            .any(|(_, m)| { String::from_utf8_lossy(m).contains(&base64_of(b"started\n")) }),
+        "output before the deadline was delivered"
+    );
+
+    // The process outlived the stream and can be reattached.
+    let client = envd.process(false);
+    let listed = client
+        .list(ListRequest::default())
+        .await
+        .expect("list")
+        .into_owned();
+    assert!(listed.processes.iter().any(|p| p.pid as u64 == pid));
+    client
+        .send_signal(SendSignalRequest {
+            process: pid_selector(pid as u32).into(),
+            signal: Signal::SIGNAL_SIGKILL.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("kill");
+}
+
+fn base64_of(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(data)
 }

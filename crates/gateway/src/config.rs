@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
+use warren_core::server::Limits;
 
 /// Command-line / env / TOML configuration for `warren gateway`.
 #[derive(Debug, Clone, clap::Parser)]
@@ -132,6 +133,49 @@ pub struct Config {
     /// retried.
     #[arg(long, env = "WARREN_GATEWAY_RETRY_MAX_BODY", default_value_t = 64 * 1024)]
     pub retry_max_body: u64,
+
+    #[command(flatten)]
+    pub tls: warren_trust::TlsArgs,
+    // Listener limits (docs/security.md, "Listeners under load").
+    /// How long a client may take to send a request's headers, from
+    /// connecting or from the first byte of a later request on a kept-alive
+    /// connection; then the connection is closed.
+    #[arg(long, env = "WARREN_GATEWAY_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// How long a connection may stay open with no request in flight:
+    /// longer than the e2b SDK keeps idle connections (300 s), so the SDK,
+    /// not the gateway, closes them and never reuses one being closed.
+    #[arg(long, env = "WARREN_GATEWAY_IDLE_TIMEOUT", default_value = "6m", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// How long a request body may send nothing while the gateway waits for
+    /// it (before answering); then the request is answered 408.
+    #[arg(long, env = "WARREN_GATEWAY_BODY_PROGRESS_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_progress_timeout: Duration,
+
+    /// Most connections open at once on the public listener; past it new
+    /// connections are closed at once (established ones keep working).
+    #[arg(long, env = "WARREN_GATEWAY_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Most connections open at once from one client IP address, an IPv6
+    /// client's /64 (0 = no cap). Behind a load balancer every connection comes from its
+    /// address: raise this above the balancer's connection count, or 0.
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_MAX_CONNECTIONS_PER_PEER",
+        default_value_t = 1_000
+    )]
+    pub max_connections_per_peer: usize,
+
+    /// Most connections open at once on the admin listener.
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_ADMIN_MAX_CONNECTIONS",
+        default_value_t = 128
+    )]
+    pub admin_max_connections: usize,
 }
 
 /// Validated settings the gateway runs with.
@@ -161,6 +205,13 @@ pub struct Settings {
     pub route_cache: Option<crate::resolver::CacheSettings>,
     /// Largest body buffered for a possible replay.
     pub retry_max_body: u64,
+    /// Internal TLS flags, loaded when the part starts (before it binds).
+    pub tls: warren_trust::TlsArgs,
+    /// The public listener's timeouts and connection limits (its drain is
+    /// `drain_timeout`).
+    pub listener: Limits,
+    /// The admin listener's.
+    pub admin_listener: Limits,
 }
 
 impl Config {
@@ -262,7 +313,18 @@ impl Config {
                 watch: self.route_cache_watch,
             })
         };
+        let listener = Limits::from_flags(
+            self.header_read_timeout,
+            self.idle_timeout,
+            self.body_progress_timeout,
+            self.max_connections,
+            self.max_connections_per_peer,
+            self.drain_timeout,
+        )?;
+        let admin_listener =
+            listener.for_admin(self.admin_max_connections, "--admin-max-connections")?;
         Ok(Settings {
+            tls: self.tls.clone(),
             schedulers,
             domain,
             api_keys,
@@ -275,6 +337,8 @@ impl Config {
             max_body: self.max_body,
             route_cache,
             retry_max_body: self.retry_max_body,
+            listener,
+            admin_listener,
         })
     }
 }
@@ -355,6 +419,55 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--route-cache-ttl"), "{err}");
+    }
+
+    #[test]
+    fn listener_limits() {
+        let s = parse(&["--api-key", "k:t"])
+            .validate()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.listener.header_read_timeout, Limits::HEADER_READ_TIMEOUT);
+        assert_eq!(s.listener.idle_timeout, Duration::from_secs(360));
+        assert_eq!(
+            s.listener.body_progress_timeout,
+            Limits::BODY_PROGRESS_TIMEOUT
+        );
+        assert_eq!(s.listener.max_connections, 10_000);
+        assert_eq!(s.listener.max_connections_per_peer, Some(1_000));
+        assert_eq!(
+            s.admin_listener.max_connections,
+            Limits::ADMIN_MAX_CONNECTIONS
+        );
+        assert_eq!(s.admin_listener.max_connections_per_peer, None);
+
+        let s = parse(&["--api-key", "k:t", "--max-connections-per-peer", "0"])
+            .validate()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.listener.max_connections_per_peer, None);
+        let err = parse(&["--api-key", "k:t", "--header-read-timeout", "0s"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--header-read-timeout"), "{err}");
+
+        // The TOML keys are the flag names.
+        let dir = std::env::temp_dir().join(format!("warren-gw-limits-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.join("gateway.toml");
+        std::fs::write(
+            &file,
+            "api-key = [\"k:t\"]\nmax-connections = 300\nmax-connections-per-peer = 20\n\
+             idle-timeout = \"5m\"\nbody-progress-timeout = \"2s\"\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let args = ["gw"].map(std::ffi::OsString::from);
+        let config: Config =
+            warren_core::config::load_from(args, Some(&file)).unwrap_or_else(|e| panic!("{e}"));
+        let s = config.validate().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.listener.max_connections, 300);
+        assert_eq!(s.listener.max_connections_per_peer, Some(20));
+        assert_eq!(s.listener.idle_timeout, Duration::from_secs(300));
+        assert_eq!(s.listener.body_progress_timeout, Duration::from_secs(2));
+        assert_eq!(s.admin_listener.idle_timeout, Duration::from_secs(300));
     }
 
     #[test]

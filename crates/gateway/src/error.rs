@@ -27,6 +27,9 @@ pub struct ApiError {
     pub message: String,
     /// Sent as `Retry-After` (seconds) when set.
     pub retry_after: Option<u64>,
+    /// Sent as `Should-Retry` when set: the e2b SDK retries 502/503/504
+    /// unless told not to.
+    pub should_retry: Option<bool>,
 }
 
 #[derive(serde::Serialize)]
@@ -44,6 +47,7 @@ impl ApiError {
             error_code,
             message: message.into(),
             retry_after: None,
+            should_retry: None,
         }
     }
 
@@ -65,6 +69,35 @@ impl ApiError {
             "sandbox_not_found",
             format!("sandbox {id} not found"),
         )
+    }
+
+    /// 502 on the data plane for a sandbox that does not exist (any more):
+    /// what E2B's sandbox proxy answers for a killed or expired sandbox.
+    /// The SDKs read a `502` whose message has "was not found" as "gone"
+    /// (`is_running()` is false, a cut stream says the sandbox "was killed
+    /// or reached its end of life"); a `404` would be the sandbox's own.
+    /// `Should-Retry: false`: the SDK retries other 502s.
+    pub fn sandbox_gone(id: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::BAD_GATEWAY,
+            "sandbox_not_found",
+            format!(
+                "The sandbox was not found: sandbox {id} does not exist (it was killed, \
+                 or reached its timeout)"
+            ),
+        );
+        e.should_retry = Some(false);
+        e
+    }
+
+    /// The same error as the data plane answers it: a sandbox that is not
+    /// found there is gone ([`ApiError::sandbox_gone`]).
+    pub fn on_data_plane(self, id: &str) -> Self {
+        if self.status == StatusCode::NOT_FOUND && self.error_code == "sandbox_not_found" {
+            Self::sandbox_gone(id)
+        } else {
+            self
+        }
     }
 
     /// 502: the sandbox's node lost its lease.
@@ -196,6 +229,12 @@ impl ApiError {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        if let Some(retry) = self.should_retry {
+            r.headers_mut().insert(
+                "should-retry",
+                HeaderValue::from_static(if retry { "true" } else { "false" }),
+            );
+        }
         r
     }
 }
@@ -219,6 +258,13 @@ mod tests {
 
         let e = ApiError::from_scheduler(&tonic::Status::not_found("x"), Some("abc"));
         assert_eq!(e.message, "sandbox abc not found");
+
+        let gone = ApiError::from_scheduler(&tonic::Status::not_found("x"), Some("abc"))
+            .on_data_plane("abc");
+        assert_eq!(gone.status, StatusCode::BAD_GATEWAY);
+        assert!(gone.message.starts_with("The sandbox was not found"));
+        let r = gone.into_response();
+        assert_eq!(r.headers()["should-retry"], "false");
 
         let e = ApiError::from_scheduler(&tonic::Status::unavailable("down"), Some("abc"));
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);

@@ -69,6 +69,9 @@ use warren_core::admin::Admin;
 /// Runs `warren gateway` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config) -> anyhow::Result<()> {
     let settings = config.validate()?;
+    // The gateway starts no programs: its connection limits, not EMFILE,
+    // should decide when connections are refused.
+    warren_core::server::raise_fd_limit();
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -87,6 +90,10 @@ pub async fn run(
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    let trust = settings
+        .tls
+        .load(warren_trust::Role::Gateway, None)
+        .map_err(warren_core::config::ConfigError::Invalid)?;
     let admin = Admin::new("warren_gateway");
     let metrics = metrics::Metrics::register(&admin);
     let scheduler = Arc::new(
@@ -94,6 +101,7 @@ pub async fn run(
             &settings.schedulers,
             settings.connect_timeout,
             settings.request_timeout,
+            trust.as_deref(),
         )
         .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--scheduler: {e}")))?,
     );
@@ -113,19 +121,31 @@ pub async fn run(
             Arc::new(cache)
         }
     };
-    let http = node_client::http_client(settings.connect_timeout);
-    let drain = settings.drain_timeout;
+    let http = node_client::http_client(settings.connect_timeout, trust.as_deref())
+        .map_err(warren_core::config::ConfigError::Invalid)?;
+    let node_scheme = warren_trust::connect::scheme(trust.as_deref());
+    let limits = settings.listener;
+    let admin_limits = settings.admin_listener;
     let shutdown_delay = settings.shutdown_delay;
     let app = Arc::new(state::App::new(
-        settings, scheduler, resolver, http, metrics,
+        settings,
+        scheduler,
+        resolver,
+        http,
+        node_scheme,
+        metrics,
     ));
 
     warren_core::announce("gateway", "http", listener.local_addr()?);
     warren_core::announce("gateway", "admin", admin_listener.local_addr()?);
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
-    let admin_task = tokio::spawn(admin.clone().serve(admin_listener, async move {
-        let _ = admin_stopped.await;
-    }));
+    let admin_task = tokio::spawn(admin.clone().serve(
+        admin_listener,
+        async move {
+            let _ = admin_stopped.await;
+        },
+        admin_limits,
+    ));
     admin.set_ready(true);
 
     let ready = admin.clone();
@@ -135,7 +155,8 @@ pub async fn run(
         // Load balancers see the replica leave (/readyz false) and get
         // --shutdown-delay to move traffic before the listener closes.
         async move { warren_core::shutdown::readiness_first(shutdown, &ready, shutdown_delay).await },
-        drain,
+        limits,
+        admin.listeners.listener("http"),
     )
     .await;
     if let Some(watch) = watch {

@@ -4,6 +4,7 @@
 use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -13,22 +14,25 @@ use warren_core::headers::is_not_hosted;
 use warren_core::node_api::{self, ErrorBody, ForkSandbox, SandboxList};
 pub use warren_core::node_api::{CreateSandbox, SandboxInfo};
 
-/// The pooled HTTP/1.1 client for node traffic.
-pub type HttpClient = Client<HttpConnector, Body>;
+/// The pooled HTTP/1.1 client for node traffic: mutual TLS to node
+/// certificates (`https://` URIs), or plain under `--insecure-internal`.
+pub type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
 
 /// Largest control-API answer read from a node.
 const MAX_NODE_ANSWER: usize = 16 * 1024 * 1024;
 
 /// Builds the client: connect timeout as configured, no Nagle (interactive
-/// streams), idle connections kept for reuse.
-pub fn http_client(connect_timeout: Duration) -> HttpClient {
-    let mut connector = HttpConnector::new();
-    connector.set_connect_timeout(Some(connect_timeout));
-    connector.set_nodelay(true);
-    connector.enforce_http(true);
-    Client::builder(TokioExecutor::new())
+/// streams), idle connections kept for reuse; with `trust`, every node
+/// connection is mutual TLS and the node must show a node certificate.
+pub fn http_client(
+    connect_timeout: Duration,
+    trust: Option<&warren_trust::Trust>,
+) -> Result<HttpClient, String> {
+    let connector =
+        warren_trust::connect::connector(trust, warren_trust::Role::Node, connect_timeout, false)?;
+    Ok(Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
-        .build(connector)
+        .build(connector))
 }
 
 /// A failed node control-API call.
@@ -58,17 +62,31 @@ pub enum NodeError {
     Protocol { endpoint: String, message: String },
 }
 
+impl NodeError {
+    /// The connection to the node never came up: the request was not sent,
+    /// so nothing can have happened on the node.
+    pub fn is_connect(&self) -> bool {
+        matches!(self, NodeError::Unreachable { source, .. } if source.is_connect())
+    }
+}
+
 /// The node control API.
 #[derive(Clone)]
 pub struct NodeClient {
     client: HttpClient,
     timeout: Duration,
+    /// `https` with internal TLS, else `http`.
+    scheme: &'static str,
 }
 
 impl NodeClient {
     /// Control-API calls over `client`, each bounded by `timeout`.
-    pub fn new(client: HttpClient, timeout: Duration) -> Self {
-        NodeClient { client, timeout }
+    pub fn new(client: HttpClient, timeout: Duration, scheme: &'static str) -> Self {
+        NodeClient {
+            client,
+            timeout,
+            scheme,
+        }
     }
 
     /// `POST /_warren/v1/sandboxes`, allowed `extra` time on top of the
@@ -128,6 +146,13 @@ impl NodeClient {
             .map(|_| ())
     }
 
+    /// `POST /_warren/v1/heartbeat`: the node heartbeats now.
+    pub async fn heartbeat_now(&self, endpoint: &str) -> Result<(), NodeError> {
+        self.send(endpoint, Method::POST, node_api::HEARTBEAT.into(), None)
+            .await
+            .map(|_| ())
+    }
+
     /// `GET /_warren/v1/sandboxes`: what the node hosts now.
     pub async fn list(&self, endpoint: &str) -> Result<Vec<SandboxInfo>, NodeError> {
         let (_, bytes) = self
@@ -161,7 +186,7 @@ impl NodeClient {
         };
         let mut builder = Request::builder()
             .method(method)
-            .uri(format!("http://{endpoint}{path}"));
+            .uri(format!("{}://{endpoint}{path}", self.scheme));
         if body.is_some() {
             builder = builder.header(header::CONTENT_TYPE, "application/json");
         }

@@ -22,6 +22,8 @@ pub struct App {
     pub resolver: Arc<dyn Resolver>,
     /// Pooled HTTP client for proxied sandbox traffic.
     pub http: HttpClient,
+    /// The scheme node URIs use: `https` (mutual TLS) or `http`.
+    pub node_scheme: &'static str,
     /// Node control API over the same pool.
     pub nodes: NodeClient,
     /// Gateway metrics.
@@ -39,14 +41,16 @@ impl App {
         scheduler: Arc<Scheduler>,
         resolver: Arc<dyn Resolver>,
         http: HttpClient,
+        node_scheme: &'static str,
         metrics: Metrics,
     ) -> Self {
-        let nodes = NodeClient::new(http.clone(), settings.request_timeout);
+        let nodes = NodeClient::new(http.clone(), settings.request_timeout, node_scheme);
         App {
             settings,
             scheduler,
             resolver,
             http,
+            node_scheme,
             nodes,
             metrics,
             envd_versions: moka::future::Cache::builder()

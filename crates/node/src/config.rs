@@ -114,6 +114,31 @@ pub struct Config {
     /// the listener (give health checks time to notice; 0 = close at once).
     #[arg(long, env = "WARREN_NODE_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
+
+    #[command(flatten)]
+    pub tls: warren_trust::TlsArgs,
+    // Listener limits (docs/security.md, "Listeners under load").
+    /// How long a client may take to send a request's headers, from
+    /// connecting or from the first byte of a later request on a kept-alive
+    /// connection; then the connection is closed.
+    #[arg(long, env = "WARREN_NODE_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// How long a connection may stay open with no request in flight
+    /// (longer than the gateway's 60 s pool, so it never reuses one the
+    /// node is closing).
+    #[arg(long, env = "WARREN_NODE_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+    /// How long a request body may send nothing while the node waits for it
+    /// (before answering); then the request is answered 408.
+    #[arg(long, env = "WARREN_NODE_BODY_PROGRESS_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_progress_timeout: Duration,
+    /// Most connections open at once on the data plane + control API
+    /// listener; past it new connections are closed at once.
+    #[arg(long, env = "WARREN_NODE_MAX_CONNECTIONS", default_value_t = 10_000)]
+    pub max_connections: usize,
+    /// Most connections open at once on the admin listener.
+    #[arg(long, env = "WARREN_NODE_ADMIN_MAX_CONNECTIONS", default_value_t = 128)]
+    pub admin_max_connections: usize,
 }
 
 /// [`Config`] after validation: every value the node runs with.
@@ -138,6 +163,12 @@ pub struct Settings {
     pub envd_start_timeout: Duration,
     pub drain_timeout: Duration,
     pub shutdown_delay: Duration,
+    /// Internal TLS flags, loaded when the part starts (before it binds).
+    pub tls: warren_trust::TlsArgs,
+    /// The listener's timeouts and connection limit (drain: `drain_timeout`).
+    pub listener: warren_core::server::Limits,
+    /// The admin listener's.
+    pub admin_listener: warren_core::server::Limits,
 }
 
 /// What the node allows a sandbox at most; a template's own values apply
@@ -245,11 +276,22 @@ impl Config {
         let envd_bin = envd_bin
             .canonicalize()
             .map_err(|e| invalid(format!("--envd-bin: {}: {e}", envd_bin.display())))?;
+        let listener = warren_core::server::Limits::from_flags(
+            self.header_read_timeout,
+            self.idle_timeout,
+            self.body_progress_timeout,
+            self.max_connections,
+            0,
+            self.drain_timeout,
+        )?;
+        let admin_listener =
+            listener.for_admin(self.admin_max_connections, "--admin-max-connections")?;
         let data_dir = self
             .data_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("./.warren/node-{node_id}")));
         Ok(Settings {
+            tls: self.tls.clone(),
             node_id,
             listen: self.listen,
             advertise: self.advertise.clone(),
@@ -273,6 +315,8 @@ impl Config {
             envd_start_timeout: self.envd_start_timeout,
             drain_timeout: self.drain_timeout,
             shutdown_delay: self.shutdown_delay,
+            listener,
+            admin_listener,
         })
     }
 }
@@ -326,7 +370,6 @@ mod tests {
     fn rejects_bad_values() {
         let bad: &[&[&str]] = &[
             &["--node-id", "Bad_Id"],
-            &["--scheduler", "https://127.0.0.1:50051"],
             &["--scheduler", " , "],
             &["--advertise", "nohost"],
             &["--capacity", "0"],

@@ -1,12 +1,13 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
-//! create, fork, delete, list under `/_warren/v1/sandboxes`.
+//! create, fork, delete, list under `/_warren/v1/sandboxes`, and
+//! `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
 
 use crate::http::{not_found_marker, Shared};
 use crate::sandbox::state::{CreateSandbox, ForkSandbox};
 use crate::sandbox::NodeError;
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use warren_core::body::{error, json, Body};
+use warren_core::server::Incoming;
 
 pub use warren_core::node_api::PREFIX;
 
@@ -15,6 +16,16 @@ const MAX_BODY: usize = 1 << 20;
 
 pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
+    if path == warren_core::node_api::HEARTBEAT {
+        if req.method() != Method::POST {
+            return error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("use POST on {path}"),
+            );
+        }
+        shared.check_in.notify_one();
+        return warren_core::body::status(StatusCode::NO_CONTENT);
+    }
     let rest = path
         .strip_prefix(warren_core::node_api::SANDBOXES)
         .unwrap_or("\u{0}");

@@ -5,12 +5,10 @@
 use crate::metrics::Metrics;
 use crate::sandbox::Registry;
 use http::{HeaderValue, Request, Response, StatusCode};
-use hyper::body::Incoming;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::TcpListener;
 use warren_core::body::{error, Body};
+use warren_core::server::{Incoming, Limits, ListenerMetrics};
 
 /// What every request handler shares.
 pub struct Shared {
@@ -18,6 +16,8 @@ pub struct Shared {
     pub metrics: Metrics,
     /// This process's incarnation, as registered with the scheduler.
     pub incarnation: u64,
+    /// Wakes the scheduler link for a heartbeat now (`POST /_warren/v1/heartbeat`).
+    pub check_in: Arc<tokio::sync::Notify>,
 }
 
 /// The stale-route answer: 404, `X-Warren-Route: not-found`, JSON.
@@ -44,15 +44,15 @@ async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     )
 }
 
-/// Serves `listener` until `shutdown` resolves, then lets in-flight
-/// connections finish for up to `drain` before returning.
+/// Serves `listener` under `limits` until `shutdown` resolves, then lets
+/// in-flight connections finish for up to `limits.drain` before returning.
 pub async fn serve(
-    listener: TcpListener,
+    listener: warren_trust::Listener,
     shared: Arc<Shared>,
     shutdown: impl Future<Output = ()>,
-    drain: Duration,
+    limits: Limits,
+    metrics: ListenerMetrics,
 ) {
     let handler = move |_peer, req| route(shared.clone(), req);
-    let limits = warren_core::server::Limits::with_drain(drain);
-    warren_core::server::serve(listener, handler, shutdown, limits).await;
+    warren_core::server::serve(listener, handler, shutdown, limits, metrics).await;
 }

@@ -126,7 +126,8 @@ fn isolated_runtime(
         .map_err(|e| format!("cannot stage the envd binary: {e}"))?;
     std::fs::create_dir_all(runtime::launch::STAGE)
         .map_err(|e| format!("cannot create {}: {e}", runtime::launch::STAGE))?;
-    let egress = match runtime::egress::Egress::detect() {
+    // Before anything can start a sandbox: the guard goes in here.
+    let egress = match runtime::egress::Egress::detect(ids.span()) {
         Ok(e) => Some(e),
         Err(why) => {
             tracing::warn!(%why, "sandboxes get no network access on this node (only allow_internet_access=false creates work)");
@@ -180,6 +181,10 @@ pub async fn run(
     let data_dir = settings.data_dir.canonicalize().map_err(|e| {
         ConfigError::Invalid(format!("--data-dir {}: {e}", settings.data_dir.display()))
     })?;
+    let trust = settings
+        .tls
+        .load(warren_trust::Role::Node, Some(&settings.node_id))
+        .map_err(ConfigError::Invalid)?;
     let runtime = pick_runtime(&settings, &data_dir).await?;
 
     let admin = Admin::new("warren_node");
@@ -240,9 +245,19 @@ pub async fn run(
         &settings.schedulers,
         warren_proto::client::CONNECT_TIMEOUT,
         warren_proto::client::CALL_TIMEOUT,
+        trust.as_deref(),
     )
     .map_err(|e| ConfigError::Invalid(format!("--scheduler: {e}")))?;
+    // Only gateways may use the control API and the data plane.
+    let listener = warren_trust::Listener::new(
+        listener,
+        trust.as_deref(),
+        &[warren_trust::Role::Gateway],
+        "node",
+    )
+    .map_err(ConfigError::Invalid)?;
     let (stop_tx, stop_rx) = watch::channel(false);
+    let check_in = Arc::new(tokio::sync::Notify::new());
     let link = link::Link::new(
         link::NodeIdentity {
             node_id: settings.node_id.clone(),
@@ -255,20 +270,26 @@ pub async fn run(
         metrics.clone(),
         admin.clone(),
         settings.heartbeat_interval,
+        check_in.clone(),
     );
     tokio::spawn(link.clone().run_heartbeats(stop_rx.clone()));
     tokio::spawn(link.run_events(events_rx));
     {
         let mut stop = stop_rx.clone();
-        tokio::spawn(admin.clone().serve(admin_listener, async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }));
+        tokio::spawn(admin.clone().serve(
+            admin_listener,
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+            settings.admin_listener,
+        ));
     }
 
     let shared = Arc::new(http::Shared {
         registry,
         metrics,
         incarnation,
+        check_in,
     });
     let admin_for_shutdown = admin.clone();
     let shutdown_delay = settings.shutdown_delay;
@@ -276,7 +297,14 @@ pub async fn run(
         warren_core::shutdown::readiness_first(shutdown, &admin_for_shutdown, shutdown_delay).await;
     };
     let registry = shared.registry.clone();
-    http::serve(listener, shared, shutdown, settings.drain_timeout).await;
+    http::serve(
+        listener,
+        shared,
+        shutdown,
+        settings.listener,
+        admin.listeners.listener("http"),
+    )
+    .await;
     let _ = stop_tx.send(true);
     registry.shutdown_all().await;
     runtime.shutdown();

@@ -1,7 +1,9 @@
 //! The node's link to the scheduler: RegisterNode with a fresh incarnation,
 //! Heartbeat with the roster every interval (killing what the scheduler
-//! answers as `orphans` or `expired`), and ReportSandboxEvent for creates,
-//! forks and deletes after the fact.
+//! answers as `orphans` or `expired`, and heartbeating early when the
+//! scheduler says a sandbox ends sooner, so a timeout is enforced when it
+//! ends), and ReportSandboxEvent for creates, forks and deletes after the
+//! fact.
 //!
 //! The scheduler being unreachable never stops the node from serving the
 //! sandboxes it has: every call fails over between the configured replicas
@@ -26,6 +28,20 @@ const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(2);
 /// How often one batch of events is retried before it is logged and dropped.
 const EVENT_ATTEMPTS: u32 = 8;
 
+/// How much after a sandbox's end the node asks about it: the store's
+/// clock and ours run apart by the request's latency, so the heartbeat
+/// lands just after the end rather than just before it.
+const END_SLACK: Duration = Duration::from_millis(20);
+
+/// The pause before the next heartbeat: the usual interval, or less when a
+/// sandbox ends sooner (its kill is then due; see `HeartbeatResponse`).
+fn next_wait(interval: Duration, next_end_in_ms: u64) -> Duration {
+    match next_end_in_ms {
+        0 => interval,
+        ms => interval.min(Duration::from_millis(ms) + END_SLACK),
+    }
+}
+
 /// What the link needs to know about this node.
 #[derive(Debug, Clone)]
 pub struct NodeIdentity {
@@ -46,6 +62,9 @@ pub struct Link {
     metrics: Metrics,
     admin: Admin,
     heartbeat_override: Option<Duration>,
+    /// Notified when a gateway asks for a heartbeat now (a sandbox's end
+    /// changed; `warren_core::node_api::HEARTBEAT`).
+    check_in: Arc<tokio::sync::Notify>,
 }
 
 impl Link {
@@ -56,6 +75,7 @@ impl Link {
         metrics: Metrics,
         admin: Admin,
         heartbeat_override: Option<Duration>,
+        check_in: Arc<tokio::sync::Notify>,
     ) -> Arc<Link> {
         Arc::new(Link {
             me,
@@ -64,6 +84,7 @@ impl Link {
             metrics,
             admin,
             heartbeat_override,
+            check_in,
         })
     }
 
@@ -142,7 +163,7 @@ impl Link {
                         backoff.reset();
                         self.kill(resp.orphans, "orphan (scheduler)");
                         self.kill(resp.expired, "expired (scheduler)");
-                        interval
+                        next_wait(interval, resp.next_end_in_ms)
                     }
                     Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) => {
                         tracing::warn!(status = %s, "the scheduler does not know this node (or incarnation); registering again");
@@ -187,6 +208,8 @@ impl Link {
             };
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
+                // A gateway changed a sandbox's end: heartbeat now.
+                _ = self.check_in.notified(), if registered => {}
                 _ = shutdown.changed() => return,
             }
         }
@@ -253,5 +276,21 @@ impl Link {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_ending_soon_brings_the_next_heartbeat_forward() {
+        let interval = Duration::from_secs(2);
+        assert_eq!(next_wait(interval, 0), interval, "nothing ends");
+        assert_eq!(next_wait(interval, 60_000), interval, "ends later");
+        assert_eq!(
+            next_wait(interval, 500),
+            Duration::from_millis(500) + END_SLACK
+        );
     }
 }

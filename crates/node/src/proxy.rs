@@ -20,10 +20,10 @@ use crate::metrics::Outcome;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use warren_core::body::{error, Body};
 use warren_core::headers as wh;
+use warren_core::server::Incoming;
 
 /// Headers that describe one hop's connection, never forwarded (RFC 9110 §7.6.1).
 pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Body> {

@@ -3,10 +3,11 @@
 //! which timeouts.
 //!
 //! - **Syntax** ([`parse_urls`]): a comma-separated list (the flag may also
-//!   be repeated) of `host:port` or `http://host[:port]`. The scheduler API is
-//!   plaintext gRPC (h2c) on a private network and TLS is not built in, so
-//!   `https://` is refused when the configuration is read rather than failing
-//!   at every call later.
+//!   be repeated) of `host:port`, `http://host[:port]` or `https://...`.
+//!   With internal TLS (`--tls-*`, warren_trust) every replica is dialed
+//!   with mutual TLS whatever the scheme says, and must present a scheduler
+//!   certificate valid for the host; under `--insecure-internal` an
+//!   `https://` URL is refused when the configuration is read.
 //! - **Failover** ([`fails_over`]): a call goes to the replica that answered
 //!   last; when it did not reach a working scheduler (`UNAVAILABLE`,
 //!   `UNKNOWN`, `DEADLINE_EXCEEDED`, `CANCELLED`, or no answer within the
@@ -43,10 +44,12 @@ pub enum UrlError {
     #[error("{0:?} is not a URL: {1}")]
     Invalid(String, String),
     #[error(
-        "{0:?}: TLS is not built in (the scheduler speaks plaintext gRPC on a \
-         private network); use http://host:port or host:port"
+        "{0:?}: https:// needs internal TLS (--tls-ca, --tls-cert, --tls-key), \
+         but --insecure-internal is set; use http://host:port"
     )]
     Tls(String),
+    #[error("internal TLS: {0}")]
+    TlsConfig(String),
     #[error("{0:?} must be host:port or http://host:port")]
     Shape(String),
 }
@@ -70,8 +73,7 @@ pub fn parse_urls<S: AsRef<str>>(values: &[S]) -> Result<Vec<String>, UrlError> 
             .parse()
             .map_err(|e: http::uri::InvalidUri| UrlError::Invalid(raw.into(), e.to_string()))?;
         match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(UrlError::Tls(raw.into())),
+            Some("http" | "https") => {}
             _ => return Err(UrlError::Shape(raw.into())),
         }
         let path_ok = matches!(uri.path(), "" | "/") && uri.query().is_none();
@@ -106,21 +108,41 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Lazily connecting clients for `urls` (from [`parse_urls`]).
+    /// Lazily connecting clients for `urls` (from [`parse_urls`]), with
+    /// mutual TLS when `trust` is given (`None`: `--insecure-internal`).
     pub fn new(
         urls: &[String],
         connect_timeout: Duration,
         timeout: Duration,
+        trust: Option<&warren_trust::Trust>,
     ) -> Result<Self, UrlError> {
         let mut replicas = Vec::with_capacity(urls.len());
         for url in urls {
-            let endpoint = Endpoint::from_shared(url.clone())
+            let dialed = match (trust, url.strip_prefix("http://")) {
+                (Some(_), Some(rest)) => format!("https://{rest}"),
+                (None, None) => return Err(UrlError::Tls(url.clone())),
+                _ => url.clone(),
+            };
+            let endpoint = Endpoint::from_shared(dialed)
                 .map_err(|e| UrlError::Invalid(url.clone(), e.to_string()))?
                 .connect_timeout(connect_timeout)
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
                 .keep_alive_while_idle(true);
-            replicas.push((url.clone(), SchedulerClient::new(endpoint.connect_lazy())));
+            let channel = match trust {
+                None => endpoint.connect_lazy(),
+                Some(t) => {
+                    let connector = warren_trust::connect::connector(
+                        Some(t),
+                        warren_trust::Role::Scheduler,
+                        connect_timeout,
+                        true,
+                    )
+                    .map_err(UrlError::TlsConfig)?;
+                    endpoint.connect_with_connector_lazy(connector)
+                }
+            };
+            replicas.push((url.clone(), SchedulerClient::new(channel)));
         }
         if replicas.is_empty() {
             return Err(UrlError::Empty);
@@ -193,10 +215,13 @@ mod tests {
 
     #[test]
     fn what_cannot_work_is_refused_up_front() {
-        for bad in ["https://a:1", "ftp://a:1", "http://", "a:1/path", " , "] {
+        for bad in ["ftp://a:1", "http://", "a:1/path", " , "] {
             assert!(parse_urls(&[bad]).is_err(), "{bad} accepted");
         }
-        let err = parse_urls(&["https://a:1"]).expect_err("tls");
+        let urls = parse_urls(&["https://a:1"]).expect("https is a URL");
+        let err = Scheduler::new(&urls, CALL_TIMEOUT, CALL_TIMEOUT, None)
+            .err()
+            .expect("https without TLS");
         assert!(err.to_string().contains("TLS"), "{err}");
     }
 

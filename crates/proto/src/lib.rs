@@ -25,3 +25,5 @@ pub const REASON_METADATA: &str = "warren-reason";
 pub const REASON_NODE_DOWN: &str = "node-down";
 /// `REASON_METADATA` value: no live node has capacity.
 pub const REASON_NO_CAPACITY: &str = "no-capacity";
+/// `REASON_METADATA` value: the team is at one of its quotas.
+pub const REASON_QUOTA: &str = "quota";

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
+use warren_core::server::Limits;
 
 /// Command-line / env / TOML configuration for `warren scheduler`.
 #[derive(Debug, Clone, clap::Parser)]
@@ -83,9 +84,78 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
 
+    /// Most sandboxes one team may have at once (paused ones do not count);
+    /// a create past it is refused (the gateway answers 429). 0 = no limit.
+    #[arg(long, env = "WARREN_SCHEDULER_QUOTA_SANDBOXES", default_value_t = 0)]
+    pub quota_sandboxes: u32,
+
+    /// Most creates one team may make per minute (in bursts of up to that
+    /// many); past it creates are refused (429). 0 = no limit.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_QUOTA_CREATES_PER_MINUTE",
+        default_value_t = 0
+    )]
+    pub quota_creates_per_minute: u32,
+
+    /// One team's own quotas, `TEAM=SANDBOXES/CREATES_PER_MINUTE` (0 = no
+    /// limit), instead of the two settings above (repeatable;
+    /// comma-separated in the environment).
+    #[arg(
+        long = "team-quota",
+        env = "WARREN_SCHEDULER_TEAM_QUOTA",
+        value_delimiter = ','
+    )]
+    pub team_quotas: Vec<String>,
+
+    #[command(flatten)]
+    pub tls: warren_trust::TlsArgs,
+
     /// TOML file with any of the settings above (read by the `warren` binary).
     #[arg(long, env = "WARREN_CONFIG")]
     pub config: Option<PathBuf>,
+
+    // Listener limits (docs/security.md, "Listeners under load").
+    /// How long a client may take to send its first request (HTTP/2
+    /// preface and headers) after connecting; then the connection is closed.
+    #[arg(long, env = "WARREN_SCHEDULER_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+
+    /// How long a connection may stay open with no RPC in flight (gateways
+    /// and nodes reconnect on their next call).
+    #[arg(long, env = "WARREN_SCHEDULER_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
+
+    /// How long a request stream may send nothing while the scheduler waits
+    /// for it (before answering); then the RPC is ended.
+    #[arg(long, env = "WARREN_SCHEDULER_BODY_PROGRESS_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub body_progress_timeout: Duration,
+
+    /// Most connections open at once on the gRPC listener (gateways and
+    /// nodes hold one or a few each); past it new ones are closed at once.
+    #[arg(long, env = "WARREN_SCHEDULER_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// Most connections open at once on the admin listener.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_ADMIN_MAX_CONNECTIONS",
+        default_value_t = 128
+    )]
+    pub admin_max_connections: usize,
+}
+
+/// Every team's quotas.
+#[derive(Debug, Clone, Default)]
+pub struct Quotas {
+    pub default: crate::store::Quota,
+    pub teams: std::collections::HashMap<String, crate::store::Quota>,
+}
+
+impl Quotas {
+    pub fn of(&self, team: &str) -> crate::store::Quota {
+        self.teams.get(team).copied().unwrap_or(self.default)
+    }
 }
 
 /// Where the store lives, decided from `--database-url` / `--data-dir`.
@@ -119,9 +189,59 @@ impl Config {
             .unwrap_or_else(|| DEFAULT_HEARTBEAT.min(self.lease / 3))
     }
 
+    /// The quotas from `--quota-*` and `--team-quota`.
+    pub fn quotas(&self) -> Result<Quotas, ConfigError> {
+        let mut quotas = Quotas {
+            default: crate::store::Quota {
+                max_sandboxes: self.quota_sandboxes,
+                creates_per_minute: self.quota_creates_per_minute,
+            },
+            teams: Default::default(),
+        };
+        for raw in &self.team_quotas {
+            let bad = || {
+                ConfigError::Invalid(format!(
+                    "--team-quota {raw:?}: expected TEAM=SANDBOXES/CREATES_PER_MINUTE, e.g. team-a=20/60"
+                ))
+            };
+            let (team, limits) = raw.trim().split_once('=').ok_or_else(bad)?;
+            let (n, rate) = limits.split_once('/').ok_or_else(bad)?;
+            let team = team.trim();
+            if team.is_empty() {
+                return Err(bad());
+            }
+            let quota = crate::store::Quota {
+                max_sandboxes: n.trim().parse().map_err(|_| bad())?,
+                creates_per_minute: rate.trim().parse().map_err(|_| bad())?,
+            };
+            if quotas.teams.insert(team.to_string(), quota).is_some() {
+                return Err(ConfigError::Invalid(format!(
+                    "--team-quota: team {team:?} is given twice"
+                )));
+            }
+        }
+        Ok(quotas)
+    }
+
+    /// The gRPC and admin listeners' timeouts and connection limits.
+    pub fn listener_limits(&self) -> Result<(Limits, Limits), ConfigError> {
+        let grpc = Limits::from_flags(
+            self.header_read_timeout,
+            self.idle_timeout,
+            self.body_progress_timeout,
+            self.max_connections,
+            0,
+            self.drain_timeout,
+        )?;
+        let admin = grpc.for_admin(self.admin_max_connections, "--admin-max-connections")?;
+        Ok((grpc, admin))
+    }
+
     /// Checks every setting against the others; the message names the flag.
     pub fn validate(&self) -> Result<StoreLocation, ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        self.quotas()?;
+        self.listener_limits()?;
         if self.lease < MIN_LEASE {
             return bad(format!(
                 "--lease {:?} is too short (at least {MIN_LEASE:?})",

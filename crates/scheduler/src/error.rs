@@ -2,7 +2,7 @@
 //! (the table in `docs/internals.md`).
 
 use tonic::{Code, Status};
-use warren_proto::{REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY};
+use warren_proto::{REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY, REASON_QUOTA};
 
 /// Why a scheduler operation did not happen. Every variant but [`Error::Store`]
 /// and [`Error::Corrupt`] is the caller's problem and is not worth retrying
@@ -26,6 +26,12 @@ pub enum Error {
     /// No live node has room.
     #[error("{0}")]
     NoCapacity(String),
+    /// The team is at one of its quotas.
+    #[error("{0}")]
+    Quota(String),
+    /// The caller's certificate does not allow this call.
+    #[error("{0}")]
+    PermissionDenied(String),
     /// The store failed (I/O, busy, connection); retry later.
     #[error("store failure: {0}")]
     Store(#[from] sqlx::Error),
@@ -71,6 +77,8 @@ impl From<Error> for Status {
             Error::FailedPrecondition(m) => Status::failed_precondition(m),
             Error::NodeDown(m) => with_reason(Code::FailedPrecondition, m, REASON_NODE_DOWN),
             Error::NoCapacity(m) => with_reason(Code::ResourceExhausted, m, REASON_NO_CAPACITY),
+            Error::Quota(m) => with_reason(Code::ResourceExhausted, m, REASON_QUOTA),
+            Error::PermissionDenied(m) => Status::permission_denied(m),
             Error::Store(e) => {
                 tracing::warn!(error = %e, "store failure");
                 Status::unavailable(format!("store unavailable: {e}"))

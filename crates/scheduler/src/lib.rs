@@ -20,7 +20,9 @@
 //! - [`metrics`]: `warren_scheduler_*` Prometheus metrics.
 //! - [`error`]: the error type and its gRPC status mapping.
 //! - this file: [`main`] (binds, announces, serves until SIGTERM) and [`serve`]
-//!   (the same on listeners passed in, for in-process tests).
+//!   (the same on listeners passed in, for in-process tests). The gRPC
+//!   service runs on `warren_core::server`, the loop and listener limits
+//!   every part shares.
 // Dev-dependencies are for the integration tests under tests/; this crate's
 // own unit-test build sees them too.
 #![cfg_attr(test, allow(unused_crate_dependencies))]
@@ -42,7 +44,7 @@ use std::time::Duration;
 use store::postgres::{AdvisoryLease, ReplicaLease};
 use store::{SqlStore, SweepSettings};
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
+use tonic::codegen::{http, Service as _};
 use warren_core::admin::Admin;
 use warren_proto::scheduler::v1::scheduler_server::SchedulerServer;
 
@@ -52,6 +54,9 @@ const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs `warren scheduler` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config) -> anyhow::Result<()> {
     config.validate()?;
+    // The scheduler starts no programs: its connection limits, not EMFILE,
+    // should decide when connections are refused.
+    warren_core::server::raise_fd_limit();
     let grpc = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {} (--listen)", config.listen))?;
@@ -78,8 +83,6 @@ pub enum ServeError {
     Open(#[from] store::OpenError),
     #[error(transparent)]
     Store(#[from] error::Error),
-    #[error("gRPC server failed: {0}")]
-    Transport(#[from] tonic::transport::Error),
 }
 
 /// Serves the scheduler on `grpc` and the admin endpoints on `admin` until
@@ -92,6 +95,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let location = config.validate()?;
+    let trust = config
+        .tls
+        .load(warren_trust::Role::Scheduler, None)
+        .map_err(warren_core::config::ConfigError::Invalid)?;
     let store = Arc::new(open_store(location, config.database_pool_size).await?);
     let lease = match store.postgres_url() {
         None => ReplicaLease::Sole(sweep::SoleReplica),
@@ -99,6 +106,13 @@ pub async fn serve(
             AdvisoryLease::new(url).map_err(store::OpenError::Open)?,
         )),
     };
+    let grpc = warren_trust::Listener::new(
+        grpc,
+        trust.as_deref(),
+        &[warren_trust::Role::Node, warren_trust::Role::Gateway],
+        "scheduler",
+    )
+    .map_err(warren_core::config::ConfigError::Invalid)?;
     let result = serve_store(config, store.clone(), lease, grpc, admin, shutdown).await;
     store.close().await;
     result
@@ -121,10 +135,11 @@ async fn serve_store(
     config: Config,
     store: Arc<SqlStore>,
     lease: ReplicaLease,
-    grpc: TcpListener,
+    grpc: warren_trust::Listener,
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let (grpc_limits, admin_limits) = config.listener_limits()?;
     let admin = Admin::new("warren_scheduler");
     let metrics = match admin.registry.write() {
         Ok(mut registry) => metrics::Metrics::register(&mut registry),
@@ -160,7 +175,11 @@ async fn serve_store(
         metrics.clone(),
         stopped.clone(),
     ));
-    let admin_task = tokio::spawn(admin.clone().serve(admin_listener, flipped(admin_stopped)));
+    let admin_task = tokio::spawn(admin.clone().serve(
+        admin_listener,
+        flipped(admin_stopped),
+        admin_limits,
+    ));
 
     let store_name = store.backend().name();
     let service = service::SchedulerService::new(
@@ -172,16 +191,36 @@ async fn serve_store(
                 roster_grace: config.creating_timeout,
             },
             heartbeat_interval: config.heartbeat_interval(),
+            secure: grpc.is_tls(),
         },
+        config.quotas()?,
         metrics,
         stopped.clone(),
     );
-    let server = tonic::transport::Server::builder()
-        .add_service(SchedulerServer::new(service))
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(grpc).with_nodelay(Some(true)),
-            flipped(stopped),
-        );
+    // The gRPC service on the one server loop every listener runs, with
+    // its timeouts, connection limit and drain (h2c; HTTP/1.1 callers get
+    // gRPC's answer to a request it cannot serve).
+    let routes = tonic::service::Routes::new(SchedulerServer::new(service)).prepare();
+    // The caller's identity (its certificate) rides with each request, for
+    // the service's per-RPC authorization.
+    let handler = move |peer: warren_trust::Peer,
+                        mut req: http::Request<warren_core::server::Incoming>| {
+        let mut routes = routes.clone();
+        req.extensions_mut().insert(peer);
+        async move {
+            match routes.call(req).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            }
+        }
+    };
+    let server = warren_core::server::serve(
+        grpc,
+        handler,
+        flipped(stopped),
+        grpc_limits,
+        admin.listeners.listener("grpc"),
+    );
     tokio::pin!(server);
     // Readiness goes false at the signal; RPCs keep being served for
     // --shutdown-delay so balancers and clients move away first.
@@ -190,20 +229,15 @@ async fn serve_store(
     admin.set_ready(true);
     tracing::info!(store = store_name, "scheduler serving");
 
-    let result = tokio::select! {
-        r = &mut server => r,
-        _ = &mut shutdown => {
+    tokio::select! {
+        () = &mut server => {}
+        () = &mut shutdown => {
             admin.set_ready(false);
             let _ = stop.send(true);
-            match tokio::time::timeout(config.drain_timeout, &mut server).await {
-                Ok(r) => r,
-                Err(_) => {
-                    tracing::warn!(timeout = ?config.drain_timeout, "drain timeout; closing what is left");
-                    Ok(())
-                }
-            }
+            // Stopped accepting; in-flight RPCs get --drain-timeout.
+            server.await;
         }
-    };
+    }
     admin.set_ready(false);
     let _ = stop.send(true);
     for task in [hub_task, sweep_task].into_iter().chain(listener_task) {
@@ -214,7 +248,7 @@ async fn serve_store(
     let _ = admin_stop.send(true);
     let _ = tokio::time::timeout(TASK_STOP_TIMEOUT, admin_task).await;
     tracing::info!("scheduler stopped");
-    Ok(result?)
+    Ok(())
 }
 
 /// Resolves once the flag is true (or its sender is gone).

@@ -436,6 +436,117 @@ async fn concurrent_places_never_exceed_capacity_or_duplicate_a_key(store: TestS
     s.stop().await;
 }
 
+/// E2B's listing order: by start time, newest first or oldest first, in
+/// pages that continue the order (a token only continues its own order).
+async fn lists_by_start_time_across_pages(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    let mut made = Vec::new();
+    for _ in 0..4 {
+        made.push(running(&mut c, "team-o").await.sandbox_id);
+        // Start times are kept to the millisecond; make them differ.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    for (order, want) in [
+        (
+            pb::ListOrder::StartedDesc,
+            made.iter().rev().cloned().collect::<Vec<_>>(),
+        ),
+        (pb::ListOrder::StartedAsc, made.clone()),
+    ] {
+        let (mut seen, mut token) = (Vec::new(), String::new());
+        loop {
+            let r = c
+                .list_sandboxes(pb::ListSandboxesRequest {
+                    team_id: "team-o".into(),
+                    page_size: 3,
+                    page_token: token.clone(),
+                    order: order as i32,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            seen.extend(r.sandboxes.into_iter().map(|b| b.sandbox_id));
+            if r.next_page_token.is_empty() {
+                break;
+            }
+            token = r.next_page_token;
+        }
+        assert_eq!(seen, want, "{order:?}");
+    }
+    let first = c
+        .list_sandboxes(pb::ListSandboxesRequest {
+            team_id: "team-o".into(),
+            page_size: 1,
+            order: pb::ListOrder::StartedDesc as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let wrong = c
+        .list_sandboxes(pb::ListSandboxesRequest {
+            team_id: "team-o".into(),
+            page_token: first.next_page_token,
+            ..Default::default()
+        })
+        .await;
+    assert_status(wrong, Code::InvalidArgument, "for this order");
+    s.stop().await;
+}
+
+/// A heartbeat says when the node's next sandbox ends, and the heartbeat
+/// after that end hands it over to be killed (without waiting for a sweep).
+async fn heartbeats_say_when_the_next_sandbox_ends(store: TestStore) {
+    // A sweep far away: only the heartbeat can expire the sandbox here.
+    let s = Sched::start(&store, &["--sweep-interval", "1h"]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let p = running(&mut c, "t").await;
+    let hb = |c: &mut Client| {
+        let mut c = c.clone();
+        let roster = vec![sref(&p.sandbox_id, p.generation)];
+        async move {
+            c.heartbeat(pb::HeartbeatRequest {
+                node_id: "node-a".into(),
+                incarnation: inc,
+                roster,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    let r = hb(&mut c).await;
+    assert!(r.next_end_in_ms > 1_000, "the default timeout: {r:?}");
+    assert!(r.expired.is_empty());
+    let end = warren_core::time::now_ms() + 300;
+    c.set_timeout(pb::SetTimeoutRequest {
+        sandbox_id: p.sandbox_id.clone(),
+        end_at_ms: end,
+    })
+    .await
+    .unwrap();
+    let r = hb(&mut c).await;
+    assert!(
+        (1..=300).contains(&r.next_end_in_ms),
+        "the new end is due within 300 ms: {r:?}"
+    );
+    while warren_core::time::now_ms() <= end {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let r = hb(&mut c).await;
+    assert_eq!(r.expired, vec![sref(&p.sandbox_id, p.generation)]);
+    assert_eq!(r.next_end_in_ms, 0, "nothing else ends");
+    assert_eq!(
+        get(&mut c, &p.sandbox_id).await.unwrap().state,
+        BindingState::Expiring as i32
+    );
+    s.stop().await;
+}
+
 on_both_stores!(
     place_record_lookup,
     delayed_delete_of_an_old_generation_leaves_the_new_binding,
@@ -445,4 +556,6 @@ on_both_stores!(
     timeouts_pause_and_resume,
     restart_keeps_bindings_and_never_reuses_generations,
     concurrent_places_never_exceed_capacity_or_duplicate_a_key,
+    lists_by_start_time_across_pages,
+    heartbeats_say_when_the_next_sandbox_ends,
 );

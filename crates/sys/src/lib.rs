@@ -3,7 +3,8 @@
 //! `0..65536`, seen by each sandbox as its own host id range), and
 //! installing a seccomp filter without `no_new_privs` (so `sudo` inside a
 //! sandbox still works; allowed to a process with `CAP_SYS_ADMIN` in its
-//! user namespace).
+//! user namespace); and, for envd's PTY processes, making a child the
+//! leader of a session whose controlling terminal is its stdin.
 //!
 //! Every function is safe to call: arguments are descriptors and paths Rust
 //! owns, results are checked, and the kernel structures are built here.
@@ -169,6 +170,40 @@ pub fn loopback_up() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Registers `fd` (a non-blocking descriptor: a pty master, an inotify
+/// instance) with Tokio's reactor, so it can be awaited.
+pub fn async_fd(fd: OwnedFd) -> io::Result<tokio::io::unix::AsyncFd<OwnedFd>> {
+    // SAFETY: the `AsyncFd` owns `fd` from here on, and an `OwnedFd` names
+    // the same open descriptor until it is dropped, which only the
+    // `AsyncFd` can do.
+    unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(io::Error::from)
+}
+
+/// Makes the child `cmd` starts the leader of a new session whose
+/// controlling terminal is its standard input (the slave side of a pty the
+/// caller put there): `setsid(2)`, then `ioctl(0, TIOCSCTTY, 0)`, between
+/// fork and exec. The child must not be made a process-group leader first
+/// (`process_group`), or `setsid` fails with `EPERM`; it is one afterwards,
+/// so its pid names its group for signals.
+pub fn controlling_terminal_from_stdin(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec, so it may
+    // only make async-signal-safe calls: `setsid` and `ioctl` are, and
+    // `last_os_error` reads errno without allocating. It touches no memory
+    // the parent shares and takes no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use crate::{free_port, temp_dir, Proc};
 use std::path::{Path, PathBuf};
+use warren_trust::{Identity, Role, TlsArgs};
 
 /// What to start.
 #[derive(Clone, Debug)]
@@ -25,6 +26,10 @@ pub struct Spec {
     /// List a dead scheduler replica first in every gateway's `--scheduler`,
     /// so each gateway must fail over to the live one.
     pub dead_scheduler_first: bool,
+    /// Mutual TLS between the parts (certificates made in the cluster's
+    /// dir, as `warren dev` does). Tests that call a node's or the
+    /// scheduler's API directly set false (`--insecure-internal`).
+    pub tls: bool,
 }
 
 impl Default for Spec {
@@ -39,6 +44,7 @@ impl Default for Spec {
             gateway_args: vec![],
             per_gateway_args: vec![],
             dead_scheduler_first: false,
+            tls: true,
         }
     }
 }
@@ -58,6 +64,14 @@ impl Cluster {
     /// Starts the scheduler, then the nodes, then the gateways.
     pub async fn start(bin: &Path, spec: Spec) -> anyhow::Result<Cluster> {
         let dir = temp_dir();
+        if spec.tls {
+            let mut ids = vec![identity(Role::Scheduler, "scheduler")];
+            ids.extend((1..=spec.nodes).map(|i| identity(Role::Node, &format!("node-{i}"))));
+            ids.extend(
+                (1..=spec.gateways).map(|i| identity(Role::Gateway, &format!("gateway-{i}"))),
+            );
+            warren_trust::issue::local_cluster(&dir.path().join("certs"), &ids)?;
+        }
         let scheduler = spawn_scheduler(bin, dir.path(), &spec, "127.0.0.1:0").await?;
         let mut cluster = Cluster {
             scheduler,
@@ -70,6 +84,26 @@ impl Cluster {
         for i in 1..=spec.nodes {
             let node = cluster.spawn_node(i).await?;
             cluster.nodes.push(Some(node));
+        }
+        // A node is ready once it has registered with the scheduler: only
+        // then can anything be placed on it.
+        for node in cluster.nodes.iter().flatten() {
+            let admin = node.addr("node admin");
+            crate::wait_until(
+                "the node to register with the scheduler",
+                std::time::Duration::from_secs(30),
+                || {
+                    let admin = admin.clone();
+                    async move {
+                        let a = crate::http::Http::default()
+                            .send(http::Method::GET, &admin, "/readyz", &[], None)
+                            .await
+                            .ok()?;
+                        a.status.is_success().then_some(())
+                    }
+                },
+            )
+            .await;
         }
         let schedulers = if spec.dead_scheduler_first {
             format!(
@@ -97,6 +131,12 @@ impl Cluster {
                 args.push("--api-key".into());
                 args.push(format!("{key}:{team}"));
             }
+            args.extend(tls_args(
+                dir_of(&cluster),
+                &spec,
+                Role::Gateway,
+                &format!("gateway-{}", g + 1),
+            ));
             args.extend(spec.gateway_args.iter().cloned());
             args.extend(spec.per_gateway_args.get(g).into_iter().flatten().cloned());
             let gw = spawn(bin, &args, &["gateway http", "gateway admin"]).await?;
@@ -127,6 +167,7 @@ impl Cluster {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        args.extend(tls_args(self.dir.path(), &self.spec, Role::Node, &id));
         args.extend(self.spec.node_args.iter().cloned());
         spawn(&self.bin, &args, &["node http", "node admin"]).await
     }
@@ -240,8 +281,27 @@ async fn spawn_scheduler(
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.extend(tls_args(dir, spec, Role::Scheduler, "scheduler"));
     args.extend(spec.scheduler_args.iter().cloned());
     spawn(bin, &args, &["scheduler grpc", "scheduler admin"]).await
+}
+
+fn dir_of(cluster: &Cluster) -> &Path {
+    cluster.dir.path()
+}
+
+fn identity(role: Role, name: &str) -> Identity {
+    Identity::new(role, name).unwrap_or_else(|e| panic!("{role} {name}: {e}"))
+}
+
+/// The TLS flags of part `name`: its certificate in `<dir>/certs`, or
+/// `--insecure-internal`.
+fn tls_args(dir: &Path, spec: &Spec, role: Role, name: &str) -> Vec<String> {
+    if spec.tls {
+        TlsArgs::from_dir(&dir.join("certs"), &identity(role, name)).to_args()
+    } else {
+        vec!["--insecure-internal".into()]
+    }
 }
 
 async fn spawn(bin: &Path, args: &[String], wait_for: &[&str]) -> anyhow::Result<Proc> {

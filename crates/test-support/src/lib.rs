@@ -10,7 +10,8 @@
 //! - [`spawn`]: starts a process and waits for its announce lines.
 //! - [`wait_until`]: polls a condition with a deadline instead of sleeping,
 //!   failing the test when it never holds.
-//! - [`e2b_python`]: the Python interpreter that has the pinned `e2b` SDK.
+//! - [`e2b_python`]: the Python interpreter that has the pinned `e2b` SDK;
+//!   [`e2b_js_dir`]: where the pinned JavaScript `e2b` SDK is installed.
 //! - [`cluster::Cluster`]: scheduler + nodes + gateways as real processes.
 //! - [`http::Http`]: a tiny JSON HTTP client with timeouts.
 //! - [`sdk`]: one case of an SDK script (Python or JavaScript) against a gateway.
@@ -75,6 +76,16 @@ pub fn e2b_python() -> PathBuf {
         return PathBuf::from(p);
     }
     workspace_root().join(".venv/bin/python")
+}
+
+/// The directory with the pinned JavaScript `e2b` SDK in its `node_modules`
+/// (what `scripts/setup-test-env` installs): `$WARREN_E2B_JS_DIR`, else
+/// `<workspace>/tests/js`.
+pub fn e2b_js_dir() -> PathBuf {
+    if let Some(p) = std::env::var_os("WARREN_E2B_JS_DIR") {
+        return PathBuf::from(p);
+    }
+    workspace_root().join("tests/js")
 }
 
 /// The workspace root (two levels above this crate).

@@ -20,9 +20,23 @@ pub async fn run_case(
     env: &[(&str, String)],
     within: Duration,
 ) -> serde_json::Value {
+    try_run_case(gateway, script, case, api_key, env, within)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`run_case`], with what went wrong as an error instead of a panic: for a
+/// test that checks the host first (and says what the case said).
+pub async fn try_run_case(
+    gateway: &str,
+    script: &str,
+    case: &str,
+    api_key: &str,
+    env: &[(&str, String)],
+    within: Duration,
+) -> Result<serde_json::Value, String> {
     let path = workspace_root().join("tests/e2b").join(script);
-    let python = e2b_python();
-    run(&python, &path, gateway, case, api_key, env, within).await
+    run(&e2b_python(), &path, gateway, case, api_key, env, within).await
 }
 
 /// Runs `node tests/<package>/<script> <case>` like [`run_case`]: the npm
@@ -43,19 +57,13 @@ pub async fn run_js_case(
         "no node_modules in {} — run scripts/setup-test-env",
         dir.display()
     );
-    let node = std::path::PathBuf::from("node");
-    run(
-        &node,
-        &dir.join(script),
-        gateway,
-        case,
-        api_key,
-        env,
-        within,
-    )
-    .await
+    let node = Path::new("node");
+    run(node, &dir.join(script), gateway, case, api_key, env, within)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `program script case` with the SDK's variables; its `RESULT` facts.
 async fn run(
     program: &Path,
     script: &Path,
@@ -64,7 +72,7 @@ async fn run(
     api_key: &str,
     env: &[(&str, String)],
     within: Duration,
-) -> serde_json::Value {
+) -> Result<serde_json::Value, String> {
     let name = script
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -83,20 +91,21 @@ async fn run(
     }
     let out = tokio::time::timeout(within, cmd.output())
         .await
-        .unwrap_or_else(|_| panic!("{name} {case} did not finish within {within:?}"))
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()));
+        .map_err(|_| format!("{name} {case} did not finish within {within:?}"))?
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{name} {case} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    if !out.status.success() {
+        return Err(format!(
+            "{name} {case} failed ({}):\n{stdout}\n{stderr}",
+            out.status
+        ));
+    }
     let line = stdout
         .lines()
         .find_map(|l| l.strip_prefix("RESULT "))
-        .unwrap_or_else(|| panic!("{name} {case} printed no RESULT:\n{stdout}\n{stderr}"));
+        .ok_or_else(|| format!("{name} {case} printed no RESULT:\n{stdout}\n{stderr}"))?;
     println!("{name} {case}: {line}");
     serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("{name} {case}: RESULT is not JSON ({e}): {line}"))
+        .map_err(|e| format!("{name} {case}: RESULT is not JSON ({e}): {line}"))
 }

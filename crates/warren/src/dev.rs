@@ -39,7 +39,10 @@ pub struct Config {
     /// How many gateways to start.
     #[arg(long, env = "WARREN_DEV_GATEWAYS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub gateways: u16,
-    /// The API key clients use (team `dev`); a random one is generated and printed if unset.
+    /// The API key clients use (team `dev`); a random one in E2B's format
+    /// (`e2b_` and 40 hex digits) is generated and printed if unset. Any
+    /// key without spaces or ':' works; one not in E2B's format is warned
+    /// about, since versions of the JavaScript SDK refuse it.
     #[arg(long, env = "WARREN_DEV_API_KEY")]
     pub api_key: Option<String>,
     /// Sandbox runtime for the nodes: auto (isolated when it works), isolated or process.
@@ -82,6 +85,11 @@ pub struct Config {
         allow_hyphen_values = true
     )]
     pub scheduler_args: String,
+    /// Run the parts without internal TLS (plain TCP, no authentication
+    /// between them). By default `warren dev` makes a cluster CA and a
+    /// certificate per part in `<data-dir>/certs` and uses mutual TLS.
+    #[arg(long, env = "WARREN_DEV_INSECURE_INTERNAL")]
+    pub insecure_internal: bool,
 }
 
 /// The team every `warren dev` key belongs to.
@@ -143,8 +151,17 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
             )
             .into())
         }
-        Some(k) => k.clone(),
-        None => format!("warren_{}", warren_core::id::random_token(32)),
+        Some(k) => {
+            if !warren_core::id::is_e2b_api_key(k) {
+                eprintln!(
+                    "warren dev: warning: --api-key is not in E2B's format (e2b_ and 40 \
+                     lowercase hex digits): the gateway, the CLI and the Python SDK take it, \
+                     but versions of the JavaScript e2b SDK refuse it before sending anything"
+                );
+            }
+            k.clone()
+        }
+        None => warren_core::id::new_e2b_api_key(),
     };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
@@ -222,6 +239,35 @@ async fn start_all(
     api_key: &str,
     parts: &mut Vec<Part>,
 ) -> anyhow::Result<()> {
+    use warren_trust::{Identity, Role, TlsArgs};
+    let certs = data_dir.join("certs");
+    let id = |role, name: &str| Identity::new(role, name).map_err(anyhow::Error::msg);
+    let scheduler_id = id(Role::Scheduler, "scheduler")?;
+    let node_ids = (1..=config.nodes)
+        .map(|i| id(Role::Node, &format!("node-{i}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let gateway_ids = (1..=config.gateways)
+        .map(|i| id(Role::Gateway, &format!("gateway-{i}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    if !config.insecure_internal {
+        let all: Vec<Identity> = std::iter::once(scheduler_id.clone())
+            .chain(node_ids.iter().cloned())
+            .chain(gateway_ids.iter().cloned())
+            .collect();
+        warren_trust::issue::local_cluster(&certs, &all)
+            .map_err(|e| anyhow::anyhow!("cannot make the cluster's certificates: {e}"))?;
+    }
+    let tls = |id: &Identity| {
+        if config.insecure_internal {
+            TlsArgs {
+                insecure_internal: true,
+                ..TlsArgs::default()
+            }
+            .to_args()
+        } else {
+            TlsArgs::from_dir(&certs, id).to_args()
+        }
+    };
     let sched_dir = data_dir.join("scheduler");
     let mut args = vec![
         "scheduler".to_string(),
@@ -234,6 +280,7 @@ async fn start_all(
         "--lease".into(),
         config.lease.clone(),
     ];
+    args.extend(tls(&scheduler_id));
     args.extend(config.scheduler_args.split_whitespace().map(String::from));
     let sched = spawn_part(
         exe,
@@ -262,6 +309,7 @@ async fn start_all(
             "--runtime".into(),
             config.runtime.clone(),
         ];
+        args.extend(tls(&node_ids[usize::from(i) - 1]));
         args.extend(config.node_args.split_whitespace().map(String::from));
         parts.push(spawn_part(exe, &name, &args, &["node http", "node admin"]).await?);
     }
@@ -283,6 +331,7 @@ async fn start_all(
             "--admin-team".into(),
             DEV_TEAM.into(),
         ];
+        args.extend(tls(&gateway_ids[usize::from(i)]));
         args.extend(config.gateway_args.split_whitespace().map(String::from));
         parts.push(spawn_part(exe, &name, &args, &["gateway http", "gateway admin"]).await?);
     }

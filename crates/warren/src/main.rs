@@ -36,6 +36,7 @@ Operate:
   node ls     list nodes (through a gateway; needs an operator key)
   route <id>  how a gateway routes a sandbox: its cache vs the scheduler
   template    build FILE | import TARBALL --name N | ls   (sandbox templates)
+  certs       init | issue --role R --name N --host H   (internal mutual TLS)
   chaos       failover: kill a replica under load behind HAProxy, record every probe
 
 Every command takes --help. Settings come from flags, WARREN_* environment
@@ -95,6 +96,7 @@ fn main() -> ExitCode {
         "dev" => component::<dev::Config, _, _>(args, log_format, dev::main),
         "sandbox" | "route" => cli::run(&sub, args, log_format),
         "template" => cli::template::run(args),
+        "certs" => cli::certs::run(args),
         "chaos" => cli::chaos::run(args, log_format),
         other => {
             eprintln!("warren: unknown command {other:?}\n\n{USAGE}");

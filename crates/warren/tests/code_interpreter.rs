@@ -20,7 +20,8 @@ use std::time::Duration;
 use warren_test_support::sdk::{run_case, run_js_case};
 use warren_test_support::{temp_dir, Proc};
 
-const KEY: &str = "ci-key";
+/// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
+const KEY: &str = "e2b_0c1d2e3f405162738495a6b7c8d9eafb0c1d2e3f";
 const TEMPLATE: &str = "/var/lib/warren/templates/templates/code-interpreter-v1.json";
 
 /// A `warren dev` with one node, and its gateway's URL.

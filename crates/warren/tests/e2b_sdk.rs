@@ -20,8 +20,9 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
         python.display()
     );
     let data = temp_dir();
-    let api_key = "warren_e2e_key_dev";
-    let other_key = "warren_e2e_key_other";
+    // In E2B's format, as `warren dev` generates them (`e2b_` + 40 hex).
+    let api_key = "e2b_0d3c8a9e5f1b4c7a2e6d9f0b3a5c7e1d4f8b2a6c";
+    let other_key = "e2b_7a1f3c5e9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a";
     let mut dev = warren_test_support::spawn(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         &[

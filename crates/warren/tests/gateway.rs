@@ -424,7 +424,8 @@ async fn sandbox_lifecycle_through_both_planes() {
     );
     assert!(v1_connect.message().contains("timeout"));
 
-    // Kill; then 404 on both planes.
+    // Kill; then 404 on the control plane and E2B's 502 "The sandbox was
+    // not found" on the data plane (what the SDKs read as "gone").
     let del = api(&c, Method::DELETE, &format!("/sandboxes/{id}"), None).await;
     assert_eq!(
         del.status,
@@ -436,9 +437,14 @@ async fn sandbox_lifecycle_through_both_planes() {
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
     assert_eq!(gone.message(), format!("sandbox {id} not found"));
     let gone = envd_health(&c, &id, &[]).await;
-    assert_eq!(gone.status, StatusCode::NOT_FOUND);
-    assert_eq!(gone.message(), format!("sandbox {id} not found"));
-    assert_eq!(gone.expect_json()["code"], 404);
+    assert_eq!(gone.status, StatusCode::BAD_GATEWAY);
+    assert!(
+        gone.message().starts_with("The sandbox was not found"),
+        "{}",
+        gone.message()
+    );
+    assert_eq!(gone.error_code(), "sandbox_not_found");
+    assert_eq!(gone.expect_json()["code"], 502);
     let again = api(&c, Method::DELETE, &format!("/sandboxes/{id}"), None).await;
     assert_eq!(
         again.status,
@@ -567,8 +573,13 @@ async fn teams_keys_and_malformed_input() {
     // (A well-formed unknown id first: it is always asked, as NotFound is
     // never cached, while the sandbox above routes from the cache.)
     let r = envd_health(&c, "nosuchsandbox0", &[]).await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND);
-    assert_eq!(r.message(), "sandbox nosuchsandbox0 not found");
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
+    assert!(
+        r.message()
+            .starts_with("The sandbox was not found: sandbox nosuchsandbox0"),
+        "{}",
+        r.message()
+    );
     let admin = c.gateways[0].addr("gateway admin");
     let lookups = metric(&admin, "warren_gateway_scheduler_lookups_total").await;
     let sched_before = scheduler_rpcs(&c, &["LookupNode", "GetSandbox"]).await;

@@ -80,6 +80,8 @@ struct Rig {
 
 async fn cluster(runtime: Runtime) -> Rig {
     let spec = Spec {
+        // This test calls the node's or the scheduler's API directly.
+        tls: false,
         nodes: 1,
         gateways: 0,
         runtime: runtime.name().into(),
@@ -1239,7 +1241,23 @@ async fn sandboxes_do_not_outlive_their_node() {
 async fn bad_configuration_exits_64() {
     for args in [
         &["node", "--node-id", "Not_Valid"][..],
-        &["node", "--scheduler", "https://127.0.0.1:50051"][..],
+        &[
+            "node",
+            "--insecure-internal",
+            "--scheduler",
+            "https://127.0.0.1:50051",
+        ][..],
+        // Neither certificates nor --insecure-internal.
+        &["node", "--node-id", "n1"][..],
+        &[
+            "node",
+            "--tls-ca",
+            "/nonexistent/ca.pem",
+            "--tls-cert",
+            "/x",
+            "--tls-key",
+            "/y",
+        ][..],
         &["node", "--capacity", "0"][..],
     ] {
         let out = tokio::process::Command::new(bin())

@@ -72,6 +72,8 @@ async fn health(http: &Http, gw: &str, id: &str) -> anyhow::Result<Answer> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
     let spec = Spec {
+        // This test calls the node's or the scheduler's API directly.
+        tls: false,
         nodes: 2,
         scheduler_args: vec![
             "--lease".into(),
@@ -235,7 +237,8 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
         .expect("delete answers");
     assert_eq!(a.status, StatusCode::NO_CONTENT, "{:?}", a.json);
     let a = health(&http, &gw, &deleted).await.expect("answers");
-    assert_eq!(a.status, StatusCode::NOT_FOUND, "{:?}", a.json);
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{:?}", a.json);
+    assert_eq!(a.str("error_code"), "sandbox_not_found", "{:?}", a.json);
 
     // Move another lost sandbox to node-2 (a new generation), as an operator
     // recovering it would: Reassign, create on the node, RecordAssignment.
@@ -346,7 +349,13 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
         if *id == moved {
             assert_eq!(a.status, StatusCode::NO_CONTENT, "{:?}", a.json);
         } else {
-            assert_eq!(a.status, StatusCode::NOT_FOUND, "{id}: {:?}", a.json);
+            assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{id}: {:?}", a.json);
+            assert_eq!(
+                a.str("error_code"),
+                "sandbox_not_found",
+                "{id}: {:?}",
+                a.json
+            );
         }
     }
     let roster = http
@@ -405,6 +414,8 @@ async fn black_hole() -> (String, Vec<tokio::net::TcpStream>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_node_costs_a_request_about_the_connect_timeout() {
     let spec = Spec {
+        // This test calls the node's or the scheduler's API directly.
+        tls: false,
         nodes: 1,
         gateway_args: vec!["--connect-timeout".into(), "500ms".into()],
         ..Spec::default()

@@ -40,6 +40,7 @@ async fn replica(url: &str) -> Proc {
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
+            "--insecure-internal",
             "--database-url",
             url,
             "--database-pool-size",

@@ -55,6 +55,8 @@ impl Rig {
     async fn start_each(gateway_args: [&[&str]; 2]) -> Rig {
         let strings = |args: &[&str]| args.iter().map(|a| a.to_string()).collect();
         let spec = Spec {
+            // This test calls the node's or the scheduler's API directly.
+            tls: false,
             nodes: 2,
             gateways: 2,
             keys: vec![(KEY.into(), "team-a".into())],
@@ -407,7 +409,7 @@ async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached()
     // and nothing is left in the cache.
     for n in 1..=2 {
         let r = c.health(1, "doesnotexist0").await;
-        assert_eq!(r.status, StatusCode::NOT_FOUND);
+        assert_eq!(r.status, StatusCode::BAD_GATEWAY);
         assert_eq!(r.error_code(), "sandbox_not_found");
         assert_eq!(c.lookups(1).await, 1.0 + n as f64);
     }
@@ -456,9 +458,10 @@ async fn a_delete_through_one_gateway_evicts_the_other_by_watch() {
     )
     .await;
     assert!(c.evictions(1, "watch").await >= 1.0);
-    // So its next request is a plain lookup (404), not a stale-route refetch.
+    // So its next request is a plain lookup (not found: E2B's 502), not a
+    // stale-route refetch.
     let r = c.health(1, &id).await;
-    assert_eq!(r.status, StatusCode::NOT_FOUND);
+    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
     assert_eq!(r.error_code(), "sandbox_not_found");
     for outcome in ["not_found", "same_node", "moved", "error"] {
         assert_eq!(c.refetches(1, outcome).await, 0.0, "{outcome}");

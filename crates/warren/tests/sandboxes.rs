@@ -3,7 +3,8 @@
 //! (`tests/e2b/sandboxes.py`): `pip install --user` and `sudo apt-get
 //! install` from the internet; no internet when asked; denied addresses
 //! refused while others connect; never the host nor another sandbox (but
-//! the port relay works); writes under `/usr` stay in their sandbox (the
+//! the port relay works), not even with the sandbox's own nftables table
+//! removed under it; writes under `/usr` stay in their sandbox (the
 //! template's root on the host is unchanged); a template built from a file
 //! is listed and used; an unknown template is a 404.
 //!
@@ -12,12 +13,15 @@
 //! the package cases, the internet (PyPI, the Debian archive).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
-use warren_test_support::sdk::run_case;
+use warren_test_support::sdk::{run_case, try_run_case};
 use warren_test_support::templates::{TestTemplate, TEMPLATE_DIR};
 
-const KEY: &str = "sbx-key";
+/// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
+const KEY: &str = "e2b_1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c5e7b9d";
 
 async fn cluster() -> Cluster {
     Cluster::start(
@@ -46,6 +50,105 @@ async fn run(c: &Cluster, name: &str, env: &[(&str, String)]) -> serde_json::Val
         Duration::from_secs(900),
     )
     .await
+}
+
+/// [`run`] that returns the case's failure instead of panicking.
+async fn try_run(
+    c: &Cluster,
+    name: &str,
+    env: &[(&str, String)],
+) -> Result<serde_json::Value, String> {
+    let gateway = format!("http://{}", c.gateway(0));
+    try_run_case(
+        &gateway,
+        "sandboxes.py",
+        name,
+        KEY,
+        env,
+        Duration::from_secs(900),
+    )
+    .await
+}
+
+/// A listener on every address of the host (`0.0.0.0`) that counts the
+/// connections it accepts: what a sandbox reaching the host would show,
+/// whatever the sandbox itself believes.
+struct HostListener {
+    listener: Arc<std::net::TcpListener>,
+    accepted: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HostListener {
+    fn start() -> HostListener {
+        let listener = std::net::TcpListener::bind("0.0.0.0:0").expect("host listener");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let listener = Arc::new(listener);
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let (l, n) = (listener.clone(), accepted.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                match l.accept() {
+                    Ok(_) => {
+                        n.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        tokio::time::sleep(Duration::from_millis(20)).await
+                    }
+                    Err(_) => return,
+                }
+            }
+        });
+        HostListener {
+            listener,
+            accepted,
+            task,
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.listener.local_addr().expect("addr").port()
+    }
+
+    /// Stops accepting; returns how many connections were accepted,
+    /// counting those still queued in the kernel (a completed handshake
+    /// is a connection, accepted or not).
+    async fn stop(self) -> usize {
+        self.task.abort();
+        let _ = self.task.await;
+        let mut n = self.accepted.load(Ordering::SeqCst);
+        while self.listener.accept().is_ok() {
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Runs a host-probing case with a [`HostListener`]: checks first that the
+/// host accepted nothing (saying what the case saw), then that the case
+/// passed; returns its facts.
+async fn run_against_the_host(c: &Cluster, name: &str) -> serde_json::Value {
+    let host = HostListener::start();
+    let outcome = try_run(
+        c,
+        name,
+        &[
+            ("WARREN_HOST_PORT", host.port().to_string()),
+            ("WARREN_NODE_ADDR", c.node(1)),
+            ("WARREN_SCHEDULER_URL", c.scheduler_url()),
+        ],
+    )
+    .await;
+    let accepted = host.stop().await;
+    let said = match &outcome {
+        Ok(facts) => facts.to_string(),
+        Err(e) => e.clone(),
+    };
+    assert_eq!(
+        accepted, 0,
+        "a sandbox connected to a listener on the host ({accepted} accepted); the case: {said}"
+    );
+    outcome.unwrap_or_else(|e| panic!("{e}\n(the host listener on 0.0.0.0 accepted no connection)"))
 }
 
 /// `<template dir>/rootfs/<hex>`: where a template's root is unpacked.
@@ -95,39 +198,28 @@ async fn denied_addresses_are_refused_others_connect() {
 
 /// 5. Neither the host (its services' ports, and a listener on every
 /// address, through 127.0.0.1, slirp's 10.0.2.2 or the host's addresses)
-/// nor another sandbox's server is reachable from a sandbox; the other
-/// sandbox's server is reachable through the gateway's port relay.
+/// nor another sandbox's server is reachable from a sandbox, not in one try
+/// nor in many; the other sandbox's server is reachable through the
+/// gateway's port relay. The host listener accepts nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neither_the_host_nor_another_sandbox_is_reachable() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
     let c = cluster().await;
-    let listener = tokio::net::TcpListener::bind("0.0.0.0:0")
-        .await
-        .expect("host listener");
-    let port = listener.local_addr().expect("addr").port();
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let counter = accepted.clone();
-    let accept = tokio::spawn(async move {
-        while listener.accept().await.is_ok() {
-            counter.fetch_add(1, Ordering::SeqCst);
-        }
-    });
-    run(
-        &c,
-        "no_host_no_neighbour",
-        &[
-            ("WARREN_HOST_PORT", port.to_string()),
-            ("WARREN_NODE_ADDR", c.node(1)),
-            ("WARREN_SCHEDULER_URL", c.scheduler_url()),
-        ],
-    )
-    .await;
-    accept.abort();
-    assert_eq!(
-        accepted.load(Ordering::SeqCst),
-        0,
-        "a sandbox connected to a listener on the host"
+    run_against_the_host(&c, "no_host_no_neighbour").await;
+}
+
+/// 5b. A sandbox whose own nftables table is removed under it (its policy
+/// is gone: a denied address connects) still reaches nothing of the host:
+/// the node's guard table refuses the host to every sandbox uid, whatever
+/// happens to the sandboxes' own tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_its_own_table_a_sandbox_still_cannot_reach_the_host() {
+    let c = cluster().await;
+    let facts = run_against_the_host(&c, "host_without_own_table").await;
+    assert!(
+        facts["removed"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("warren_")),
+        "{facts}"
     );
 }
 

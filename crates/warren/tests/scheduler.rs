@@ -42,6 +42,7 @@ async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
             "127.0.0.1:0",
             "--admin-listen",
             "127.0.0.1:0",
+            "--insecure-internal",
             "--data-dir",
             data,
         ],
@@ -108,7 +109,12 @@ fn run_scheduler_env(args: &[&str], data: &Path, envs: &[(&str, &str)]) -> (Opti
     let out = std::process::Command::new(warren())
         .envs(envs.iter().copied())
         .arg("scheduler")
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--insecure-internal",
+            "--data-dir",
+        ])
         .arg(data)
         .args(args)
         .output()

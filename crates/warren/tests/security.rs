@@ -15,8 +15,9 @@ use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::sdk::run_case;
 use warren_test_support::workspace_root;
 
-const KEY_A: &str = "sec-key-a";
-const KEY_B: &str = "sec-key-b";
+/// In E2B's format (`e2b_` + 40 hex), as a tenant's SDK would send them.
+const KEY_A: &str = "e2b_3e9a1c7f5b2d8e4a6c0f9b1d3e5a7c2f4b6d8e0a";
+const KEY_B: &str = "e2b_8c2e4a6f0b1d3c5e7a9f2b4d6c8e0a1f3b5d7c9e";
 
 async fn cluster(node_args: &[&str]) -> Cluster {
     Cluster::start(

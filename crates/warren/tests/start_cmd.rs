@@ -15,7 +15,8 @@ use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::sdk::run_case;
 use warren_test_support::templates::TestTemplate;
 
-const KEY: &str = "start-key";
+/// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
+const KEY: &str = "e2b_5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_waits_for_the_start_command_and_fails_when_it_does() {

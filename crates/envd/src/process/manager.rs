@@ -44,6 +44,8 @@ pub struct Spec {
     pub tag: Option<String>,
     /// `USER`/`LOGNAME` for the process (from the SDK's Basic auth header).
     pub user: Option<String>,
+    /// Run on a new terminal of this size instead of pipes.
+    pub pty: Option<super::pty::Size>,
 }
 
 /// Why a request about a process failed.
@@ -66,6 +68,9 @@ pub enum ProcError {
     /// The working directory is not valid.
     #[error(transparent)]
     Path(#[from] crate::paths::PathError),
+    /// An env var or argument no program can be given (NUL, too long).
+    #[error("{0}")]
+    Invalid(String),
     /// The working directory does not exist (or is not a directory).
     #[error("working directory {0:?} does not exist or is not a directory")]
     Cwd(String),
@@ -82,6 +87,9 @@ pub enum ProcError {
         /// Why.
         source: std::io::Error,
     },
+    /// A PTY request for a process without one, or the terminal failed.
+    #[error("{0}")]
+    Pty(String),
     /// `kill(2)` failed.
     #[error("signalling process {pid}: {source}")]
     Signal {
@@ -146,6 +154,10 @@ pub struct Proc {
     signalled: AtomicBool,
     /// The write end of its stdin while open.
     stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    /// Its terminal, for a PTY process: input goes there, `Update` resizes it.
+    pty: Option<super::pty::Master>,
+    /// Turns true the moment the process has been reaped.
+    reaped: watch::Receiver<bool>,
 }
 
 impl Proc {
@@ -164,11 +176,7 @@ impl Proc {
     /// stderr as they came), as text.
     pub fn output_tail(&self, max: usize) -> String {
         let state = self.state();
-        let from = state
-            .log
-            .end()
-            .saturating_sub(max as u64)
-            .max(state.log.start());
+        let from = state.log.end().saturating_sub(max as u64).max(state.log.start());
         let chunks = state.log.read_from(from, max).unwrap_or_default();
         let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.data.iter().copied()).collect();
         String::from_utf8_lossy(&bytes).into_owned()
@@ -201,8 +209,17 @@ impl Proc {
         })
     }
 
-    /// Writes `data` to its stdin.
+    /// Writes `data` to its stdin (its terminal, for a PTY process).
     pub async fn write_stdin(&self, data: &[u8]) -> Result<(), ProcError> {
+        if let Some(pty) = &self.pty {
+            return pty
+                .write_all(data)
+                .await
+                .map_err(|source| ProcError::StdinWrite {
+                    pid: self.pid,
+                    source,
+                });
+        }
         let mut guard = self.stdin.lock().await;
         let stdin = guard.as_mut().ok_or(ProcError::StdinClosed(self.pid))?;
         let res = async {
@@ -216,8 +233,45 @@ impl Proc {
         })
     }
 
+    /// Types `data` on its terminal; only a PTY process has one.
+    pub async fn write_pty(&self, data: &[u8]) -> Result<(), ProcError> {
+        if self.pty.is_none() {
+            return Err(ProcError::Pty(format!(
+                "process {} was not started with a PTY; send its input as stdin",
+                self.pid
+            )));
+        }
+        self.write_stdin(data).await
+    }
+
+    /// Resizes its terminal; only a PTY process has one.
+    pub fn resize(&self, size: super::pty::Size) -> Result<(), ProcError> {
+        let pty = self.pty.as_ref().ok_or_else(|| {
+            ProcError::Pty(format!(
+                "process {} was not started with a PTY, so it has no size to change",
+                self.pid
+            ))
+        })?;
+        pty.resize(size)
+            .map_err(|e| ProcError::Pty(format!("resizing the PTY of process {}: {e}", self.pid)))
+    }
+
+    /// Waits until the process has been reaped, at most `limit`; whether it was.
+    pub async fn wait_reaped(&self, limit: std::time::Duration) -> bool {
+        let mut reaped = self.reaped.clone();
+        tokio::time::timeout(limit, reaped.wait_for(|r| *r))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
     /// Closes its stdin (EOF for the process). Closing twice is fine.
     pub async fn close_stdin(&self) -> Result<(), ProcError> {
+        if self.pty.is_some() {
+            return Err(ProcError::Pty(format!(
+                "process {} reads a PTY, which has no end of input to close; send ^D (0x04) as input instead",
+                self.pid
+            )));
+        }
         let mut guard = self.stdin.lock().await;
         match guard.take() {
             Some(mut stdin) => {
@@ -252,6 +306,35 @@ impl Proc {
     pub(super) fn notify(&self) {
         self.changed.send_modify(|_| ());
     }
+}
+
+/// Refuses, with a message naming it, what `execve` would refuse for one
+/// variable or argument (a NUL, or more than the kernel's
+/// `MAX_ARG_STRLEN`); what is too large only all together is the
+/// kernel's `E2BIG` at spawn, reported as the same kind of error.
+fn check_spec(spec: &Spec) -> Result<(), ProcError> {
+    for (name, value) in &spec.envs {
+        warren_core::env::check_shape(name, value).map_err(ProcError::Invalid)?;
+    }
+    for (i, arg) in std::iter::once(&spec.cmd).chain(&spec.args).enumerate() {
+        let what = if i == 0 {
+            "cmd".to_string()
+        } else {
+            format!("args[{}]", i - 1)
+        };
+        if arg.contains('\0') {
+            return Err(ProcError::Invalid(format!("{what} contains NUL")));
+        }
+        if arg.len() > warren_core::env::MAX_VAR_BYTES {
+            return Err(ProcError::Invalid(format!(
+                "{what} is too long: {} bytes, the limit is {} bytes (the kernel's \
+                 largest single argument)",
+                arg.len(),
+                warren_core::env::MAX_VAR_BYTES
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// An attached stream's read position; dropping it detaches the stream.
@@ -342,9 +425,13 @@ impl Manager {
     }
 
     /// The command for `spec` as it runs in the sandbox: its user, working
-    /// directory (checked), environment and own process group; stdio is
-    /// the caller's to set.
-    pub fn command(&self, spec: &Spec) -> Result<tokio::process::Command, ProcError> {
+    /// directory (checked), environment; stdio and process group are the
+    /// caller's to set. Also the identity it runs as.
+    pub fn command(
+        &self,
+        spec: &Spec,
+    ) -> Result<(tokio::process::Command, Option<crate::users::Identity>), ProcError> {
+        check_spec(spec)?;
         let identity = self.jail.users().lookup(spec.user.as_deref())?;
         // A user's own home is the default directory, as on a login.
         let default_cwd = identity.as_ref().map_or("", |i| i.home.as_str());
@@ -366,24 +453,35 @@ impl Manager {
         cmd.args(&spec.args)
             .env_clear()
             .envs(self.environment(spec, &home))
-            .current_dir(&cwd.host)
-            // Its own group, so signals reach what it spawns too.
-            .process_group(0);
-        Ok(cmd)
+            .current_dir(&cwd.host);
+        Ok((cmd, identity))
     }
+
 
     /// Starts a process; its output is recorded from the first byte, and
     /// the returned cursor (at offset 0) holds it for the starting client.
     pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
-        let mut cmd = self.command(&spec)?;
-        cmd.stdin(if spec.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|source| ProcError::Spawn {
+        let (mut cmd, identity) = self.command(&spec)?;
+        let pty = match spec.pty {
+            Some(size) => Some(self.attach_pty(&mut cmd, size, identity.as_ref())?),
+            None => {
+                cmd.stdin(if spec.stdin {
+                    Stdio::piped()
+                } else {
+                    Stdio::null()
+                })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                // Its own group, so signals reach what it spawns too.
+                .process_group(0);
+                None
+            }
+        };
+        let spawned = cmd.spawn();
+        // Closes our copies of the terminal's slave side: the master reads
+        // EIO (the end) only once no slave descriptor is left open.
+        drop(cmd);
+        let mut child = spawned.map_err(|source| ProcError::Spawn {
             cmd: spec.cmd.clone(),
             source,
         })?;
@@ -392,6 +490,7 @@ impl Manager {
             source: std::io::Error::other("process exited before its pid was known"),
         })?;
         let (changed, _) = watch::channel(());
+        let (exited_tx, exited_rx) = watch::channel(false);
         let proc = Arc::new(Proc {
             pid,
             tag: spec.tag.clone(),
@@ -408,6 +507,8 @@ impl Manager {
             exited: AtomicBool::new(false),
             signalled: AtomicBool::new(false),
             stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            pty: pty.clone(),
+            reaped: exited_rx.clone(),
         });
         self.table().procs.insert(pid, proc.clone());
         // Attached before the readers start, so not a byte can be evicted
@@ -423,11 +524,18 @@ impl Manager {
             state.next_cursor = 1;
         }
 
-        let (exited_tx, exited_rx) = watch::channel(false);
-        let out = child
-            .stdout
-            .take()
-            .map(|s| spawn_reader(proc.clone(), s, Pipe::Stdout, exited_rx.clone()));
+        let out = match &pty {
+            Some(master) => Some(spawn_reader(
+                proc.clone(),
+                master.reader(),
+                Pipe::Pty,
+                exited_rx.clone(),
+            )),
+            None => child
+                .stdout
+                .take()
+                .map(|s| spawn_reader(proc.clone(), s, Pipe::Stdout, exited_rx.clone())),
+        };
         let err = child
             .stderr
             .take()
@@ -470,6 +578,35 @@ impl Manager {
             manager.finished(p.pid);
         });
         Ok(cursor)
+    }
+
+    /// Gives the process a new terminal of `size` as stdin, stdout, stderr
+    /// and controlling terminal; returns the master side.
+    fn attach_pty(
+        &self,
+        cmd: &mut tokio::process::Command,
+        size: super::pty::Size,
+        identity: Option<&crate::users::Identity>,
+    ) -> Result<super::pty::Master, ProcError> {
+        let failed = |e: std::io::Error| ProcError::Pty(format!("cannot open a PTY: {e}"));
+        let (master, slave) = super::pty::open(size).map_err(failed)?;
+        if let Some(id) = identity {
+            // The terminal belongs to its user, as login gives it: programs
+            // that reopen it (by /proc/self/fd/0 or its /dev/pts name) may.
+            rustix::fs::fchown(
+                &slave,
+                Some(rustix::fs::Uid::from_raw(id.uid)),
+                Some(rustix::fs::Gid::from_raw(id.gid)),
+            )
+            .map_err(|e| failed(e.into()))?;
+        }
+        let out = slave.try_clone().map_err(failed)?;
+        let err = slave.try_clone().map_err(failed)?;
+        cmd.stdin(Stdio::from(slave))
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        warren_sys::controlling_terminal_from_stdin(cmd.as_std_mut());
+        Ok(master)
     }
 
     /// Sandbox processes get a small default environment, then envd's own

@@ -4,18 +4,22 @@
 //! - [`exit`]: exit statuses as E2B reports them (`exit status 3`, `signal: killed`).
 //! - [`manager`]: the process table — spawn, stdin, signals, retention.
 //! - [`output`]: the bounded per-process output log with absolute offsets.
-//! - [`pipe`]: reading stdout/stderr into the log (backpressure, draining).
+//! - [`pipe`]: reading stdout/stderr (or a terminal) into the log
+//!   (backpressure, draining).
+//! - [`pty`]: terminals for PTY processes (open, resize, input, output).
 //! - [`stream`]: one client's event stream (start, data, end, keepalive).
 //!
 //! Differences from E2B's envd: `ConnectRequest.offset` replays retained
 //! output (E2B streams live output only); finished processes stay
 //! reattachable for a while (Connect sends their retained output, from the
-//! offset, and the end event); PTYs are not supported yet (`unimplemented`).
+//! offset, and the end event); a SIGKILL is answered once the process has
+//! been reaped (so it is gone for whatever the client does next).
 
 pub mod exit;
 pub mod manager;
 pub mod output;
 pub mod pipe;
+pub mod pty;
 pub mod stream;
 
 use crate::rpc_error::proc_error;
@@ -38,6 +42,9 @@ use warren_envd_proto::process::{
 
 /// The header in which the e2b SDK asks for a keepalive interval (seconds).
 const KEEPALIVE_HEADER: &str = "keepalive-ping-interval";
+
+/// How long a SIGKILL waits for the process to be reaped before answering.
+const KILL_REAP_WAIT: Duration = Duration::from_secs(2);
 
 /// `process.Process` over a [`Manager`].
 #[derive(Debug, Clone)]
@@ -64,15 +71,20 @@ impl ProcessService {
         .map_err(proc_error)
     }
 
-    /// The client's `Keepalive-Ping-Interval` (whole seconds, 1 s to 1 h), else ours.
+    /// The client's `Keepalive-Ping-Interval`, else ours.
     fn keepalive(&self, ctx: &RequestContext) -> Duration {
-        ctx.header(KEEPALIVE_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|s| (1..=3600).contains(s))
-            .map(Duration::from_secs)
-            .unwrap_or(self.keepalive)
+        keepalive_of(ctx).unwrap_or(self.keepalive)
     }
+}
+
+/// The keepalive interval a client asks for in `Keepalive-Ping-Interval`
+/// (whole seconds, 1 s to 1 h).
+pub(crate) fn keepalive_of(ctx: &RequestContext) -> Option<Duration> {
+    ctx.header(KEEPALIVE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|s| (1..=3600).contains(s))
+        .map(Duration::from_secs)
 }
 
 /// The user named by the SDK's `Authorization: Basic base64(user:)`.
@@ -146,11 +158,10 @@ impl Process for ProcessService {
         request: ServiceRequest<'_, StartRequest>,
     ) -> ServiceResult<ServiceStream<StartResponse>> {
         let req = request.to_owned_message();
-        if req.pty.is_set() {
-            return Err(ConnectError::unimplemented(
-                "PTY processes are not supported by warren envd yet; start without a pty",
-            ));
-        }
+        let pty = match req.pty.as_option() {
+            None => None,
+            Some(pty) => Some(pty_size(pty)?),
+        };
         let config = req.process.into_option().ok_or_else(|| {
             ConnectError::invalid_argument("process (cmd, args, ...) is required")
         })?;
@@ -166,6 +177,7 @@ impl Process for ProcessService {
             stdin: req.stdin.unwrap_or(true),
             tag: req.tag,
             user: basic_user(&ctx),
+            pty,
         };
         let cursor = self.manager.start(spec).map_err(proc_error)?;
         tracing::debug!(pid = cursor.proc().pid, cmd = %cursor.proc().spec.cmd, "process started");
@@ -181,11 +193,18 @@ impl Process for ProcessService {
     async fn update(
         &self,
         _ctx: RequestContext,
-        _request: ServiceRequest<'_, UpdateRequest>,
+        request: ServiceRequest<'_, UpdateRequest>,
     ) -> ServiceResult<UpdateResponse> {
-        Err(ConnectError::unimplemented(
-            "Update resizes PTYs, which warren envd does not support yet",
-        ))
+        let req = request.to_owned_message();
+        let Some(pty) = req.pty.as_option() else {
+            return Err(ConnectError::invalid_argument(
+                "nothing to update: pty (with its size) is required",
+            ));
+        };
+        let size = pty_size(pty)?;
+        let proc = self.select(req.process.as_option())?;
+        proc.resize(size).map_err(proc_error)?;
+        Response::ok(UpdateResponse::default())
     }
 
     async fn stream_input(
@@ -245,6 +264,15 @@ impl Process for ProcessService {
         };
         let proc = self.select(req.process.as_option())?;
         proc.signal(signal).map_err(proc_error)?;
+        // SIGKILL cannot be caught: wait (briefly) until it has been reaped,
+        // so the process is gone for whatever the client does next (a
+        // `kill -0 PID` of it fails) rather than lingering as a zombie.
+        if signal == NixSignal::SIGKILL && !proc.wait_reaped(KILL_REAP_WAIT).await {
+            tracing::warn!(
+                pid = proc.pid,
+                "SIGKILLed process not reaped within {KILL_REAP_WAIT:?}"
+            );
+        }
         Response::ok(SendSignalResponse::default())
     }
 
@@ -268,11 +296,18 @@ async fn write_input(
         Some(process_input::Input::Stdin(bytes)) => {
             proc.write_stdin(bytes).await.map_err(proc_error)
         }
-        Some(process_input::Input::Pty(_)) => Err(ConnectError::unimplemented(
-            "PTY input: warren envd does not support PTYs yet",
-        )),
+        Some(process_input::Input::Pty(bytes)) => proc.write_pty(bytes).await.map_err(proc_error),
         None => Err(ConnectError::invalid_argument(
-            "input (stdin bytes) is required",
+            "input (stdin or pty bytes) is required",
         )),
     }
+}
+
+/// The terminal size a request names (`pty.size` is required).
+fn pty_size(pty: &warren_envd_proto::process::PTY) -> Result<pty::Size, ConnectError> {
+    let size = pty
+        .size
+        .as_option()
+        .ok_or_else(|| ConnectError::invalid_argument("pty.size (cols and rows) is required"))?;
+    pty::Size::new(size.cols, size.rows).map_err(ConnectError::invalid_argument)
 }

@@ -16,6 +16,8 @@ pub enum Pipe {
     Stdout,
     /// The process's stderr.
     Stderr,
+    /// The terminal of a PTY process (its only output).
+    Pty,
 }
 
 /// One read from a pipe, at its absolute offset.

@@ -121,6 +121,7 @@ fn data(chunk: Chunk) -> DataEvent {
         output: Some(match chunk.pipe {
             Pipe::Stdout => data_event::Output::Stdout(bytes),
             Pipe::Stderr => data_event::Output::Stderr(bytes),
+            Pipe::Pty => data_event::Output::Pty(bytes),
         }),
         ..Default::default()
     }

@@ -22,7 +22,7 @@ use warren_core::body::Body;
 use warren_core::headers::IDEMPOTENCY_KEY;
 use warren_proto::scheduler::v1::{
     Binding, BindingState, EventType, PlaceRequest, Placement, RecordAssignmentRequest,
-    ReportSandboxEventRequest, SandboxEvent,
+    ReportNodeUnreachableRequest, ReportSandboxEventRequest, SandboxEvent,
 };
 
 /// Longest `Idempotency-Key` accepted.
@@ -61,45 +61,71 @@ pub(super) async fn create(
     // Without a client key the gateway makes one up, so that its own retry
     // of Place on another scheduler replica cannot place twice.
     let key = idempotency_key(headers)?.unwrap_or_else(|| warren_core::id::random_token(32));
-    let placement = place(
-        app,
-        PlaceRequest {
-            template_id: new.template_id.clone(),
-            resources: defaults
-                .as_ref()
-                .map(|d| warren_proto::scheduler::v1::Resources {
-                    cpu_count: d.cpu_count,
-                    memory_mb: u32::try_from(d.memory_mb).unwrap_or(u32::MAX),
-                }),
-            team_id: team.0.clone(),
-            timeout_secs: new.timeout_secs,
-            metadata: new.metadata.clone(),
-            idempotency_key: key,
-            env_vars: new.env_vars.clone(),
-            require_node_id: String::new(),
-        },
-    )
-    .await?;
-    let binding = placement.binding.clone().unwrap_or_default();
-    if earlier(&placement)? {
-        // A retry of a create that already finished: the same sandbox again.
-        let envd_version = app.envd_version(&placement.endpoint).await;
-        let json = sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
-        return reply(StatusCode::CREATED, &json);
-    }
-    let child = CreateSandbox {
-        sandbox_id: placement.sandbox_id.clone(),
-        generation: placement.generation,
+    let request = PlaceRequest {
         template_id: new.template_id.clone(),
-        env_vars: new.env_vars.into_iter().collect(),
-        metadata: new.metadata.into_iter().collect(),
-        access_token: non_empty(&binding.access_token),
-        timeout_secs: Some(new.timeout_secs),
-        network: new.network.clone(),
+        resources: defaults
+            .as_ref()
+            .map(|d| warren_proto::scheduler::v1::Resources {
+                cpu_count: d.cpu_count,
+                memory_mb: u32::try_from(d.memory_mb).unwrap_or(u32::MAX),
+            }),
+        team_id: team.0.clone(),
+        timeout_secs: new.timeout_secs,
+        metadata: new.metadata.clone(),
+        idempotency_key: key,
+        env_vars: new.env_vars.clone(),
+        require_node_id: String::new(),
+        fork_of: String::new(),
     };
+    // A template with a start command: the node answers once it is ready.
     let extra = defaults.as_ref().map_or(Duration::ZERO, ready_time);
-    let created = app.nodes.create(&placement.endpoint, &child, extra).await;
-    let info = finish(app, &placement, created).await?;
+    // A node that cannot be reached (the connection is refused, or drops
+    // before any answer, as when the node is killed) is reported to the
+    // scheduler, which places nothing more on it until it heartbeats again,
+    // and the create is placed once more, on another node. The first
+    // placement is removed first (a fenced DELETE): were the node alive
+    // after all, its roster would list a sandbox the scheduler no longer
+    // assigns to it, and the node would be told to kill it.
+    let mut attempts = 0;
+    let (placement, binding, info) = loop {
+        attempts += 1;
+        let placement = place(app, request.clone()).await?;
+        let binding = placement.binding.clone().unwrap_or_default();
+        if earlier(&placement)? {
+            // A retry of a create that already finished: the same sandbox again.
+            let envd_version = app.envd_version(&placement.endpoint).await;
+            let json = sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
+            return reply(StatusCode::CREATED, &json);
+        }
+        let child = CreateSandbox {
+            sandbox_id: placement.sandbox_id.clone(),
+            generation: placement.generation,
+            template_id: new.template_id.clone(),
+            env_vars: new.env_vars.clone().into_iter().collect(),
+            metadata: new.metadata.clone().into_iter().collect(),
+            access_token: non_empty(&binding.access_token),
+            timeout_secs: Some(new.timeout_secs),
+            network: new.network.clone(),
+        };
+        let created = app.nodes.create(&placement.endpoint, &child, extra).await;
+        match created {
+            Err(e @ NodeError::Unreachable { .. }) if attempts == 1 => {
+                tracing::warn!(sandbox = %placement.sandbox_id, node = %placement.node_id, error = %e,
+                    "cannot reach the node; placing the create on another node");
+                report_unreachable(app, &placement.node_id, &e).await;
+                if e.is_connect() {
+                    // Nothing was sent, so nothing is on the node.
+                    forget(app, &placement).await;
+                } else {
+                    abandon(app, &placement).await;
+                }
+            }
+            created => {
+                let info = finish(app, &placement, created).await?;
+                break (placement, binding, info);
+            }
+        }
+    };
     let json = sandbox_json(
         app,
         &placement,
@@ -108,6 +134,24 @@ pub(super) async fn create(
         info.envd_version,
     );
     reply(StatusCode::CREATED, &json)
+}
+
+/// Tells the scheduler this gateway cannot connect to `node_id`.
+async fn report_unreachable(app: &App, node_id: &str, e: &NodeError) {
+    let reason = e.to_string();
+    let reported = app
+        .scheduler
+        .call("ReportNodeUnreachable", |mut c| {
+            let req = ReportNodeUnreachableRequest {
+                node_id: node_id.to_string(),
+                reason: reason.clone(),
+            };
+            async move { c.report_node_unreachable(req).await }
+        })
+        .await;
+    if let Err(status) = reported {
+        tracing::warn!(node = node_id, code = ?status.code(), "cannot report the node unreachable");
+    }
 }
 
 /// `POST /sandboxes/{id}/fork`: `count` children on the parent's node.
@@ -173,8 +217,11 @@ async fn fork_one(
             timeout_secs,
             metadata: parent.metadata.clone(),
             idempotency_key: key,
-            env_vars: parent.env_vars.clone(),
+            // The scheduler copies the parent's environment (reads never
+            // carry it) and returns it in the placement.
+            env_vars: Default::default(),
             require_node_id: parent.node_id.clone(),
+            fork_of: parent.sandbox_id.clone(),
         },
     )
     .await?;
@@ -193,7 +240,7 @@ async fn fork_one(
         sandbox_id: placement.sandbox_id.clone(),
         generation: placement.generation,
         template_id: parent.template_id.clone(),
-        env_vars: parent.env_vars.clone().into_iter().collect(),
+        env_vars: binding.env_vars.clone().into_iter().collect(),
         metadata: parent.metadata.clone().into_iter().collect(),
         access_token: non_empty(&binding.access_token),
         timeout_secs: Some(timeout_secs),
@@ -341,6 +388,12 @@ async fn abandon(app: &App, placement: &Placement) {
     {
         tracing::debug!(sandbox = id, error = %e, "cleanup delete on the node failed");
     }
+    forget(app, placement).await;
+}
+
+/// Removes the placement's binding (a fenced DELETE), best effort.
+async fn forget(app: &App, placement: &Placement) {
+    let id = placement.sandbox_id.as_str();
     let reported = app
         .scheduler
         .call("ReportSandboxEvent", |mut c| async move {

@@ -23,10 +23,10 @@ use crate::state::App;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use warren_core::body::{json, status as no_content, Body};
 use warren_core::id::validate_sandbox_id;
-use warren_proto::scheduler::v1::{Binding, GetSandboxRequest};
+use warren_core::server::Incoming;
+use warren_proto::scheduler::v1::{Binding, GetAccessTokenRequest, GetSandboxRequest};
 
 /// One control-plane endpoint, with the sandbox id from its path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,6 +217,24 @@ async fn owned(app: &App, team: &Team, id: &str) -> Result<Binding, ApiError> {
         return Err(ApiError::sandbox_not_found(id));
     }
     Ok(binding)
+}
+
+/// The envd access token of `team`'s sandbox `id` (empty when it has none).
+/// Bindings read from the scheduler never carry it; this is the one call
+/// that does, for the sandbox's own team.
+async fn access_token(app: &App, team: &Team, id: &str) -> Result<String, ApiError> {
+    let token = app
+        .scheduler
+        .call("GetAccessToken", |mut c| async move {
+            c.get_access_token(GetAccessTokenRequest {
+                sandbox_id: id.to_string(),
+                team_id: team.0.clone(),
+            })
+            .await
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+    Ok(token.access_token)
 }
 
 /// `status` with `value` as JSON (re-exported for the handlers).

@@ -1,7 +1,7 @@
 //! Reading and changing existing sandboxes: get, list (v1 and v2), kill,
 //! timeout and connect.
 
-use super::{owned, reply};
+use super::{access_token, owned, reply};
 use crate::auth::Team;
 use crate::error::ApiError;
 use crate::models::{parse_metadata_filter, Sandbox, SandboxDetail, Timeout};
@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use warren_core::body::{status as no_content, Body};
 use warren_core::time::{now_ms, rfc3339_ms};
 use warren_proto::scheduler::v1::{
-    Binding, BindingState, EventType, ListSandboxesRequest, ReportSandboxEventRequest,
+    Binding, BindingState, EventType, ListOrder, ListSandboxesRequest, ReportSandboxEventRequest,
     SandboxEvent, SetTimeoutRequest,
 };
 
@@ -64,7 +64,8 @@ fn detail(app: &App, b: &Binding, envd_version: String, full: bool) -> SandboxDe
 
 /// `GET /sandboxes/{id}`.
 pub(super) async fn get(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {
-    let b = owned(app, team, id).await?;
+    let mut b = owned(app, team, id).await?;
+    b.access_token = access_token(app, team, id).await?;
     let envd_version = app.envd_version(&b.endpoint).await;
     reply(StatusCode::OK, &detail(app, &b, envd_version, true))
 }
@@ -83,6 +84,19 @@ struct LocalFilter {
 }
 
 impl LocalFilter {
+    /// Takes `key=value` when it is one of these filters (`Ok(true)`); a
+    /// value that is not usable is a 400 naming the parameter, never a
+    /// filter silently dropped.
+    fn take(&mut self, key: &str, value: &str) -> Result<bool, ApiError> {
+        match key {
+            "template" if !value.is_empty() => self.template = Some(value.to_string()),
+            "template" => {}
+            "startedAfter" => self.started_after_ms = Some(parse_started_after(value)?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     fn keeps(&self, b: &Binding) -> bool {
         self.template.as_ref().is_none_or(|t| &b.template_id == t)
             && self.started_after_ms.is_none_or(|t| b.started_at_ms >= t)
@@ -136,9 +150,14 @@ pub(super) async fn list_v1(
     query: &str,
 ) -> Result<Response<Body>, ApiError> {
     let mut metadata = HashMap::new();
+    // Not in E2B's v1, but the same filters as v2 when given: a client that
+    // sends them means them.
+    let mut local = LocalFilter::default();
     for (k, v) in query_pairs(query) {
         if k == "metadata" {
             metadata = parse_metadata_filter(&v);
+        } else {
+            local.take(&k, &v)?;
         }
     }
     let mut all = Vec::new();
@@ -153,10 +172,11 @@ pub(super) async fn list_v1(
                 page_size: 1000,
                 page_token: token,
                 node_id: String::new(),
+                order: ListOrder::StartedDesc as i32,
             },
         )
         .await?;
-        all.extend(page);
+        all.extend(page.into_iter().filter(|b| local.keeps(b)));
         if next.is_empty() {
             break;
         }
@@ -177,6 +197,8 @@ pub(super) async fn list_v2(
     let mut limit = MAX_PAGE;
     let mut token = String::new();
     let mut local = LocalFilter::default();
+    // E2B's default: newest first.
+    let mut order = ListOrder::StartedDesc;
     for (k, v) in query_pairs(query) {
         match k.as_str() {
             "metadata" => metadata = parse_metadata_filter(&v),
@@ -202,16 +224,16 @@ pub(super) async fn list_v2(
                     .ok_or_else(|| bad(format!("limit must be between 1 and {MAX_PAGE}")))?;
             }
             "nextToken" => token = v,
-            "template" if !v.is_empty() => local.template = Some(v),
-            "startedAfter" if !v.is_empty() => {
-                local.started_after_ms = Some(parse_rfc3339_ms(&v).ok_or_else(|| {
-                    bad(format!("startedAfter {v:?} is not an RFC 3339 timestamp"))
-                })?);
+            "order" => {
+                order = match v.as_str() {
+                    "desc" => ListOrder::StartedDesc,
+                    "asc" => ListOrder::StartedAsc,
+                    _ => return Err(bad(format!("order {v:?} must be asc or desc"))),
+                }
             }
-            "order" if !matches!(v.as_str(), "asc" | "desc") => {
-                return Err(bad(format!("order {v:?} must be asc or desc")));
+            other => {
+                local.take(other, &v)?;
             }
-            _ => {}
         }
     }
     let (page, next) = list_page(
@@ -223,6 +245,7 @@ pub(super) async fn list_v2(
             page_size: limit,
             page_token: token,
             node_id: String::new(),
+            order: order as i32,
         },
     )
     .await?;
@@ -338,9 +361,22 @@ pub(super) async fn set_timeout(
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     let t = Timeout::parse(body, true)?;
-    owned(app, team, id).await?;
+    let before = owned(app, team, id).await?;
     let secs = t.timeout_secs.unwrap_or(0) as i64;
-    set_end(app, id, now_ms() + secs * 1000).await?;
+    let after = set_end(app, id, now_ms() + secs * 1000).await?;
+    if after.end_at_ms < before.end_at_ms {
+        // The node kills at the end its scheduler names, and hears of a
+        // new end at its next heartbeat; a shortened one may come sooner,
+        // so it is asked to heartbeat now (best effort: the heartbeat
+        // after that, or the sweep, enforces it anyway).
+        let (nodes, endpoint) = (app.nodes.clone(), after.endpoint.clone());
+        let sandbox = id.to_string();
+        tokio::spawn(async move {
+            if let Err(e) = nodes.heartbeat_now(&endpoint).await {
+                tracing::debug!(sandbox, error = %e, "asking the node to heartbeat failed");
+            }
+        });
+    }
     Ok(no_content(StatusCode::NO_CONTENT))
 }
 
@@ -374,13 +410,14 @@ pub(super) async fn connect(
             b = set_end(app, id, wanted).await?;
         }
     }
+    let token = access_token(app, team, id).await?;
     let envd_version = app.envd_version(&b.endpoint).await;
     let json = Sandbox {
         template_id: b.template_id.clone(),
         sandbox_id: b.sandbox_id.clone(),
         client_id: b.node_id.clone(),
         envd_version,
-        envd_access_token: (!b.access_token.is_empty()).then(|| b.access_token.clone()),
+        envd_access_token: (!token.is_empty()).then_some(token),
         domain: app.settings.domain.clone(),
     };
     let mut r = warren_core::body::json(StatusCode::OK, &json);
@@ -389,43 +426,21 @@ pub(super) async fn connect(
     Ok(r)
 }
 
-/// Parses `2024-01-02T03:04:05(.fff)?(Z|±hh:mm)` into Unix milliseconds.
-fn parse_rfc3339_ms(s: &str) -> Option<i64> {
-    let s = s.trim();
-    let (date, rest) = s.split_once(['T', 't', ' '])?;
-    let mut d = date.split('-');
-    let (y, mo, da): (i64, i64, i64) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let tz_at = rest.find(['Z', 'z', '+', '-']).unwrap_or(rest.len());
-    let (time, tz) = rest.split_at(tz_at);
-    let mut t = time.split(':');
-    let h: i64 = t.next()?.parse().ok()?;
-    let mi: i64 = t.next()?.parse().ok()?;
-    let sec_f: f64 = t.next().unwrap_or("0").parse().ok()?;
-    let offset_min = match tz {
-        "" | "Z" | "z" => 0,
-        _ => {
-            let sign = if tz.starts_with('-') { -1 } else { 1 };
-            let (oh, om) = tz[1..].split_once(':').unwrap_or((&tz[1..], "0"));
-            sign * (oh.parse::<i64>().ok()? * 60 + om.parse::<i64>().ok()?)
-        }
-    };
-    if !(1..=12).contains(&mo) || !(1..=31).contains(&da) || h > 23 || mi > 59 {
-        return None;
-    }
-    // days_from_civil (Howard Hinnant).
-    let y2 = if mo <= 2 { y - 1 } else { y };
-    let era = y2.div_euclid(400);
-    let yoe = y2 - era * 400;
-    let mp = (mo + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + da - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + h * 3600 + mi * 60 - offset_min * 60;
-    Some(secs * 1000 + (sec_f * 1000.0).round() as i64)
+/// `startedAfter` (E2B: `format: date-time`, RFC 3339 with an offset) as
+/// Unix milliseconds; anything else is a 400 that names the parameter.
+fn parse_started_after(v: &str) -> Result<i64, ApiError> {
+    v.trim()
+        .parse::<jiff::Timestamp>()
+        .map(|t| t.as_millisecond())
+        .map_err(|e| {
+            ApiError::bad_request(
+                "invalid_query",
+                format!(
+                    "startedAfter {v:?} is not an RFC 3339 timestamp with an offset, \
+                     such as 2024-01-02T03:04:05Z ({e})"
+                ),
+            )
+        })
 }
 
 #[cfg(test)]
@@ -434,10 +449,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_round_trip() {
+    fn started_after_is_rfc3339_or_a_400() {
         let ms = 1_796_000_000_123;
-        assert_eq!(parse_rfc3339_ms(&rfc3339_ms(ms)), Some(ms));
-        assert_eq!(parse_rfc3339_ms("1970-01-01T01:00:00+01:00"), Some(0));
-        assert_eq!(parse_rfc3339_ms("yesterday"), None);
+        assert_eq!(parse_started_after(&rfc3339_ms(ms)).unwrap(), ms);
+        assert_eq!(parse_started_after("1970-01-01T01:00:00+01:00").unwrap(), 0);
+        // What Python's `datetime.isoformat()` sends (the e2b SDK).
+        assert_eq!(
+            parse_started_after("1970-01-01T00:00:01.500000+00:00").unwrap(),
+            1500
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "1700000000",
+            "2024-01-01",
+            "2024-01-01T00:00",
+            "2024-01-01T00:00:00",
+            "2024-02-31T00:00:00Z",
+            "2024-01-01T00:00:99Z",
+            "2024-01-01T00:00:NaNZ",
+            "2024-01-01T25:00:00Z",
+            "2024-01-01T00:00:00+99:00",
+        ] {
+            let e = parse_started_after(bad).expect_err(bad);
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad}");
+            assert!(e.message.contains("startedAfter"), "{bad}: {}", e.message);
+        }
     }
 }

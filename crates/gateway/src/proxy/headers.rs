@@ -1,5 +1,7 @@
 //! What a proxied request and its answer look like on the wire: hop-by-hop
-//! and spoofed `x-warren-*` headers out, warren's routing headers in.
+//! and spoofed `x-warren-*` headers out, the client's API key out (it is
+//! the team's secret for the control plane; nothing in a sandbox may see
+//! it), warren's routing headers in.
 //!
 //! [`Outgoing`] is the client's request rewritten once, without the parts
 //! that depend on the route (the node's address and the generation), so a
@@ -14,7 +16,7 @@ use http::{request, Method, Request, Version};
 use std::net::SocketAddr;
 use warren_core::body::Body;
 use warren_core::headers::{
-    E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, SANDBOX_ID, SANDBOX_PORT,
+    API_KEY, E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, SANDBOX_ID, SANDBOX_PORT,
 };
 
 /// Headers that describe one hop, never forwarded (RFC 9110 §7.6.1).
@@ -26,6 +28,7 @@ const H_E2B_SANDBOX_PORT: HeaderName = HeaderName::from_static(E2B_SANDBOX_PORT)
 const H_SANDBOX_ID: HeaderName = HeaderName::from_static(SANDBOX_ID);
 const H_SANDBOX_PORT: HeaderName = HeaderName::from_static(SANDBOX_PORT);
 const H_GENERATION: HeaderName = HeaderName::from_static(GENERATION);
+const H_API_KEY: HeaderName = HeaderName::from_static(API_KEY);
 
 /// The client's request, rewritten for a node but not yet for a route.
 #[derive(Debug, Clone)]
@@ -67,6 +70,11 @@ impl Outgoing {
         strip_internal(h);
         h.remove(H_E2B_SANDBOX_ID);
         h.remove(H_E2B_SANDBOX_PORT);
+        // A client that sends its API key on sandbox traffic (an SDK with
+        // the key in its default headers) must not hand it to the code in
+        // the sandbox: the data plane needs none, and that key creates and
+        // kills every sandbox of the team.
+        h.remove(H_API_KEY);
         if let Some(protocol) = upgrade {
             h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
             h.insert(header::UPGRADE, protocol);
@@ -89,9 +97,14 @@ impl Outgoing {
     }
 
     /// The request for the node `route` names.
-    pub(super) fn into_request(self, route: &Route, body: Body) -> Result<Request<Body>, ApiError> {
+    pub(super) fn into_request(
+        self,
+        scheme: &str,
+        route: &Route,
+        body: Body,
+    ) -> Result<Request<Body>, ApiError> {
         let uri = http::Uri::builder()
-            .scheme("http")
+            .scheme(scheme)
             .authority(route.endpoint.as_str())
             .path_and_query(self.path.as_str())
             .build()
@@ -156,6 +169,8 @@ mod tests {
             .header("host", "49983-abc.localhost")
             .header("x-warren-generation", "999")
             .header("e2b-sandbox-id", "abc")
+            .header("x-api-key", "e2b_0123456789abcdef0123456789abcdef01234567")
+            .header("x-access-token", "envd-token")
             .body(())
             .unwrap();
         let target = Target {
@@ -178,7 +193,7 @@ mod tests {
             team_id: "t".into(),
         };
         let sent = out
-            .into_request(&route, warren_core::body::empty())
+            .into_request("http", &route, warren_core::body::empty())
             .unwrap();
         assert_eq!(sent.uri(), "http://127.0.0.1:9/files?path=/a");
         assert_eq!(sent.method(), Method::POST);
@@ -189,5 +204,10 @@ mod tests {
         assert_eq!(h["host"], "49983-abc.localhost");
         assert_eq!(h["x-forwarded-for"], "10.0.0.1");
         assert!(h.get("e2b-sandbox-id").is_none());
+        assert!(
+            h.get("x-api-key").is_none(),
+            "the API key never leaves the gateway"
+        );
+        assert_eq!(h["x-access-token"], "envd-token");
     }
 }

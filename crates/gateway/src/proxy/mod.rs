@@ -19,15 +19,18 @@
 //!
 //! | lookup says | answer |
 //! |---|---|
-//! | not found | 404 `sandbox_not_found` |
+//! | not found | 502 `sandbox_not_found`, "The sandbox was not found" (E2B's answer for a killed or expired sandbox) |
 //! | node down (lease lost) | 502 `node_down` |
 //! | scheduler unreachable | 503 `routing_unavailable` |
 //! | same node and generation, after a failed connection | 502 `upstream_unreachable` |
-//! | same node and generation, after the marker | 404, or 503 `sandbox_not_ready` while CREATING |
+//! | same node and generation, after the marker | 502 `sandbox_not_found` (gone there; EXPIRING ends this way), or 503 `sandbox_not_ready` while CREATING |
 //! | moved (node, address or generation) | retry once if replay-safe; else 503 `sandbox_moved` + `Retry-After` |
 //!
 //! A `404` without the marker is the sandbox's own answer: passed through,
-//! never retried.
+//! never retried. A sandbox the scheduler does not know is "not found" on
+//! the data plane too (before any node is asked): every such answer is
+//! E2B's `502`, so the SDKs see a gone sandbox the same way whichever
+//! step noticed.
 
 mod headers;
 mod replay;
@@ -39,30 +42,44 @@ use crate::state::App;
 use crate::target::Target;
 use headers::Outgoing;
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
+use http_body_util::BodyExt;
 use hyper::upgrade::OnUpgrade;
 use replay::Prepared;
 use std::net::SocketAddr;
 use warren_core::body::{boxed, full, Body};
+use warren_core::server::Incoming;
 use warren_proto::scheduler::v1::BindingState;
 
 /// Proxies one data-plane request; every failure is a JSON error.
 pub async fn handle(
     app: &App,
     target: Target,
-    peer: SocketAddr,
+    peer: &crate::server::Peer,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    match forward(app, &target, peer, req).await {
+    // An HTTP/1.x response cut off upstream ends its connection with a
+    // reset (see `crate::server`); HTTP/2 resets just the stream itself.
+    let abort = (req.version() <= http::Version::HTTP_11).then(|| peer.abort.clone());
+    let resp = match forward(app, &target, peer.addr, req).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => return e.on_data_plane(&target.sandbox_id).into_response(),
+    };
+    match abort {
+        Some(abort) => resp.map(|body| {
+            body.map_err(move |e| {
+                abort.set();
+                e
+            })
+            .boxed_unsync()
+        }),
+        None => resp,
     }
 }
 
 /// How a node took one attempt.
 enum Attempt {
     /// An HTTP answer that is the sandbox's (or the node's, about the sandbox).
-    Answered(Response<Incoming>),
+    Answered(Response<hyper::body::Incoming>),
     /// The route was wrong.
     Stale(Signal),
 }
@@ -99,7 +116,13 @@ async fn forward(
         Prepared::Replayable(bytes) => (full(bytes.clone()), Some((outgoing.clone(), bytes))),
         Prepared::Streaming(body) => (boxed(body), None),
     };
-    let signal = match send(app, outgoing.into_request(&route, body)?, &route).await? {
+    let signal = match send(
+        app,
+        outgoing.into_request(app.node_scheme, &route, body)?,
+        &route,
+    )
+    .await?
+    {
         Attempt::Answered(resp) => return finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => signal,
     };
@@ -125,9 +148,10 @@ async fn forward(
                 ApiError::sandbox_not_ready(id)
             }
             // The scheduler still names a node that says it does not host
-            // the sandbox: it is gone there, and the node's next heartbeat
-            // removes the binding.
-            Signal::NotHosted => ApiError::sandbox_not_found(id),
+            // the sandbox: it is gone there (killed, or expired and killed),
+            // and the node's DELETE report or next heartbeat removes the
+            // binding.
+            Signal::NotHosted => ApiError::sandbox_gone(id),
         });
     }
     app.metrics.refetched(RefetchOutcome::Moved);
@@ -138,7 +162,13 @@ async fn forward(
         return Err(ApiError::sandbox_moved(id));
     };
     app.metrics.cache_retries.inc();
-    match send(app, outgoing.into_request(&fresh, full(bytes))?, &fresh).await? {
+    match send(
+        app,
+        outgoing.into_request(app.node_scheme, &fresh, full(bytes))?,
+        &fresh,
+    )
+    .await?
+    {
         Attempt::Answered(resp) => finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => {
             // Wrong twice in a row: no second retry ("Retry only what is safe").
@@ -189,7 +219,7 @@ fn client_body_failed(e: &hyper_util::client::legacy::Error) -> bool {
 
 /// The node's answer as the client gets it; a `101` splices both sides.
 fn finish(
-    mut resp: Response<Incoming>,
+    mut resp: Response<hyper::body::Incoming>,
     client_upgrade: Option<OnUpgrade>,
     id: &str,
 ) -> Result<Response<Body>, ApiError> {

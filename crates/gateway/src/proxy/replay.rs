@@ -16,8 +16,8 @@ use http::header::{self, HeaderMap};
 use http::{request, Method, StatusCode};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use warren_core::headers::IDEMPOTENCY_KEY;
+use warren_core::server::Incoming;
 
 /// A request body, ready to send.
 pub(super) enum Prepared {

@@ -75,6 +75,13 @@ impl IdRanges {
         })
     }
 
+    /// Every host id any range can hand out: (first, last).
+    pub fn span(&self) -> (u32, u32) {
+        let end = u64::from(self.base) + u64::from(self.slots) * u64::from(IDS_PER_SANDBOX) - 1;
+        // `new` checked that the ranges end below 2^32 - 2.
+        (self.base, u32::try_from(end).unwrap_or(u32::MAX - 2))
+    }
+
     /// Whether range `slot` is free now (nobody holds its lock).
     pub fn is_free(&self, slot: u32) -> bool {
         let path = self.lock_dir.join(format!("{slot}.lock"));
@@ -132,6 +139,11 @@ mod tests {
         assert_ne!(a.base, b.base);
         assert_eq!(a.base % IDS_PER_SANDBOX, 3_000_000_000 % IDS_PER_SANDBOX);
         let slot = a.slot;
+        assert_eq!(
+            ids.span(),
+            (3_000_000_000, 3_000_000_000 + 4 * IDS_PER_SANDBOX - 1)
+        );
+        assert!(a.base >= ids.span().0 && b.base + IDS_PER_SANDBOX - 1 <= ids.span().1);
         drop(a);
         assert_eq!(ids.take(Some(slot)).expect("again").slot, slot);
     }

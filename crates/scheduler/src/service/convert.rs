@@ -25,7 +25,18 @@ pub(crate) fn state_from_pb(v: i32) -> Option<State> {
     }
 }
 
+/// A binding as reads return it: without its secrets (the access token and
+/// environment), which only the placement for the node's create carries.
 pub(crate) fn binding(b: &BindingRow) -> pb::Binding {
+    pb::Binding {
+        access_token: String::new(),
+        env_vars: Default::default(),
+        ..binding_with_secrets(b)
+    }
+}
+
+/// A binding with its secrets, for `Place`/`Reassign` answers only.
+fn binding_with_secrets(b: &BindingRow) -> pb::Binding {
     pb::Binding {
         sandbox_id: b.sandbox_id.clone(),
         node_id: b.node_id.clone(),
@@ -63,7 +74,7 @@ pub(crate) fn placement(b: &BindingRow, existing: bool) -> pb::Placement {
         generation: b.generation,
         state: state(b.state) as i32,
         existing,
-        binding: Some(binding(b)),
+        binding: Some(binding_with_secrets(b)),
     }
 }
 
@@ -92,6 +103,7 @@ pub(crate) fn node(n: &NodeRow) -> pb::Node {
         sandboxes: n.sandboxes,
         lease_expires_at_ms: n.lease_expires_at_ms,
         registered_at_ms: n.registered_at_ms,
+        unreachable_since_ms: n.unreachable_since_ms.unwrap_or(0),
     }
 }
 

@@ -27,6 +27,28 @@ pub struct ServiceSettings {
     pub nodes: NodeTiming,
     /// Advertised heartbeat interval.
     pub heartbeat_interval: Duration,
+    /// Callers are authenticated by their certificates (mutual TLS). When
+    /// false (`--insecure-internal`) every caller may call everything.
+    pub secure: bool,
+}
+
+/// Who may call an RPC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Allowed {
+    /// Nodes (about themselves only) and gateways.
+    NodesAndGateways,
+    /// Nodes only, each as the node its certificate names.
+    Nodes,
+    Gateways,
+}
+
+/// The caller, as its certificate names it.
+#[derive(Debug)]
+enum Caller {
+    /// `--insecure-internal`: unknown, allowed everything.
+    Anyone,
+    Node(String),
+    Gateway,
 }
 
 /// `warren.scheduler.v1.Scheduler` over the [`SqlStore`].
@@ -35,6 +57,7 @@ pub struct SchedulerService {
     /// Fans the change log out to `WatchBindings` streams.
     hub: Hub,
     settings: ServiceSettings,
+    quotas: crate::config::Quotas,
     metrics: Metrics,
     /// Flips to true at shutdown; open watch streams end on it.
     shutdown: watch::Receiver<bool>,
@@ -45,6 +68,7 @@ impl SchedulerService {
         store: Arc<SqlStore>,
         hub: Hub,
         settings: ServiceSettings,
+        quotas: crate::config::Quotas,
         metrics: Metrics,
         shutdown: watch::Receiver<bool>,
     ) -> Self {
@@ -52,6 +76,7 @@ impl SchedulerService {
             store,
             hub,
             settings,
+            quotas,
             metrics,
             shutdown,
         }
@@ -70,6 +95,46 @@ impl SchedulerService {
             .map_or_else(Status::code, |_| tonic::Code::Ok);
         self.metrics.rpc(rpc, code, start.elapsed());
         result.map(Response::new)
+    }
+
+    /// Who is calling `rpc`, refused (and logged) when their certificate's
+    /// role may not call it.
+    fn caller<T>(&self, rpc: &'static str, req: &Request<T>, allowed: Allowed) -> Result<Caller> {
+        if !self.settings.secure {
+            return Ok(Caller::Anyone);
+        }
+        let peer = req.extensions().get::<warren_trust::Peer>();
+        let Some(identity) = peer.and_then(|p| p.identity.as_ref()) else {
+            return Err(Error::PermissionDenied(format!(
+                "{rpc} needs a client certificate"
+            )));
+        };
+        let caller = match identity.role {
+            warren_trust::Role::Node => Caller::Node(identity.name.clone()),
+            warren_trust::Role::Gateway => Caller::Gateway,
+            warren_trust::Role::Scheduler => {
+                return Err(refuse(
+                    rpc,
+                    peer,
+                    identity,
+                    "schedulers call no scheduler RPCs",
+                ))
+            }
+        };
+        let ok = matches!(
+            (allowed, &caller),
+            (Allowed::NodesAndGateways, _)
+                | (Allowed::Nodes, Caller::Node(_))
+                | (Allowed::Gateways, Caller::Gateway)
+        );
+        if !ok {
+            let why = match allowed {
+                Allowed::Nodes => "only nodes may call it",
+                _ => "only gateways may call it",
+            };
+            return Err(refuse(rpc, peer, identity, why));
+        }
+        Ok(caller)
     }
 
     fn lease_ms(&self) -> u64 {
@@ -110,6 +175,9 @@ impl SchedulerService {
             lease_ms: self.lease_ms(),
             orphans: convert::refs(out.orphans),
             expired: convert::refs(out.expired),
+            next_end_in_ms: out.next_end_in.map_or(0, |d| {
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+            }),
         })
     }
 
@@ -138,6 +206,19 @@ impl SchedulerService {
             env_vars: validate::env_vars(&r.env_vars)?,
             idempotency_key: validate::idempotency_key(&r.idempotency_key)?,
             require_node_id,
+            fork_of: match r.fork_of.as_str() {
+                "" => None,
+                id => {
+                    validate::sandbox_id(id)?;
+                    if !r.env_vars.is_empty() {
+                        return Err(Error::invalid(
+                            "a fork takes its parent's env_vars; env_vars must be empty",
+                        ));
+                    }
+                    Some(id.to_string())
+                }
+            },
+            quota: self.quotas.of(&r.team_id),
             team_id: r.team_id,
         };
         let placed = self.store.place(spec).await?;
@@ -250,22 +331,53 @@ impl SchedulerService {
         if !r.node_id.is_empty() {
             validate::node_id(&r.node_id)?;
         }
+        let order = validate::list_order(r.order)?;
         let filter = ListFilter {
             team_id: Some(r.team_id).filter(|t| !t.is_empty()),
             node_id: Some(r.node_id).filter(|n| !n.is_empty()),
             states: validate::states(&r.states)?,
             metadata: validate::metadata(&r.metadata)?,
-            after: validate::page_token(&r.page_token)?,
+            after: validate::page_token(&r.page_token, order)?,
             limit: validate::page_size(r.page_size),
+            order,
         };
         let (rows, next) = self.store.list(&filter).await?;
         Ok(pb::ListSandboxesResponse {
             sandboxes: rows.iter().map(convert::binding).collect(),
             next_page_token: next
-                .as_deref()
-                .map(validate::make_page_token)
+                .as_ref()
+                .map(|c| validate::make_page_token(c, order))
                 .unwrap_or_default(),
         })
+    }
+
+    async fn get_access_token(&self, r: pb::GetAccessTokenRequest) -> Result<pb::AccessToken> {
+        validate::sandbox_id(&r.sandbox_id)?;
+        validate::label("team_id", &r.team_id)?;
+        let b = self.get_binding(&r.sandbox_id).await?;
+        if b.team_id != r.team_id {
+            return Err(Error::NotFound(format!(
+                "sandbox {} not found",
+                r.sandbox_id
+            )));
+        }
+        Ok(pb::AccessToken {
+            access_token: b.access_token,
+        })
+    }
+
+    async fn report_node_unreachable(
+        &self,
+        r: pb::ReportNodeUnreachableRequest,
+    ) -> Result<pb::ReportNodeUnreachableResponse> {
+        validate::node_id(&r.node_id)?;
+        let applied = self.store.mark_unreachable(&r.node_id).await?;
+        if applied {
+            let reason: String = r.reason.chars().take(200).collect();
+            tracing::warn!(node = %r.node_id, %reason,
+                "a gateway cannot reach the node; placing nothing on it until it heartbeats");
+        }
+        Ok(pb::ReportNodeUnreachableResponse { applied })
     }
 
     async fn list_nodes(&self) -> Result<pb::ListNodesResponse> {
@@ -288,99 +400,164 @@ impl SchedulerService {
     }
 }
 
+fn refuse(
+    rpc: &'static str,
+    peer: Option<&warren_trust::Peer>,
+    identity: &warren_trust::Identity,
+    why: &str,
+) -> Error {
+    let addr = peer.map(|p| p.addr.to_string()).unwrap_or_default();
+    tracing::warn!(rpc, caller = %identity, peer = %addr, "refused: {why}");
+    Error::PermissionDenied(format!("{identity} may not call {rpc}: {why}"))
+}
+
+/// A node's certificate must name the node it speaks for.
+fn speaks_for(rpc: &'static str, caller: &Caller, node_id: &str) -> Result<()> {
+    match caller {
+        Caller::Node(own) if own != node_id => {
+            tracing::warn!(rpc, caller = %own, claimed = %node_id,
+                "refused: a node spoke for another node");
+            Err(Error::PermissionDenied(format!(
+                "node {own:?} may not call {rpc} as node {node_id:?}: its certificate names {own:?}"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Every RPC: who may call it, then its body under [`SchedulerService::observe`].
+macro_rules! rpc {
+    ($self:ident, $req:ident, $name:literal, $allowed:ident, |$r:ident, $caller:ident| $body:expr) => {{
+        let caller = $self.caller($name, &$req, Allowed::$allowed);
+        let $r = $req.into_inner();
+        $self
+            .observe($name, async {
+                #[allow(unused_variables)]
+                let $caller = caller?;
+                $body.await
+            })
+            .await
+    }};
+}
+
 #[tonic::async_trait]
 impl pb::scheduler_server::Scheduler for SchedulerService {
     async fn register_node(
         &self,
         req: Request<pb::RegisterNodeRequest>,
     ) -> Result<Response<pb::RegisterNodeResponse>, Status> {
-        self.observe("RegisterNode", self.register_node(req.into_inner()))
-            .await
+        rpc!(self, req, "RegisterNode", Nodes, |r, caller| async {
+            speaks_for("RegisterNode", &caller, &r.node_id)?;
+            self.register_node(r).await
+        })
     }
 
     async fn heartbeat(
         &self,
         req: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        self.observe("Heartbeat", self.heartbeat(req.into_inner()))
-            .await
+        rpc!(self, req, "Heartbeat", Nodes, |r, caller| async {
+            speaks_for("Heartbeat", &caller, &r.node_id)?;
+            self.heartbeat(r).await
+        })
     }
 
     async fn place(
         &self,
         req: Request<pb::PlaceRequest>,
     ) -> Result<Response<pb::Placement>, Status> {
-        self.observe("Place", self.place(req.into_inner())).await
+        rpc!(self, req, "Place", Gateways, |r, caller| self.place(r))
     }
 
     async fn reassign(
         &self,
         req: Request<pb::ReassignRequest>,
     ) -> Result<Response<pb::Placement>, Status> {
-        self.observe("Reassign", self.reassign(req.into_inner()))
-            .await
+        rpc!(self, req, "Reassign", Gateways, |r, caller| self
+            .reassign(r))
     }
 
     async fn record_assignment(
         &self,
         req: Request<pb::RecordAssignmentRequest>,
     ) -> Result<Response<pb::Binding>, Status> {
-        self.observe("RecordAssignment", self.record_assignment(req.into_inner()))
-            .await
+        rpc!(self, req, "RecordAssignment", Gateways, |r, caller| self
+            .record_assignment(r))
     }
 
     async fn lookup_node(
         &self,
         req: Request<pb::LookupNodeRequest>,
     ) -> Result<Response<pb::Route>, Status> {
-        self.observe("LookupNode", self.lookup_node(req.into_inner()))
-            .await
+        rpc!(self, req, "LookupNode", Gateways, |r, caller| self
+            .lookup_node(r))
     }
 
     async fn report_sandbox_event(
         &self,
         req: Request<pb::ReportSandboxEventRequest>,
     ) -> Result<Response<pb::ReportSandboxEventResponse>, Status> {
-        self.observe(
+        rpc!(
+            self,
+            req,
             "ReportSandboxEvent",
-            self.report_sandbox_event(req.into_inner()),
+            NodesAndGateways,
+            |r, caller| async {
+                speaks_for("ReportSandboxEvent", &caller, &r.node_id)?;
+                self.report_sandbox_event(r).await
+            }
         )
-        .await
+    }
+
+    async fn report_node_unreachable(
+        &self,
+        req: Request<pb::ReportNodeUnreachableRequest>,
+    ) -> Result<Response<pb::ReportNodeUnreachableResponse>, Status> {
+        rpc!(self, req, "ReportNodeUnreachable", Gateways, |r, caller| {
+            self.report_node_unreachable(r)
+        })
     }
 
     async fn list_sandboxes(
         &self,
         req: Request<pb::ListSandboxesRequest>,
     ) -> Result<Response<pb::ListSandboxesResponse>, Status> {
-        self.observe("ListSandboxes", self.list_sandboxes(req.into_inner()))
-            .await
+        rpc!(self, req, "ListSandboxes", Gateways, |r, caller| self
+            .list_sandboxes(r))
     }
 
     async fn get_sandbox(
         &self,
         req: Request<pb::GetSandboxRequest>,
     ) -> Result<Response<pb::Binding>, Status> {
-        let r = req.into_inner();
-        self.observe("GetSandbox", async {
+        rpc!(self, req, "GetSandbox", Gateways, |r, caller| async {
             validate::sandbox_id(&r.sandbox_id)?;
             Ok(convert::binding(&self.get_binding(&r.sandbox_id).await?))
         })
-        .await
+    }
+
+    async fn get_access_token(
+        &self,
+        req: Request<pb::GetAccessTokenRequest>,
+    ) -> Result<Response<pb::AccessToken>, Status> {
+        rpc!(self, req, "GetAccessToken", Gateways, |r, caller| self
+            .get_access_token(r))
     }
 
     async fn list_nodes(
         &self,
-        _req: Request<pb::ListNodesRequest>,
+        req: Request<pb::ListNodesRequest>,
     ) -> Result<Response<pb::ListNodesResponse>, Status> {
-        self.observe("ListNodes", self.list_nodes()).await
+        rpc!(self, req, "ListNodes", Gateways, |_r, caller| self
+            .list_nodes())
     }
 
     async fn set_timeout(
         &self,
         req: Request<pb::SetTimeoutRequest>,
     ) -> Result<Response<pb::Binding>, Status> {
-        self.observe("SetTimeout", self.set_timeout(req.into_inner()))
-            .await
+        rpc!(self, req, "SetTimeout", Gateways, |r, caller| self
+            .set_timeout(r))
     }
 
     type WatchBindingsStream =
@@ -390,15 +567,13 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         &self,
         req: Request<pb::WatchBindingsRequest>,
     ) -> Result<Response<Self::WatchBindingsStream>, Status> {
-        let from = req.into_inner().from_revision;
-        self.observe("WatchBindings", async {
+        rpc!(self, req, "WatchBindings", Gateways, |r, caller| async {
             Ok(self.hub.subscribe(
                 self.store.clone(),
-                from,
+                r.from_revision,
                 self.metrics.clone(),
                 self.shutdown.clone(),
             ))
         })
-        .await
     }
 }

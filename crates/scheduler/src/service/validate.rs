@@ -2,7 +2,7 @@
 //! input is rejected with a message naming the problem and nothing written.
 
 use crate::error::{Error, Result};
-use crate::store::{SandboxRef, State};
+use crate::store::{ListCursor, ListOrder, SandboxRef, State};
 use std::collections::{BTreeMap, HashMap};
 use warren_core::id::{validate_node_id, validate_sandbox_id};
 use warren_proto::scheduler::v1 as pb;
@@ -27,6 +27,7 @@ const MAX_METADATA_VALUE: usize = 4096;
 const MAX_ENV_PAIRS: usize = 512;
 const MAX_ENV_VALUE: usize = 128 * 1024;
 const PAGE_TOKEN_PREFIX: &str = "v1.";
+const TIME_PAGE_TOKEN_PREFIX: &str = "v2.";
 
 pub fn sandbox_id(id: &str) -> Result<()> {
     Ok(validate_sandbox_id(id)?)
@@ -195,20 +196,54 @@ pub fn page_size(n: u32) -> u32 {
     }
 }
 
-/// Page tokens are opaque to clients; inside, the last sandbox id listed.
-pub fn page_token(t: &str) -> Result<Option<String>> {
+pub fn list_order(v: i32) -> Result<ListOrder> {
+    match pb::ListOrder::try_from(v) {
+        Ok(pb::ListOrder::Unspecified) => Ok(ListOrder::ById),
+        Ok(pb::ListOrder::StartedDesc) => Ok(ListOrder::StartedDesc),
+        Ok(pb::ListOrder::StartedAsc) => Ok(ListOrder::StartedAsc),
+        Err(_) => Err(Error::invalid(format!("unknown list order {v}"))),
+    }
+}
+
+/// Page tokens are opaque to clients; inside, the last sandbox listed:
+/// `v1.<id>` by id, `v2.<started_at_ms>.<id>` by start time. A token only
+/// continues a listing in the order it came from.
+pub fn page_token(t: &str, order: ListOrder) -> Result<Option<ListCursor>> {
     if t.is_empty() {
         return Ok(None);
     }
-    let id = t
-        .strip_prefix(PAGE_TOKEN_PREFIX)
-        .filter(|id| validate_sandbox_id(id).is_ok())
-        .ok_or_else(|| Error::invalid("page_token is not one this scheduler issued"))?;
-    Ok(Some(id.to_string()))
+    let foreign = || Error::invalid("page_token is not one this scheduler issued for this order");
+    let cursor = match order {
+        ListOrder::ById => ListCursor {
+            sandbox_id: t
+                .strip_prefix(PAGE_TOKEN_PREFIX)
+                .ok_or_else(foreign)?
+                .to_string(),
+            started_at_ms: 0,
+        },
+        ListOrder::StartedDesc | ListOrder::StartedAsc => {
+            let (ms, id) = t
+                .strip_prefix(TIME_PAGE_TOKEN_PREFIX)
+                .and_then(|rest| rest.split_once('.'))
+                .ok_or_else(foreign)?;
+            ListCursor {
+                sandbox_id: id.to_string(),
+                started_at_ms: ms.parse().map_err(|_| foreign())?,
+            }
+        }
+    };
+    validate_sandbox_id(&cursor.sandbox_id).map_err(|_| foreign())?;
+    Ok(Some(cursor))
 }
 
-pub fn make_page_token(last_id: &str) -> String {
-    format!("{PAGE_TOKEN_PREFIX}{last_id}")
+pub fn make_page_token(last: &ListCursor, order: ListOrder) -> String {
+    match order {
+        ListOrder::ById => format!("{PAGE_TOKEN_PREFIX}{}", last.sandbox_id),
+        ListOrder::StartedDesc | ListOrder::StartedAsc => format!(
+            "{TIME_PAGE_TOKEN_PREFIX}{}.{}",
+            last.started_at_ms, last.sandbox_id
+        ),
+    }
 }
 
 pub fn event_type(v: i32) -> Result<crate::store::EventType> {
@@ -242,10 +277,27 @@ mod tests {
 
     #[test]
     fn page_tokens_round_trip() {
-        let t = make_page_token("abc123");
-        assert_eq!(page_token(&t).unwrap().as_deref(), Some("abc123"));
-        assert!(page_token("abc123").is_err());
-        assert!(page_token("v1.ABC").is_err());
-        assert_eq!(page_token("").unwrap(), None);
+        let last = ListCursor {
+            sandbox_id: "abc123".into(),
+            started_at_ms: 1_700_000_000_000,
+        };
+        let t = make_page_token(&last, ListOrder::ById);
+        assert_eq!(
+            page_token(&t, ListOrder::ById)
+                .unwrap()
+                .map(|c| c.sandbox_id)
+                .as_deref(),
+            Some("abc123")
+        );
+        assert!(page_token("abc123", ListOrder::ById).is_err());
+        assert!(page_token("v1.ABC", ListOrder::ById).is_err());
+        assert_eq!(page_token("", ListOrder::ById).unwrap(), None);
+        let t = make_page_token(&last, ListOrder::StartedDesc);
+        assert_eq!(page_token(&t, ListOrder::StartedDesc).unwrap(), Some(last));
+        assert!(
+            page_token(&t, ListOrder::ById).is_err(),
+            "a token continues only its own order"
+        );
+        assert!(page_token("v2.x.abc123", ListOrder::StartedAsc).is_err());
     }
 }

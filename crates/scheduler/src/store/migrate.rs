@@ -14,6 +14,10 @@ use sqlx::{AnyPool, Executor as _, Row};
 pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/0001_init.sql")),
     (2, include_str!("../../migrations/0002_missing_since.sql")),
+    (
+        3,
+        include_str!("../../migrations/0003_trust_and_quotas.sql"),
+    ),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

@@ -46,10 +46,16 @@ pub const UPSERT_NODE: &str = "INSERT INTO nodes \
          THEN nodes.registered_at_ms ELSE excluded.registered_at_ms END, \
        incarnation = excluded.incarnation, \
        lease_expires_at_ms = excluded.lease_expires_at_ms, state = 'up', \
-       roster = excluded.roster, roster_at_ms = excluded.roster_at_ms";
+       roster = excluded.roster, roster_at_ms = excluded.roster_at_ms, \
+       unreachable_since_ms = NULL";
 /// Fenced on the incarnation: a heartbeat from a replaced process renews nothing.
+/// A heartbeat also ends an "unreachable" report: the node is alive again.
 pub const RENEW_NODE: &str = "UPDATE nodes SET lease_expires_at_ms = $3, state = 'up', \
-     roster = $4, roster_at_ms = $5 WHERE node_id = $1 AND incarnation = $2";
+     roster = $4, roster_at_ms = $5, unreachable_since_ms = NULL \
+     WHERE node_id = $1 AND incarnation = $2";
+/// A gateway could not connect to the node; kept until its next heartbeat.
+pub const MARK_NODE_UNREACHABLE: &str = "UPDATE nodes SET unreachable_since_ms = $2 \
+     WHERE node_id = $1 AND unreachable_since_ms IS NULL";
 pub const NODE_BINDINGS: &str = "SELECT sandbox_id, generation, state, endpoint, missing_since_ms \
      FROM bindings WHERE node_id = $1";
 pub const NODE_FOR_PLACEMENT: &str =
@@ -62,14 +68,14 @@ pub const LEAST_LOADED_NODE: &str =
     "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, \
      COUNT(b.sandbox_id) \
      FROM nodes n LEFT JOIN bindings b ON b.node_id = n.node_id \
-     WHERE n.lease_expires_at_ms > $1 AND n.node_id <> $2 \
+     WHERE n.lease_expires_at_ms > $1 AND n.node_id <> $2 AND n.unreachable_since_ms IS NULL \
      GROUP BY n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms \
      HAVING COUNT(b.sandbox_id) < n.capacity \
      ORDER BY (COUNT(b.sandbox_id) * 1000000) / n.capacity, COUNT(b.sandbox_id), n.node_id \
      LIMIT 1";
 pub const LIST_NODES: &str = "SELECT n.node_id, n.endpoint, n.capacity, n.incarnation, \
      n.lease_expires_at_ms, n.registered_at_ms, \
-     (SELECT COUNT(*) FROM bindings b WHERE b.node_id = n.node_id) \
+     (SELECT COUNT(*) FROM bindings b WHERE b.node_id = n.node_id), n.unreachable_since_ms \
      FROM nodes n ORDER BY n.node_id";
 pub const NODE_ROSTER: &str = "SELECT roster, roster_at_ms FROM nodes WHERE node_id = $1";
 
@@ -93,11 +99,8 @@ pub const INSERT_BINDING: &str = concat!(
      ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
 );
 /// The list query before its optional filters; see `sqlstore/bindings.rs`.
-pub const LIST_BINDINGS_PREFIX: &str = concat!(
-    "SELECT ",
-    binding_columns!(),
-    " FROM bindings WHERE sandbox_id > $1"
-);
+pub const LIST_BINDINGS_PREFIX: &str =
+    concat!("SELECT ", binding_columns!(), " FROM bindings WHERE ");
 /// **fenced** Moves a binding to a new node and generation.
 pub const REASSIGN: &str = "UPDATE bindings SET node_id = $4, endpoint = $5, generation = $6, \
      state = 'creating', assigned_at_ms = $7, updated_at_ms = $7, missing_since_ms = NULL \
@@ -118,6 +121,16 @@ pub const DELETE_BINDING: &str =
 pub const SET_END_AT: &str = "UPDATE bindings SET end_at_ms = $4, state = $5, updated_at_ms = $6 \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
 
+// ---- team quotas ----
+
+/// A team's sandboxes that count against --quota-sandboxes (paused ones hold
+/// no node resources and do not).
+pub const TEAM_SANDBOXES: &str =
+    "SELECT COUNT(*) FROM bindings WHERE team_id = $1 AND state <> 'paused'";
+pub const TEAM_BUDGET: &str = "SELECT tokens, at_ms FROM team_create_budget WHERE team_id = $1";
+pub const UPSERT_TEAM_BUDGET: &str = "INSERT INTO team_create_budget (team_id, tokens, at_ms) \
+     VALUES ($1, $2, $3) ON CONFLICT (team_id) DO UPDATE SET tokens = excluded.tokens, at_ms = excluded.at_ms";
+
 // ---- sweeps ----
 
 pub const NODES_PAST_LEASE: &str =
@@ -129,6 +142,13 @@ pub const MARK_NODE_DOWN: &str = "UPDATE nodes SET state = 'down' \
 pub const BINDINGS_PAST_END: &str = "SELECT sandbox_id, node_id, generation, state FROM bindings \
      WHERE end_at_ms <= $1 AND state IN ('creating', 'running', 'paused', 'lost') \
      ORDER BY end_at_ms LIMIT $2";
+/// One node's running bindings past `end_at` (the heartbeat expires them
+/// at once, so the node kills them in the same round trip).
+pub const NODE_BINDINGS_PAST_END: &str = "SELECT sandbox_id, generation FROM bindings \
+     WHERE node_id = $1 AND end_at_ms <= $2 AND state = 'running'";
+/// The earliest end of one node's running bindings.
+pub const NODE_NEXT_END: &str =
+    "SELECT MIN(end_at_ms) FROM bindings WHERE node_id = $1 AND state = 'running'";
 pub const STUCK_CREATES: &str =
     "SELECT sandbox_id, node_id, generation, assigned_at_ms FROM bindings \
      WHERE state = 'creating' AND assigned_at_ms <= $1 ORDER BY assigned_at_ms LIMIT $2";

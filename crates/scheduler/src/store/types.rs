@@ -132,6 +132,8 @@ pub struct NodeRow {
     pub sandboxes: u32,
     pub lease_expires_at_ms: i64,
     pub registered_at_ms: i64,
+    /// When a gateway reported it unreachable (since its last heartbeat).
+    pub unreachable_since_ms: Option<i64>,
 }
 
 /// One row of the change log.
@@ -185,6 +187,8 @@ pub struct Reconciled {
     pub orphans: Vec<SandboxRef>,
     /// Assigned to it but past `end_at`: kill, then report DELETE.
     pub expired: Vec<SandboxRef>,
+    /// How long until the next of its running sandboxes ends, if any.
+    pub next_end_in: Option<Duration>,
 }
 
 /// `Place`, validated and with defaults applied.
@@ -200,6 +204,19 @@ pub struct PlaceSpec {
     pub env_vars: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
     pub require_node_id: Option<String>,
+    /// A fork: copy this sandbox's environment (it must be the team's).
+    pub fork_of: Option<String>,
+    /// The team's quotas, checked in the same transaction as the insert.
+    pub quota: Quota,
+}
+
+/// A team's limits on new sandboxes; 0 means no limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Quota {
+    /// Most sandboxes (not paused) at once.
+    pub max_sandboxes: u32,
+    /// Most creates per minute (a token bucket holding one minute's worth).
+    pub creates_per_minute: u32,
 }
 
 /// The outcome of `Place`.
@@ -246,9 +263,30 @@ pub struct ListFilter {
     pub states: Vec<State>,
     /// Every pair must match.
     pub metadata: BTreeMap<String, String>,
-    /// Continue after this sandbox id (ids are listed in order).
-    pub after: Option<String>,
+    /// Continue after this sandbox (in `order`).
+    pub after: Option<ListCursor>,
     pub limit: u32,
+    pub order: ListOrder,
+}
+
+/// The order of a listing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ListOrder {
+    /// By sandbox id.
+    #[default]
+    ById,
+    /// Newest `started_at` first, ties by sandbox id descending.
+    StartedDesc,
+    /// Oldest `started_at` first, ties by sandbox id.
+    StartedAsc,
+}
+
+/// Where a listing continues: the last sandbox of the previous page (its
+/// `started_at` matters for the time orders).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListCursor {
+    pub sandbox_id: String,
+    pub started_at_ms: i64,
 }
 
 /// Bounds the sweep works with.

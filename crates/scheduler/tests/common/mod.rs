@@ -132,6 +132,8 @@ impl Sched {
             "warren scheduler".to_string(),
             "--listen=127.0.0.1:0".into(),
             "--admin-listen=127.0.0.1:0".into(),
+            // The tests call the scheduler's API with a plain client.
+            "--insecure-internal".into(),
             store.flag(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));

@@ -8,10 +8,13 @@
 //! - `node.rs`: `warren node ls`.
 //! - `route.rs`: `warren route <id>`, a gateway's cached route against the scheduler's.
 //! - `chaos.rs`: `warren chaos failover`, the failover experiment (`warren-chaos`).
+//! - `template.rs`, `certs.rs`: local commands (the template store, the
+//!   cluster's certificates), parsed with [`parse_or_exit`].
 //!
 //! Exit codes: 0 success, 1 the operation failed (the message says why), 64
 //! bad usage; `sandbox exec` exits with the command's own exit code.
 
+pub mod certs;
 pub mod chaos;
 mod node;
 mod route;
@@ -23,6 +26,19 @@ use std::process::ExitCode;
 use std::time::Duration;
 use warren_core::config::{self, ConfigError, EX_CONFIG};
 use warren_core::logging::{self, LogFormat};
+
+/// Parses a local command's arguments; on `--help` (exit 0) or bad usage
+/// (exit 64) prints clap's text and returns the exit code instead.
+pub fn parse_or_exit<C: clap::Parser>(args: Vec<OsString>) -> Result<C, ExitCode> {
+    C::try_parse_from(args).map_err(|e| {
+        let _ = e.print();
+        if e.use_stderr() {
+            ExitCode::from(EX_CONFIG as u8)
+        } else {
+            ExitCode::SUCCESS
+        }
+    })
+}
 
 /// Where the gateway is and how to authenticate, shared by every operator command.
 #[derive(Debug, Clone, clap::Args)]

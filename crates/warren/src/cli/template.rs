@@ -6,7 +6,6 @@ use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use warren_core::config::EX_CONFIG;
 use warren_template::spec::Defaults;
 use warren_template::{build, Spec, Store};
 
@@ -59,16 +58,9 @@ enum Cmd {
 
 /// Runs `warren template ...`; `args[0]` is the program name.
 pub fn run(args: Vec<OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let cli: Cli = match super::parse_or_exit(args) {
         Ok(c) => c,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EX_CONFIG as u8)
-            } else {
-                ExitCode::SUCCESS
-            };
-        }
+        Err(code) => return code,
     };
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,7 +10,7 @@ const ID_ATTEMPTS: usize = 5;
 /// Rows scanned per query when a metadata filter is applied in Rust.
 const FILTERED_BATCH: u32 = 500;
 
-pub(super) async fn place(store: &SqlStore, spec: PlaceSpec) -> Result<Placed> {
+pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Placed> {
     let mut tx = store.write().await?;
     if let Some(key) = &spec.idempotency_key {
         let row = sqlx::query(sql::BINDING_BY_KEY)
@@ -25,6 +25,15 @@ pub(super) async fn place(store: &SqlStore, spec: PlaceSpec) -> Result<Placed> {
             });
         }
     }
+    if let Some(parent) = &spec.fork_of {
+        let parent = tx
+            .binding(parent)
+            .await?
+            .filter(|p| p.team_id == spec.team_id)
+            .ok_or_else(|| Error::NotFound(format!("sandbox {parent} not found")))?;
+        spec.env_vars = parent.env_vars;
+    }
+    check_quota(&mut tx, &spec.team_id, spec.quota).await?;
     let chosen = nodes::choose(&mut tx, spec.require_node_id.as_deref(), "").await?;
     let generation = tx.next_generation().await?;
     let sandbox_id = fresh_sandbox_id(&mut tx).await?;
@@ -73,6 +82,56 @@ pub(super) async fn place(store: &SqlStore, spec: PlaceSpec) -> Result<Placed> {
         binding,
         existing: false,
     })
+}
+
+/// Refuses a new sandbox past the team's quotas, and takes one token from
+/// its create-rate bucket. Runs in the placing transaction: writers are
+/// serialized (one write lock, or PostgreSQL's advisory lock), so the
+/// quotas hold across every gateway and scheduler replica.
+async fn check_quota(tx: &mut WriteTx, team: &str, quota: Quota) -> Result<()> {
+    if quota.max_sandboxes > 0 {
+        let held: i64 = sqlx::query_scalar(sql::TEAM_SANDBOXES)
+            .bind(team)
+            .fetch_one(tx.conn())
+            .await?;
+        if held >= i64::from(quota.max_sandboxes) {
+            return Err(Error::Quota(format!(
+                "team {team} already has {held} sandboxes, its limit (--quota-sandboxes) is {}; \
+                 kill one first",
+                quota.max_sandboxes
+            )));
+        }
+    }
+    if quota.creates_per_minute > 0 {
+        let now = tx.now;
+        let per_minute = f64::from(quota.creates_per_minute);
+        let row: Option<(f64, i64)> = sqlx::query_as(sql::TEAM_BUDGET)
+            .bind(team)
+            .fetch_optional(tx.conn())
+            .await?;
+        let tokens = match row {
+            Some((tokens, at)) => {
+                let elapsed_min = (now.saturating_sub(at)).max(0) as f64 / 60_000.0;
+                (tokens + elapsed_min * per_minute).min(per_minute)
+            }
+            None => per_minute,
+        };
+        if tokens < 1.0 {
+            let wait_s = ((1.0 - tokens) * 60.0 / per_minute).ceil();
+            return Err(Error::Quota(format!(
+                "team {team} created {} sandboxes in the last minute, its limit \
+                 (--quota-creates-per-minute); try again in {wait_s} s",
+                quota.creates_per_minute
+            )));
+        }
+        sqlx::query(sql::UPSERT_TEAM_BUDGET)
+            .bind(team)
+            .bind(tokens - 1.0)
+            .bind(now)
+            .execute(tx.conn())
+            .await?;
+    }
+    Ok(())
 }
 
 async fn fresh_sandbox_id(tx: &mut WriteTx) -> Result<String> {
@@ -257,9 +316,38 @@ async fn transition(
 pub(super) async fn list(
     store: &SqlStore,
     filter: &ListFilter,
-) -> Result<(Vec<BindingRow>, Option<String>)> {
+) -> Result<(Vec<BindingRow>, Option<ListCursor>)> {
     let limit = filter.limit.max(1);
+    // Keyset pagination: each order's condition continues strictly after
+    // the cursor `($1 id, $5 started_at)`, so pages never overlap or skip.
+    let (after_rows, order_by, mut after) = match (filter.order, &filter.after) {
+        (ListOrder::ById, c) => (
+            "sandbox_id > $1 AND $5 = $5",
+            "sandbox_id",
+            c.clone().unwrap_or(ListCursor {
+                sandbox_id: String::new(),
+                started_at_ms: 0,
+            }),
+        ),
+        (ListOrder::StartedDesc, c) => (
+            "(started_at_ms < $5 OR (started_at_ms = $5 AND sandbox_id < $1))",
+            "started_at_ms DESC, sandbox_id DESC",
+            c.clone().unwrap_or(ListCursor {
+                sandbox_id: String::new(),
+                started_at_ms: i64::MAX,
+            }),
+        ),
+        (ListOrder::StartedAsc, c) => (
+            "(started_at_ms > $5 OR (started_at_ms = $5 AND sandbox_id > $1))",
+            "started_at_ms, sandbox_id",
+            c.clone().unwrap_or(ListCursor {
+                sandbox_id: String::new(),
+                started_at_ms: i64::MIN,
+            }),
+        ),
+    };
     let mut query = String::from(sql::LIST_BINDINGS_PREFIX);
+    query.push_str(after_rows);
     query.push_str(" AND ($2 = '' OR team_id = $2) AND ($3 = '' OR node_id = $3)");
     if !filter.states.is_empty() {
         // Spelled from the fixed enum, never from client text.
@@ -270,27 +358,30 @@ pub(super) async fn list(
             .collect();
         query.push_str(&format!(" AND state IN ({})", states.join(", ")));
     }
-    query.push_str(" ORDER BY sandbox_id LIMIT $4");
+    query.push_str(&format!(" ORDER BY {order_by} LIMIT $4"));
     // Without a metadata filter one query of limit+1 rows says whether there is more.
     let batch = if filter.metadata.is_empty() {
         limit + 1
     } else {
         FILTERED_BATCH
     };
-    let mut after = filter.after.clone().unwrap_or_default();
     let mut out: Vec<BindingRow> = Vec::new();
     loop {
         let rows = sqlx::query(&query)
-            .bind(&after)
+            .bind(&after.sandbox_id)
             .bind(filter.team_id.as_deref().unwrap_or(""))
             .bind(filter.node_id.as_deref().unwrap_or(""))
             .bind(i64::from(batch))
+            .bind(after.started_at_ms)
             .fetch_all(&store.reader)
             .await?;
         let exhausted = rows.len() < batch as usize;
         for row in &rows {
             let b = binding_from_row(row)?;
-            after.clone_from(&b.sandbox_id);
+            after = ListCursor {
+                sandbox_id: b.sandbox_id.clone(),
+                started_at_ms: b.started_at_ms,
+            };
             let matches = filter
                 .metadata
                 .iter()
@@ -308,7 +399,10 @@ pub(super) async fn list(
     }
     if out.len() > limit as usize {
         out.truncate(limit as usize);
-        let next = out.last().map(|b| b.sandbox_id.clone());
+        let next = out.last().map(|b| ListCursor {
+            sandbox_id: b.sandbox_id.clone(),
+            started_at_ms: b.started_at_ms,
+        });
         return Ok((out, next));
     }
     Ok((out, None))

@@ -406,12 +406,20 @@ impl SqlStore {
         row.as_ref().map(binding_from_row).transpose()
     }
 
-    /// A page of bindings matching `filter`, and the id to continue after.
-    pub async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<String>)> {
+    /// A page of bindings matching `filter`, and where the next one starts.
+    pub async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<ListCursor>)> {
         bindings::list(self, filter).await
     }
 
     /// Every node with its sandbox count and lease-derived state.
+    /// Marks a node unreachable until its next heartbeat: nothing is placed
+    /// on it meanwhile. False when it is unknown or already marked.
+    pub async fn mark_unreachable(&self, node_id: &str) -> Result<bool> {
+        let id = node_id.to_string();
+        self.detached(|s| async move { nodes::mark_unreachable(&s, &id).await })
+            .await
+    }
+
     pub async fn list_nodes(&self) -> Result<Vec<NodeRow>> {
         nodes::list(self).await
     }

@@ -87,12 +87,36 @@ pub(super) async fn heartbeat(
         .bind(now)
         .execute(tx.conn())
         .await?;
+    // What ended since the sweep last ran goes EXPIRING now, so the
+    // reconcile below hands it to the node in this very answer.
+    let past_end = sqlx::query(sql::NODE_BINDINGS_PAST_END)
+        .bind(node_id)
+        .bind(now)
+        .fetch_all(tx.conn())
+        .await?;
+    for row in &past_end {
+        let sandbox_id: String = row.try_get(0)?;
+        let gen = to_u64(row.try_get(1)?, "generation")?;
+        tx.set_state_fenced(
+            (sandbox_id.as_str(), node_id, gen),
+            State::Running,
+            State::Expiring,
+            ChangeKind::State,
+        )
+        .await?;
+    }
     let how = Reconcile {
         new_incarnation: false,
         moved_endpoint: None,
         roster_grace: timing.roster_grace,
     };
-    let out = reconcile(&mut tx, node_id, roster, how).await?;
+    let mut out = reconcile(&mut tx, node_id, roster, how).await?;
+    let next_end: Option<i64> = sqlx::query_scalar(sql::NODE_NEXT_END)
+        .bind(node_id)
+        .fetch_one(tx.conn())
+        .await?;
+    out.next_end_in = next_end
+        .map(|end| Duration::from_millis(u64::try_from(end.saturating_sub(now)).unwrap_or(0)));
     tx.commit(&store.changed).await?;
     Ok(out)
 }
@@ -270,9 +294,26 @@ pub(super) async fn list(store: &SqlStore) -> Result<Vec<NodeRow>> {
                 lease_expires_at_ms: lease,
                 registered_at_ms: r.try_get(5)?,
                 sandboxes: to_u32(r.try_get(6)?, "sandbox count")?,
+                unreachable_since_ms: r.try_get(7)?,
             })
         })
         .collect()
+}
+
+/// Marks a node unreachable (until its next heartbeat); false when it is
+/// unknown or already marked.
+pub(super) async fn mark_unreachable(store: &SqlStore, node_id: &str) -> Result<bool> {
+    let mut tx = store.write().await?;
+    let now = tx.now;
+    let marked = sqlx::query(sql::MARK_NODE_UNREACHABLE)
+        .bind(node_id)
+        .bind(now)
+        .execute(tx.conn())
+        .await?
+        .rows_affected()
+        == 1;
+    tx.commit(&store.changed).await?;
+    Ok(marked)
 }
 
 /// A node chosen for a placement.
