@@ -109,6 +109,9 @@ pub struct StdinSettings {
     pub access_token: Option<String>,
     #[serde(default)]
     pub env_vars: std::collections::BTreeMap<String, String>,
+    /// The template's start command, if it has one.
+    #[serde(default)]
+    pub start: Option<crate::start::StartCommand>,
 }
 
 /// Where the envd API listens.
@@ -140,6 +143,8 @@ pub struct Settings {
     pub env_vars: std::collections::BTreeMap<String, String>,
     /// Whether requests run as the users they name (see [`crate::users`]).
     pub switch_users: bool,
+    /// The template's start command, run once at start (see [`crate::start`]).
+    pub start: Option<crate::start::StartCommand>,
     /// The API listener's timeouts and connection limit; the relay socket
     /// has the same connection limit.
     pub listener: Limits,
@@ -165,9 +170,13 @@ impl Settings {
         config: &Config,
         stdin: Option<StdinSettings>,
     ) -> Result<Settings, ConfigError> {
-        let (token, env_vars) = match stdin {
-            Some(s) => (s.access_token, s.env_vars),
-            None => (std::env::var(ACCESS_TOKEN_ENV).ok(), Default::default()),
+        let (token, env_vars, start) = match stdin {
+            Some(s) => (s.access_token, s.env_vars, s.start),
+            None => (
+                std::env::var(ACCESS_TOKEN_ENV).ok(),
+                Default::default(),
+                None,
+            ),
         };
         let mut s = Settings::build(
             &config.root,
@@ -179,6 +188,7 @@ impl Settings {
         )?;
         s.env_vars = env_vars;
         s.switch_users = config.switch_users;
+        s.start = start;
         s.listener = Limits::from_flags(
             config.header_read_timeout,
             config.idle_timeout,
@@ -230,6 +240,7 @@ impl Settings {
             access_token,
             env_vars: Default::default(),
             switch_users: false,
+            start: None,
             listener: Limits::new(DEFAULT_MAX_CONNECTIONS, DRAIN),
         })
     }
@@ -237,6 +248,12 @@ impl Settings {
     /// Replaces the access token (tests).
     pub fn with_access_token(mut self, token: impl Into<String>) -> Settings {
         self.access_token = Some(token.into());
+        self
+    }
+
+    /// Sets a start command (tests).
+    pub fn with_start(mut self, start: crate::start::StartCommand) -> Settings {
+        self.start = Some(start);
         self
     }
 

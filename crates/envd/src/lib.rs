@@ -23,6 +23,8 @@
 //!   directories.
 //! - [`paths`]: client paths → host paths, never leaving the root.
 //! - [`relay`]: the port relay socket.
+//! - [`start`]: the template's start command and its readiness
+//!   (`GET /warren/start`).
 //! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
 //!   `warren_core::body::error`).
 // Dev-dependencies are for the integration tests under tests/; this crate's
@@ -40,6 +42,7 @@ pub mod process;
 pub mod relay;
 pub mod rpc_error;
 pub mod server;
+pub mod start;
 pub mod users;
 pub mod watch;
 

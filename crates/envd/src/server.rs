@@ -4,6 +4,9 @@
 //! else to the Connect router. The listener is created apart from serving
 //! (`crate::bind_api`).
 //!
+//! `GET /warren/start` is warren's own: where the template's start command
+//! is (see [`crate::start`]), asked by the node while a sandbox starts.
+//!
 //! Every request but `GET /health` needs the access token when one is set:
 //! `X-Access-Token`, or for `/files` a presigned signature. Without it,
 //! `/files` and unknown paths get E2B's `401` JSON and RPCs a Connect
@@ -32,6 +35,9 @@ use warren_core::server::{self as http_server, Accept, Incoming};
 /// (and a unary request whose `Content-Length` says so before any of it is
 /// read: `oversized_unary`).
 const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where the template's start command is (`GET`).
+pub const START_PATH: &str = "/warren/start";
 
 /// A bound listener for the envd API.
 #[derive(Debug)]
@@ -62,6 +68,8 @@ struct App {
     jail: Arc<Jail>,
     token: Option<String>,
     connect: ConnectRpcService<Router>,
+    /// Where the template's start command is.
+    start: tokio::sync::watch::Receiver<crate::start::StartState>,
 }
 
 /// Serves the envd API on `listener` until `shutdown` resolves, then kills
@@ -85,6 +93,10 @@ pub async fn serve(
         settings.max_output_bytes,
         settings.keep_finished,
     );
+    let start = match settings.start.clone() {
+        Some(cmd) => crate::start::spawn(manager.clone(), cmd, settings.access_token.as_deref()),
+        None => tokio::sync::watch::channel(crate::start::StartState::None).1,
+    };
     let router = Router::new()
         .add_service(Arc::new(ProcessService::new(
             manager.clone(),
@@ -111,6 +123,7 @@ pub async fn serve(
         jail,
         token: settings.access_token.clone(),
         connect,
+        start,
     });
 
     // A Unix socket's path outlives the listener; it is removed at the end.
@@ -179,6 +192,10 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
     }
     if is_files {
         return files::handle(&app.jail, req).await;
+    }
+    if path == START_PATH && req.method() == Method::GET {
+        let state = app.start.borrow().clone();
+        return reply::json(StatusCode::OK, &state);
     }
     if let Some(answer) = oversized_unary(&req) {
         drain::discard(req.into_body());

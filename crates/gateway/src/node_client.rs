@@ -89,15 +89,18 @@ impl NodeClient {
         }
     }
 
-    /// `POST /_warren/v1/sandboxes`.
+    /// `POST /_warren/v1/sandboxes`, allowed `extra` time on top of the
+    /// request timeout (the template's start command's ready timeout).
     pub async fn create(
         &self,
         endpoint: &str,
         req: &CreateSandbox,
+        extra: Duration,
     ) -> Result<SandboxInfo, NodeError> {
         let body = serde_json::to_vec(req).unwrap_or_default();
         let (_, bytes) = self
-            .send(
+            .send_within(
+                self.timeout + extra,
                 endpoint,
                 Method::POST,
                 node_api::SANDBOXES.into(),
@@ -107,13 +110,15 @@ impl NodeClient {
         parse(endpoint, &bytes)
     }
 
-    /// `POST /_warren/v1/sandboxes/{parent}/fork`.
+    /// `POST /_warren/v1/sandboxes/{parent}/fork`, allowed `extra` time as
+    /// [`NodeClient::create`] is.
     pub async fn fork(
         &self,
         endpoint: &str,
         parent: &str,
         parent_generation: u64,
         child: &CreateSandbox,
+        extra: Duration,
     ) -> Result<SandboxInfo, NodeError> {
         let body = serde_json::to_vec(&ForkSandbox {
             generation: parent_generation,
@@ -121,7 +126,15 @@ impl NodeClient {
         })
         .unwrap_or_default();
         let path = node_api::fork_path(parent);
-        let (_, bytes) = self.send(endpoint, Method::POST, path, Some(body)).await?;
+        let (_, bytes) = self
+            .send_within(
+                self.timeout + extra,
+                endpoint,
+                Method::POST,
+                path,
+                Some(body),
+            )
+            .await?;
         parse(endpoint, &bytes)
     }
 
@@ -171,6 +184,18 @@ impl NodeClient {
         path: String,
         body: Option<Vec<u8>>,
     ) -> Result<(StatusCode, Bytes), NodeError> {
+        self.send_within(self.timeout, endpoint, method, path, body)
+            .await
+    }
+
+    async fn send_within(
+        &self,
+        timeout: Duration,
+        endpoint: &str,
+        method: Method,
+        path: String,
+        body: Option<Vec<u8>>,
+    ) -> Result<(StatusCode, Bytes), NodeError> {
         let protocol = |message: String| NodeError::Protocol {
             endpoint: endpoint.to_string(),
             message,
@@ -215,11 +240,11 @@ impl NodeClient {
             }
             Ok((status, bytes))
         };
-        match tokio::time::timeout(self.timeout, call).await {
+        match tokio::time::timeout(timeout, call).await {
             Ok(r) => r,
             Err(_) => Err(NodeError::Timeout {
                 endpoint: endpoint.to_string(),
-                timeout: self.timeout,
+                timeout,
             }),
         }
     }

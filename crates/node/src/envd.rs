@@ -1,9 +1,10 @@
 //! Talking to a sandbox's envd over its Unix sockets (docs/internals.md
 //! "envd" and "Relay socket protocol"): the API socket, the relay handshake,
-//! and the `/health` probe used while a sandbox starts and on adoption.
+//! the `/health` probe used while a sandbox starts and on adoption, and
+//! waiting for the template's start command to be ready.
 
 use bytes::Bytes;
-use http_body_util::Empty;
+use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use std::path::Path;
 use std::time::Duration;
@@ -64,8 +65,13 @@ pub async fn connect_relay(sock: &Path, port: u16) -> Result<UnixStream, RelayEr
     }
 }
 
-/// One `GET /health` on envd's socket: Ok when it answers 2xx.
-pub async fn health(sock: &Path) -> Result<(), String> {
+/// One `GET path` on envd's socket (with the access token, if any): its
+/// status and body (at most 64 KiB).
+async fn get(
+    sock: &Path,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(http::StatusCode, Bytes), String> {
     let stream = connect_api(sock)
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", sock.display()))?;
@@ -73,16 +79,85 @@ pub async fn health(sock: &Path) -> Result<(), String> {
         .await
         .map_err(|e| format!("HTTP handshake with envd failed: {e}"))?;
     let conn = tokio::spawn(conn);
-    let req = http::Request::get("/health")
-        .header(http::header::HOST, "localhost")
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| e.to_string())?;
-    let result = sender.send_request(req).await;
+    let mut req = http::Request::get(path).header(http::header::HOST, "localhost");
+    if let Some(t) = token {
+        req = req.header("x-access-token", t);
+    }
+    let req = req.body(Empty::<Bytes>::new()).map_err(|e| e.to_string())?;
+    let result = async {
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| format!("envd {path} failed: {e}"))?;
+        let status = resp.status();
+        let body = http_body_util::Limited::new(resp.into_body(), 64 << 10)
+            .collect()
+            .await
+            .map_err(|e| format!("envd {path}: reading the answer: {e}"))?
+            .to_bytes();
+        Ok((status, body))
+    }
+    .await;
     conn.abort();
-    match result {
-        Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(format!("envd /health answered {}", r.status())),
-        Err(e) => Err(format!("envd /health failed: {e}")),
+    result
+}
+
+/// One `GET /health` on envd's socket: Ok when it answers 2xx.
+pub async fn health(sock: &Path) -> Result<(), String> {
+    match get(sock, "/health", None).await? {
+        (s, _) if s.is_success() => Ok(()),
+        (s, _) => Err(format!("envd /health answered {s}")),
+    }
+}
+
+/// Where envd says the template's start command is (`GET /warren/start`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "lowercase")]
+enum StartState {
+    None,
+    Starting {
+        #[serde(default)]
+        last_check: Option<String>,
+    },
+    Ready {},
+    Failed {
+        message: String,
+    },
+}
+
+/// Asks envd until the template's start command is ready (Ok), has failed
+/// (the reason), or `within` passes.
+pub async fn wait_started(
+    sock: &Path,
+    token: Option<&str>,
+    within: Duration,
+) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut last = "envd never answered".to_string();
+    loop {
+        let answer = tokio::time::timeout_at(deadline, get(sock, "/warren/start", token)).await;
+        match answer {
+            Ok(Ok((status, body))) if status.is_success() => {
+                match serde_json::from_slice::<StartState>(&body) {
+                    Ok(StartState::Ready {} | StartState::None) => return Ok(()),
+                    Ok(StartState::Failed { message }) => return Err(message),
+                    Ok(StartState::Starting { last_check }) => {
+                        last = match last_check {
+                            Some(c) => format!("its ready command last said: {c}"),
+                            None => "its ready command has not run yet".into(),
+                        }
+                    }
+                    Err(e) => last = format!("envd's answer is not a start state: {e}"),
+                }
+            }
+            Ok(Ok((status, _))) => last = format!("envd /warren/start answered {status}"),
+            Ok(Err(e)) => last = e,
+            Err(_) => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!("not ready within {within:?} ({last})"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -22,8 +22,37 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The variables a build step may inherit from the builder: a proxy the
+/// build host needs to reach the registries. Nothing else of the
+/// builder's environment (its `PIP_*`, `NPM_*`, ... settings) leaks in.
+const PASSED_ENV: &[&str] = &[
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+];
+
+/// The environment a run step starts with (`env -i` arguments, quoted).
+fn step_env() -> String {
+    let mut vars = vec![
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        "HOME=/root".to_string(),
+        "LANG=C.UTF-8".to_string(),
+        "DEBIAN_FRONTEND=noninteractive".to_string(),
+    ];
+    for k in PASSED_ENV {
+        if let Ok(v) = std::env::var(k) {
+            vars.push(format!("{k}={v}"));
+        }
+    }
+    vars.iter().map(|v| quote(v)).collect::<Vec<_>>().join(" ")
+}
+
 /// The customize hook: files first, then the run steps, each in the new
-/// root (`$1`). Written to a file mmdebstrap runs with `sh`.
+/// root (`$1`) with a clean environment ([`step_env`]). Written to a file
+/// mmdebstrap runs with `sh`.
 fn hook_script(spec: &Spec) -> String {
     let mut s = String::from("#!/bin/sh\nset -eu\nroot=\"$1\"\n");
     for f in &spec.files {
@@ -43,9 +72,10 @@ fn hook_script(spec: &Spec) -> String {
              fi\n",
         );
     }
+    let env = step_env();
     for step in &spec.run {
         s.push_str(&format!(
-            "echo '+ '{q}\nchroot \"$root\" /bin/sh -eu -c {q}\n",
+            "echo '+ '{q}\nchroot \"$root\" /usr/bin/env -i {env} /bin/sh -eu -c {q}\n",
             q = quote(step)
         ));
     }
@@ -181,10 +211,38 @@ fn derive(
         "cp",
     )?;
     let _ = std::fs::remove_file(root.join(".warren-complete"));
-    run_tool(
-        std::process::Command::new("sh").arg(hook).arg(&root),
-        "the build steps",
-    )?;
+    progress(&format!(
+        "template {}: {} file(s), {} run step(s)",
+        spec.name,
+        spec.files.len(),
+        spec.run.len()
+    ));
+    // The steps get a `/proc` (node, pip and friends need one), mounted in
+    // a mount namespace of their own so it goes away with them, however
+    // they end.
+    std::fs::create_dir_all(root.join("proc"))
+        .map_err(io("cannot create the build root's /proc"))?;
+    // Their output goes to stderr as it comes, as mmdebstrap's does.
+    let status = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg("mount -t proc proc \"$1/proc\" && exec sh \"$2\" \"$1\"")
+        .arg("sh")
+        .arg(&root)
+        .arg(hook)
+        .stdin(Stdio::null())
+        .stdout(std::io::stderr())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| TemplateError::Tool {
+            tool: "unshare".into(),
+            message: format!("cannot run the build steps: {e}"),
+        })?;
+    if !status.success() {
+        return Err(TemplateError::Tool {
+            tool: "the build steps".into(),
+            message: format!("{status}; their output is above"),
+        });
+    }
     run_tool(
         std::process::Command::new("tar")
             .args(["--numeric-owner", "--xattrs", "-cf"])
@@ -234,8 +292,12 @@ mod tests {
             "{s}"
         );
         assert!(
-            s.contains(r#"chroot "$root" /bin/sh -eu -c 'echo '\''hi'\'' > /x'"#),
+            s.contains(r#"/bin/sh -eu -c 'echo '\''hi'\'' > /x'"#),
             "{s}"
+        );
+        assert!(
+            s.contains(r#"chroot "$root" /usr/bin/env -i 'PATH="#),
+            "steps start from a clean environment: {s}"
         );
     }
 }

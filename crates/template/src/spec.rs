@@ -10,6 +10,8 @@
 //! user = "user"                      # who commands run as by default
 //! workdir = "/home/user"
 //! start_cmd = ""                     # started in every new sandbox, if set
+//! ready_cmd = ""                     # with start_cmd: ready once this exits 0
+//! ready_timeout_secs = 30            # how long a create waits for ready
 //! cpu_count = 2
 //! memory_mb = 512
 //! disk_mb = 2048
@@ -21,6 +23,10 @@
 //! path = "/etc/sudoers.d/user"
 //! content = "user ALL=(ALL) NOPASSWD:ALL\n"
 //! mode = "0440"
+//!
+//! [[files]]
+//! path = "/opt/app/server.py"
+//! source = "app/server.py"           # a file next to the build file
 //! ```
 
 use crate::TemplateError;
@@ -32,7 +38,13 @@ use std::collections::BTreeMap;
 #[serde(deny_unknown_fields)]
 pub struct File {
     pub path: String,
+    /// The file's text. A build file gives this or `source`;
+    /// [`Spec::load`] reads `source` into it.
+    #[serde(default)]
     pub content: String,
+    /// A text file to copy, relative to the build file's directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
     /// Octal permission bits, default `0644`.
     #[serde(default = "default_mode")]
     pub mode: String,
@@ -52,8 +64,19 @@ pub struct Defaults {
     pub workdir: String,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// A shell command line started (as `user`, in `workdir`) in every new
+    /// sandbox; empty: none.
     #[serde(default)]
     pub start_cmd: String,
+    /// A shell command line run again and again after `start_cmd` until it
+    /// exits 0: the sandbox is ready then, and a create answers only once
+    /// it is. Empty: ready as soon as `start_cmd` started.
+    #[serde(default)]
+    pub ready_cmd: String,
+    /// How long a create waits for ready before it fails (and the sandbox
+    /// is removed).
+    #[serde(default = "default_ready_timeout")]
+    pub ready_timeout_secs: u64,
     #[serde(default = "default_cpus")]
     pub cpu_count: u32,
     #[serde(default = "default_memory")]
@@ -68,6 +91,11 @@ fn default_user() -> String {
 fn default_workdir() -> String {
     "/home/user".into()
 }
+fn default_ready_timeout() -> u64 {
+    30
+}
+/// The longest `ready_timeout_secs` a template may ask for.
+pub const MAX_READY_TIMEOUT_SECS: u64 = 600;
 fn default_cpus() -> u32 {
     2
 }
@@ -85,6 +113,8 @@ impl Default for Defaults {
             workdir: default_workdir(),
             env: BTreeMap::new(),
             start_cmd: String::new(),
+            ready_cmd: String::new(),
+            ready_timeout_secs: default_ready_timeout(),
             cpu_count: default_cpus(),
             memory_mb: default_memory(),
             disk_mb: default_disk(),
@@ -134,6 +164,8 @@ const KEYS: &[&str] = &[
     "workdir",
     "env",
     "start_cmd",
+    "ready_cmd",
+    "ready_timeout_secs",
     "cpu_count",
     "memory_mb",
     "disk_mb",
@@ -153,7 +185,41 @@ impl Spec {
         self.defaults.clone()
     }
 
-    /// Parses and checks a build file; errors name the field.
+    /// Reads, parses and checks the build file at `path`, reading each
+    /// file's `source` (relative to `path`'s directory) into its `content`.
+    pub fn load(path: &std::path::Path) -> Result<Spec, TemplateError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| TemplateError::Invalid(format!("{}: {e}", path.display())))?;
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        Spec::parse_in(&text, dir)
+    }
+
+    /// [`Spec::parse`], then each file's `source` read from `dir`.
+    pub fn parse_in(text: &str, dir: &std::path::Path) -> Result<Spec, TemplateError> {
+        let mut spec = Spec::parse(text)?;
+        for f in &mut spec.files {
+            if let Some(source) = &f.source {
+                let at = dir.join(source);
+                f.content = std::fs::read_to_string(&at).map_err(|e| {
+                    TemplateError::Invalid(format!(
+                        "file {:?}: its source {} cannot be read as text: {e}",
+                        f.path,
+                        at.display()
+                    ))
+                })?;
+            }
+        }
+        Ok(spec)
+    }
+
+    /// Whether any file comes from a `source` (and so the build file's
+    /// text alone does not say what the template holds).
+    pub fn has_sources(&self) -> bool {
+        self.files.iter().any(|f| f.source.is_some())
+    }
+
+    /// Parses and checks a build file; errors name the field. A file's
+    /// `source` is not read here (see [`Spec::load`]).
     pub fn parse(text: &str) -> Result<Spec, TemplateError> {
         let table: toml::Table = toml::from_str(text)
             .map_err(|e| TemplateError::Invalid(format!("template file: {e}")))?;
@@ -205,6 +271,21 @@ impl Spec {
                     f.path
                 ));
             }
+            match &f.source {
+                Some(_) if !f.content.is_empty() => {
+                    return bad(format!(
+                        "file {:?}: give content or source, not both",
+                        f.path
+                    ))
+                }
+                Some(src) if src.is_empty() || src.starts_with('/') => {
+                    return bad(format!(
+                        "file {:?}: source {src:?} must be a path relative to the build file",
+                        f.path
+                    ))
+                }
+                _ => {}
+            }
             if u32::from_str_radix(&f.mode, 8).map_or(true, |m| m > 0o7777) {
                 return bad(format!(
                     "file {:?}: mode {:?} is not octal permission bits",
@@ -238,6 +319,23 @@ impl Defaults {
         if self.disk_mb < 64 {
             return bad(format!("disk_mb {} must be at least 64", self.disk_mb));
         }
+        if !self.ready_cmd.is_empty() && self.start_cmd.is_empty() {
+            return bad("ready_cmd needs a start_cmd (it says when that is ready)".into());
+        }
+        if !(1..=MAX_READY_TIMEOUT_SECS).contains(&self.ready_timeout_secs) {
+            return bad(format!(
+                "ready_timeout_secs {} must be between 1 and {MAX_READY_TIMEOUT_SECS}",
+                self.ready_timeout_secs
+            ));
+        }
+        for (what, cmd) in [
+            ("start_cmd", &self.start_cmd),
+            ("ready_cmd", &self.ready_cmd),
+        ] {
+            if cmd.contains('\0') {
+                return bad(format!("{what} contains a NUL byte"));
+            }
+        }
         for k in self.env.keys() {
             if k.is_empty() || k.contains(['=', '\0']) {
                 return bad(format!("env name {k:?} is not allowed"));
@@ -258,6 +356,27 @@ mod tests {
         assert_eq!(s.defaults.user, "user");
         assert_eq!(s.defaults.memory_mb, 512);
         assert_eq!(s.defaults.env["A"], "1");
+        assert_eq!(s.defaults.ready_timeout_secs, 30);
+        assert!(s.defaults.start_cmd.is_empty());
+    }
+
+    #[test]
+    fn sources_are_read_next_to_the_build_file() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("app")).unwrap();
+        std::fs::write(dir.path().join("app/run.sh"), "echo hi\n").unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(
+            &file,
+            "name = \"t\"\n[[files]]\npath = \"/opt/run.sh\"\nsource = \"app/run.sh\"\nmode = \"0755\"\n",
+        )
+        .unwrap();
+        let spec = Spec::load(&file).unwrap();
+        assert_eq!(spec.files[0].content, "echo hi\n");
+        assert!(spec.has_sources());
+        std::fs::remove_file(dir.path().join("app/run.sh")).unwrap();
+        let e = Spec::load(&file).unwrap_err().to_string();
+        assert!(e.contains("app/run.sh"), "{e}");
     }
 
     #[test]
@@ -271,6 +390,19 @@ mod tests {
             ),
             ("name = \"t\"\nmemory_mb = 1", "memory_mb"),
             ("name = \"t\"\nbogus = 1", "unknown field"),
+            ("name = \"t\"\nready_cmd = \"true\"", "needs a start_cmd"),
+            (
+                "name = \"t\"\nstart_cmd = \"x\"\nready_timeout_secs = 0",
+                "ready_timeout_secs",
+            ),
+            (
+                "name = \"t\"\n[[files]]\npath = \"/x\"\ncontent = \"a\"\nsource = \"b\"",
+                "not both",
+            ),
+            (
+                "name = \"t\"\n[[files]]\npath = \"/x\"\nsource = \"/etc/passwd\"",
+                "relative",
+            ),
         ] {
             let e = Spec::parse(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");

@@ -14,10 +14,13 @@
 //!   [`e2b_js_dir`]: where the pinned JavaScript `e2b` SDK is installed.
 //! - [`cluster::Cluster`]: scheduler + nodes + gateways as real processes.
 //! - [`http::Http`]: a tiny JSON HTTP client with timeouts.
+//! - [`sdk`]: one case of an SDK script (Python or JavaScript) against a gateway.
+//! - [`templates::TestTemplate`]: a template a test builds, removed after it.
 
 pub mod cluster;
 pub mod http;
 pub mod sdk;
+pub mod templates;
 
 pub use warren_harness::{postgres, Launch, Proc};
 

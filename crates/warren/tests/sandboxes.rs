@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::sdk::{run_case, try_run_case};
+use warren_test_support::templates::{TestTemplate, TEMPLATE_DIR};
 
 /// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
 const KEY: &str = "e2b_1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c5e7b9d";
-const TEMPLATE_DIR: &str = "/var/lib/warren/templates";
 
 async fn cluster() -> Cluster {
     Cluster::start(
@@ -245,61 +245,24 @@ async fn writes_under_usr_stay_in_their_sandbox() {
     );
 }
 
-/// Removes a test template (its name, blob and unpacked root: its content,
-/// and so its digest, is the test's own) when dropped.
-struct TemplateGuard(String);
-
-impl Drop for TemplateGuard {
-    fn drop(&mut self) {
-        let meta = format!("{TEMPLATE_DIR}/templates/{}.json", self.0);
-        if let Ok(text) = std::fs::read_to_string(&meta) {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
-                if let Some(digest) = v["digest"].as_str() {
-                    let hex = digest.trim_start_matches("sha256-");
-                    let _ = std::fs::remove_file(format!("{TEMPLATE_DIR}/blobs/{digest}.tar"));
-                    let _ = std::fs::remove_dir_all(format!("{TEMPLATE_DIR}/rootfs/{hex}"));
-                }
-            }
-            let _ = std::fs::remove_file(&meta);
-        }
-    }
-}
-
 /// 7. A template built from a file (`from = "base"`, a run step, 384 MiB)
 /// is listed by `GET /templates` with its memory, and a sandbox made from
 /// it has the run step's file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_built_from_a_file_is_listed_and_used() {
-    let name = format!("t-{:016x}", rand::random::<u64>());
+    let name = TestTemplate::name();
     let marker = format!("marker-{:016x}", rand::random::<u64>());
-    // Declared before the cluster: dropped after it.
-    let _cleanup = TemplateGuard(name.clone());
     let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join(format!("{name}.toml"));
-    std::fs::write(
-        &file,
-        format!(
+    // Declared before the cluster: dropped (removed) after it.
+    let _template = TestTemplate::build(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        &name,
+        &format!(
             "name = \"{name}\"\nfrom = \"base\"\nrun = [\"echo {marker} > /etc/warren-marker\"]\nmemory_mb = 384\n"
         ),
+        dir.path(),
     )
-    .expect("build file");
-    let build = tokio::process::Command::new(env!("CARGO_BIN_EXE_warren"))
-        .arg("template")
-        .arg("build")
-        .arg(&file)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(600), build)
-        .await
-        .expect("the build finishes within 10 minutes")
-        .expect("warren template build runs");
-    assert!(
-        out.status.success(),
-        "warren template build failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    .await;
     let c = cluster().await;
     let facts = run(
         &c,

@@ -172,6 +172,16 @@ impl Proc {
         self.changed.subscribe()
     }
 
+    /// The last `max` bytes or so of its retained output (stdout and
+    /// stderr as they came), as text.
+    pub fn output_tail(&self, max: usize) -> String {
+        let state = self.state();
+        let from = state.log.end().saturating_sub(max as u64).max(state.log.start());
+        let chunks = state.log.read_from(from, max).unwrap_or_default();
+        let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.data.iter().copied()).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
     /// Whether it is still running.
     pub fn running(&self) -> bool {
         !self.exited.load(Ordering::Acquire)
@@ -414,10 +424,14 @@ impl Manager {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts a process; its output is recorded from the first byte, and
-    /// the returned cursor (at offset 0) holds it for the starting client.
-    pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
-        check_spec(&spec)?;
+    /// The command for `spec` as it runs in the sandbox: its user, working
+    /// directory (checked), environment; stdio and process group are the
+    /// caller's to set. Also the identity it runs as.
+    pub fn command(
+        &self,
+        spec: &Spec,
+    ) -> Result<(tokio::process::Command, Option<crate::users::Identity>), ProcError> {
+        check_spec(spec)?;
         let identity = self.jail.users().lookup(spec.user.as_deref())?;
         // A user's own home is the default directory, as on a login.
         let default_cwd = identity.as_ref().map_or("", |i| i.home.as_str());
@@ -438,8 +452,16 @@ impl Manager {
         }
         cmd.args(&spec.args)
             .env_clear()
-            .envs(self.environment(&spec, &home))
+            .envs(self.environment(spec, &home))
             .current_dir(&cwd.host);
+        Ok((cmd, identity))
+    }
+
+
+    /// Starts a process; its output is recorded from the first byte, and
+    /// the returned cursor (at offset 0) holds it for the starting client.
+    pub fn start(self: &Arc<Self>, spec: Spec) -> Result<Cursor, ProcError> {
+        let (mut cmd, identity) = self.command(&spec)?;
         let pty = match spec.pty {
             Some(size) => Some(self.attach_pty(&mut cmd, size, identity.as_ref())?),
             None => {

@@ -17,6 +17,7 @@ use crate::resolver::Route;
 use crate::state::App;
 use http::{HeaderMap, Response, StatusCode};
 use std::sync::Arc;
+use std::time::Duration;
 use warren_core::body::Body;
 use warren_core::headers::IDEMPOTENCY_KEY;
 use warren_proto::scheduler::v1::{
@@ -62,10 +63,12 @@ pub(super) async fn create(
     let key = idempotency_key(headers)?.unwrap_or_else(|| warren_core::id::random_token(32));
     let request = PlaceRequest {
         template_id: new.template_id.clone(),
-        resources: defaults.map(|d| warren_proto::scheduler::v1::Resources {
-            cpu_count: d.cpu_count,
-            memory_mb: u32::try_from(d.memory_mb).unwrap_or(u32::MAX),
-        }),
+        resources: defaults
+            .as_ref()
+            .map(|d| warren_proto::scheduler::v1::Resources {
+                cpu_count: d.cpu_count,
+                memory_mb: u32::try_from(d.memory_mb).unwrap_or(u32::MAX),
+            }),
         team_id: team.0.clone(),
         timeout_secs: new.timeout_secs,
         metadata: new.metadata.clone(),
@@ -74,6 +77,8 @@ pub(super) async fn create(
         require_node_id: String::new(),
         fork_of: String::new(),
     };
+    // A template with a start command: the node answers once it is ready.
+    let extra = defaults.as_ref().map_or(Duration::ZERO, ready_time);
     // A node that cannot be reached (the connection is refused, or drops
     // before any answer, as when the node is killed) is reported to the
     // scheduler, which places nothing more on it until it heartbeats again,
@@ -102,7 +107,7 @@ pub(super) async fn create(
             timeout_secs: Some(new.timeout_secs),
             network: new.network.clone(),
         };
-        let created = app.nodes.create(&placement.endpoint, &child).await;
+        let created = app.nodes.create(&placement.endpoint, &child, extra).await;
         match created {
             Err(e @ NodeError::Unreachable { .. }) if attempts == 1 => {
                 tracing::warn!(sandbox = %placement.sandbox_id, node = %placement.node_id, error = %e,
@@ -242,6 +247,11 @@ async fn fork_one(
         // The node gives a fork its parent's egress policy.
         network: None,
     };
+    // A fork starts its template's start command too.
+    let extra = super::templates::resolve(app, &parent.template_id)
+        .ok()
+        .flatten()
+        .map_or(Duration::ZERO, |d| ready_time(&d));
     let forked = app
         .nodes
         .fork(
@@ -249,6 +259,7 @@ async fn fork_one(
             &parent.sandbox_id,
             parent.generation,
             &child,
+            extra,
         )
         .await;
     let info = finish(app, &placement, forked).await?;
@@ -259,6 +270,17 @@ async fn fork_one(
         &parent.template_id,
         info.envd_version,
     ))
+}
+
+/// How much longer than a plain create the node may take for a sandbox
+/// of a template with a start command: it answers once that is ready
+/// (bounded by the template's `ready_timeout_secs`), plus envd's slack.
+fn ready_time(d: &warren_template::spec::Defaults) -> Duration {
+    if d.start_cmd.is_empty() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(d.ready_timeout_secs + 5)
+    }
 }
 
 /// For a placement that an earlier request with the same idempotency key

@@ -29,6 +29,7 @@ use super::launch::{self, LaunchArgs};
 use super::limits::{find_program, Cgroup, LimitPlan};
 use super::{
     procs, EnvdStdin, Handle, LaunchSpec, Launched, Paths, Runtime, RuntimeError, RuntimeKind,
+    StartCommand,
 };
 use futures_util::future::BoxFuture;
 use std::io::{Seek, Write};
@@ -110,7 +111,7 @@ impl Isolated {
         spec: &LaunchSpec<'_>,
         ids: &IdRange,
         made: &mut Made,
-    ) -> Result<(tokio::process::Child, Handle), RuntimeError> {
+    ) -> Result<(tokio::process::Child, Handle, Option<std::time::Duration>), RuntimeError> {
         let p = spec.paths;
         // The template: the parent's for a fork, else the one named.
         let name = if spec.template_id.is_empty() {
@@ -278,15 +279,20 @@ impl Isolated {
         // The template's environment, under the create's own variables.
         let mut env = template.defaults.env.clone();
         env.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+        // Every new sandbox runs its template's start command, a fork too:
+        // a fork copies files, not processes.
+        let start = StartCommand::of(&template.defaults);
+        let ready_within = start.as_ref().map(StartCommand::wait);
         super::send_stdin(
             &mut child.stdin,
             &EnvdStdin {
                 access_token: spec.access_token,
                 env_vars: &env,
+                start,
             },
         )
         .await?;
-        Ok((child, handle))
+        Ok((child, handle, ready_within))
     }
 }
 
@@ -346,11 +352,12 @@ impl Runtime for Isolated {
             let ids = self.ids.take(None).map_err(RuntimeError::Ids)?;
             let mut made = Made::default();
             match self.launch_inner(spec, &ids, &mut made).await {
-                Ok((child, handle)) => Ok(Launched {
+                Ok((child, handle, ready_within)) => Ok(Launched {
                     handle,
                     child: Some(child),
                     ids: Some(ids),
                     egress: made.egress,
+                    ready_within,
                 }),
                 Err(e) => {
                     let paths = spec.paths.clone();

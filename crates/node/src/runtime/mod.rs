@@ -208,6 +208,9 @@ pub struct Launched {
     pub child: Option<tokio::process::Child>,
     pub ids: Option<ids::IdRange>,
     pub egress: Option<egress::EgressHandle>,
+    /// When the template has a start command: how long the create waits
+    /// for it to be ready (see [`StartCommand`]).
+    pub ready_within: Option<std::time::Duration>,
 }
 
 /// What envd reads from its stdin at start (JSON): the secrets and tenant
@@ -216,6 +219,41 @@ pub struct Launched {
 pub struct EnvdStdin<'a> {
     pub access_token: Option<&'a str>,
     pub env_vars: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<StartCommand<'a>>,
+}
+
+/// A template's start command as envd takes it (envd's
+/// `start::StartCommand`): envd starts it, as the template's user in its
+/// working directory, and runs the ready command until it succeeds or
+/// `timeout_secs` pass; the node asks envd where it is
+/// ([`crate::envd::wait_started`]) before the create answers.
+#[derive(Debug, Serialize)]
+pub struct StartCommand<'a> {
+    pub cmd: &'a str,
+    pub ready_cmd: &'a str,
+    pub user: &'a str,
+    pub cwd: &'a str,
+    pub timeout_secs: u64,
+}
+
+impl<'a> StartCommand<'a> {
+    /// The template's start command, if it has one.
+    pub fn of(d: &'a warren_template::spec::Defaults) -> Option<StartCommand<'a>> {
+        (!d.start_cmd.is_empty()).then_some(StartCommand {
+            cmd: &d.start_cmd,
+            ready_cmd: &d.ready_cmd,
+            user: &d.user,
+            cwd: &d.workdir,
+            timeout_secs: d.ready_timeout_secs,
+        })
+    }
+
+    /// How long the node waits: envd's own bound plus room for envd to
+    /// notice it and answer.
+    pub fn wait(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout_secs + 5)
+    }
 }
 
 /// The listening sockets envd serves on, bound by the node in the

@@ -120,6 +120,8 @@ impl Process {
             &EnvdStdin {
                 access_token: spec.access_token,
                 env_vars: spec.env_vars,
+                // Only `base`, which starts nothing.
+                start: None,
             },
         )
         .await?;
@@ -128,6 +130,7 @@ impl Process {
             child: Some(child),
             ids: None,
             egress: None,
+            ready_within: None,
         })
     }
 }

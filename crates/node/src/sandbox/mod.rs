@@ -346,6 +346,7 @@ impl Registry {
         };
         let ids = launched.ids;
         let egress = launched.egress;
+        let ready_within = launched.ready_within;
         let mut handle = launched.handle;
         let mut child = launched.child;
         let healthy = match child.as_mut() {
@@ -357,6 +358,30 @@ impl Registry {
                 }),
             },
             None => envd::wait_healthy(&paths.envd_sock, self.cfg.envd_start_timeout).await,
+        };
+        // Then the template's start command, when it has one (bounded by
+        // the template's ready timeout).
+        let healthy = match (healthy, ready_within) {
+            (Ok(()), Some(within)) => {
+                let token = req.access_token.as_deref();
+                let started = match child.as_mut() {
+                    Some(c) => tokio::select! {
+                        r = envd::wait_started(&paths.envd_sock, token, within) => r,
+                        status = c.wait() => Err(match status {
+                            Ok(s) => format!("envd exited ({s}) while the start command was starting"),
+                            Err(e) => format!("cannot wait for envd: {e}"),
+                        }),
+                    },
+                    None => envd::wait_started(&paths.envd_sock, token, within).await,
+                };
+                started.map_err(|why| {
+                    format!(
+                        "template {:?}'s start command did not become ready: {why}",
+                        req.template_id
+                    )
+                })
+            }
+            (r, _) => r,
         };
         if let Err(why) = healthy {
             self.cleanup(&paths, Some(&handle), &req.sandbox_id).await;

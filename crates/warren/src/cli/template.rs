@@ -115,21 +115,19 @@ fn execute(cli: Cli) -> Result<(), String> {
     Ok(())
 }
 
-/// Builds `file` into `store` unless a template by its name exists (and
-/// `force` is off); progress lines go to stderr.
+/// Builds `file` into `store` unless that template is there and up to date
+/// (see [`build_stamp`]; `force` rebuilds anyway); progress lines go to
+/// stderr.
 pub fn build_file(
     store: &Store,
     file: &Path,
     force: bool,
 ) -> Result<warren_template::Template, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    if force {
-        return build_text(store, &text, &file.display().to_string());
-    }
-    let spec = Spec::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-    // A template is rebuilt when its build file changed (or on --force).
-    let stamp = spec_stamp(&text);
-    {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let spec = Spec::parse_in(&text, dir).map_err(|e| format!("{}: {e}", file.display()))?;
+    let stamp = build_stamp(store, &text, &spec);
+    if !force {
         if let Ok(t) = store.get(&spec.name) {
             if t.source.contains(&stamp) {
                 eprintln!("template {} is up to date ({})", t.name, t.digest);
@@ -137,25 +135,61 @@ pub fn build_file(
             }
         }
     }
-    build_text(store, &text, &file.display().to_string())
+    build_spec(store, &spec, &stamp, &file.display().to_string())
 }
 
-/// Builds the template a build file's `text` describes, recording the
-/// file's stamp so an unchanged file is not built again.
+/// Builds the template a build file's `text` describes (one without
+/// `source` files: there is no directory to read them from).
 pub fn build_text(
     store: &Store,
     text: &str,
     origin: &str,
 ) -> Result<warren_template::Template, String> {
     let spec = Spec::parse(text).map_err(|e| format!("{origin}: {e}"))?;
-    let mut t =
-        build::build(&spec, store, |line| eprintln!("{line}")).map_err(|e| e.to_string())?;
-    t.source = format!("{} from {origin} ({})", t.source, spec_stamp(text));
+    if spec.has_sources() {
+        return Err(format!(
+            "{origin}: its files name sources; build it from its file (warren template build FILE)"
+        ));
+    }
+    build_spec(store, &spec, &build_stamp(store, text, &spec), origin)
+}
+
+fn build_spec(
+    store: &Store,
+    spec: &Spec,
+    stamp: &str,
+    origin: &str,
+) -> Result<warren_template::Template, String> {
+    let mut t = build::build(spec, store, |line| eprintln!("{line}")).map_err(|e| e.to_string())?;
+    t.source = format!("{} from {origin} ({stamp})", t.source);
     store.put(&t).map_err(|e| e.to_string())?;
     Ok(t)
 }
 
-/// What a template built from `text` records to be recognised.
+/// What a template built from `text` records to be recognised: a digest of
+/// everything that decides its contents — the build file's text, the text
+/// of each `source` file, and the digest of the template it is built
+/// `from` (so rebuilding `base` rebuilds what derives from it).
+pub fn build_stamp(store: &Store, text: &str, spec: &Spec) -> String {
+    if spec.from.is_none() && !spec.has_sources() {
+        return spec_stamp(text);
+    }
+    let mut all = text.to_string();
+    for f in spec.files.iter().filter(|f| f.source.is_some()) {
+        all.push('\0');
+        all.push_str(&f.path);
+        all.push('\0');
+        all.push_str(&f.content);
+    }
+    if let Some(from) = &spec.from {
+        let parent = store.get(from).map(|t| t.digest).unwrap_or_default();
+        all.push_str(&format!("\0from {from} {parent}"));
+    }
+    spec_stamp(&all)
+}
+
+/// The stamp of a build file's text alone (a template with neither `from`
+/// nor `source` files: `base`).
 pub fn spec_stamp(text: &str) -> String {
     format!("spec {}", spec_digest(text))
 }
