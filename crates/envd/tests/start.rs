@@ -61,6 +61,13 @@ async fn ready_only_once_the_ready_command_succeeds() {
         ))
     })
     .await;
+    let started = envd.host("/home/user/started");
+    wait_until(
+        "the start command to run",
+        Duration::from_secs(30),
+        || async { started.exists().then_some(()) },
+    )
+    .await;
     // A ready check ran and failed while the command was running: not ready.
     let last = wait_for(&envd, "a failed ready check", |s| match s {
         StartState::Starting {
@@ -70,7 +77,6 @@ async fn ready_only_once_the_ready_command_succeeds() {
     })
     .await;
     assert!(last.contains("exit status: 1"), "{last}");
-    assert!(envd.host("/home/user/started").exists());
     let listed = envd
         .process(true)
         .list(ListRequest::default())

@@ -176,7 +176,11 @@ impl Proc {
     /// stderr as they came), as text.
     pub fn output_tail(&self, max: usize) -> String {
         let state = self.state();
-        let from = state.log.end().saturating_sub(max as u64).max(state.log.start());
+        let from = state
+            .log
+            .end()
+            .saturating_sub(max as u64)
+            .max(state.log.start());
         let chunks = state.log.read_from(from, max).unwrap_or_default();
         let bytes: Vec<u8> = chunks.iter().flat_map(|c| c.data.iter().copied()).collect();
         String::from_utf8_lossy(&bytes).into_owned()
@@ -456,7 +460,6 @@ impl Manager {
             .current_dir(&cwd.host);
         Ok((cmd, identity))
     }
-
 
     /// Starts a process; its output is recorded from the first byte, and
     /// the returned cursor (at offset 0) holds it for the starting client.
