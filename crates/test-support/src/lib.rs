@@ -18,6 +18,7 @@
 //! - [`templates::TestTemplate`]: a template a test builds, removed after it.
 
 pub mod cluster;
+pub mod dev;
 pub mod http;
 pub mod sdk;
 pub mod templates;

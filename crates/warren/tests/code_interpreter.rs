@@ -17,19 +17,12 @@
 #![allow(unused_crate_dependencies)]
 
 use std::time::Duration;
+use warren_test_support::dev::Dev;
 use warren_test_support::sdk::{run_case, run_js_case};
-use warren_test_support::{temp_dir, Proc};
 
 /// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
 const KEY: &str = "e2b_0c1d2e3f405162738495a6b7c8d9eafb0c1d2e3f";
 const TEMPLATE: &str = "/var/lib/warren/templates/templates/code-interpreter-v1.json";
-
-/// A `warren dev` with one node, and its gateway's URL.
-struct Dev {
-    proc: Proc,
-    gateway: String,
-    _data: tempfile::TempDir,
-}
 
 async fn dev() -> Dev {
     assert!(
@@ -37,36 +30,22 @@ async fn dev() -> Dev {
         "no code-interpreter-v1 template ({TEMPLATE}): build it with \
          `warren template build templates/code-interpreter.toml` (scripts/test does)"
     );
-    let data = temp_dir();
-    let proc = warren_test_support::spawn(
+    Dev::start(
         env!("CARGO_BIN_EXE_warren").as_ref(),
-        &[
-            "dev",
-            "--data-dir",
-            data.path().to_str().expect("utf-8 temp path"),
-            "--listen",
-            "127.0.0.1:0",
-            "--nodes",
-            "1",
-            "--runtime",
-            "isolated",
-            "--api-key",
-            KEY,
-        ],
-        &[],
-        &["dev gateway-1"],
+        &["--nodes", "1", "--runtime", "isolated", "--api-key", KEY],
+        "isolated: needs root, cgroups, slirp4netns, nftables",
     )
     .await
-    .expect("warren dev starts (isolated: needs root, cgroups, slirp4netns, nftables)");
-    let gateway = format!("http://{}", proc.addr("dev gateway-1"));
-    Dev {
-        proc,
-        gateway,
-        _data: data,
-    }
 }
 
-impl Dev {
+/// The SDK scripts, run against one `warren dev`.
+trait DevExt {
+    async fn python(&self, case: &str) -> serde_json::Value;
+    async fn js(&self, case: &str) -> serde_json::Value;
+    async fn stop(self);
+}
+
+impl DevExt for Dev {
     async fn python(&self, case: &str) -> serde_json::Value {
         run_case(
             &self.gateway,

@@ -12,6 +12,7 @@
 #![allow(unused_crate_dependencies)]
 
 use std::time::Duration;
+use warren_test_support::dev::Dev;
 use warren_test_support::http::Http;
 use warren_test_support::{e2b_js_dir, temp_dir, Launch};
 
@@ -32,26 +33,14 @@ async fn e2b_js_sdk_runs_a_command_against_warren_dev_with_its_generated_key() {
         "no JavaScript e2b SDK in {} — run scripts/setup-test-env (or set WARREN_E2B_JS_DIR)",
         js.join("node_modules").display()
     );
-    let data = temp_dir();
-    let mut dev = Launch::new(
+    let mut dev = Dev::start(
         env!("CARGO_BIN_EXE_warren").as_ref(),
-        &[
-            "dev",
-            "--data-dir",
-            data.path().to_str().expect("utf-8 temp path"),
-            "--listen",
-            "127.0.0.1:0",
-            "--nodes",
-            "1",
-        ],
+        &["--nodes", "1"],
+        "the whole cluster on this machine",
     )
-    .label("warren dev")
-    .wait_for(&["dev gateway-1"])
-    .spawn()
-    .await
-    .expect("warren dev starts");
-    let gateway = format!("http://{}", dev.addr("dev gateway-1"));
-    let key = printed_key(&dev.lines());
+    .await;
+    let gateway = dev.gateway.clone();
+    let key = printed_key(&dev.proc.lines());
     assert!(
         warren_core::id::is_e2b_api_key(&key),
         "warren dev generates keys in E2B's format (e2b_ + 40 hex digits): {key}"
@@ -92,7 +81,10 @@ async fn e2b_js_sdk_runs_a_command_against_warren_dev_with_its_generated_key() {
         Some(format!("hello from {id}\nuser\n").as_str()),
         "the command's stdout, as the SDK returned it"
     );
-    assert_eq!(dev.terminate(Duration::from_secs(30)).await.code, Some(0));
+    assert_eq!(
+        dev.proc.terminate(Duration::from_secs(30)).await.code,
+        Some(0)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

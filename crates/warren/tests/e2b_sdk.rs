@@ -9,7 +9,8 @@
 #![allow(unused_crate_dependencies)]
 
 use std::time::Duration;
-use warren_test_support::{e2b_python, temp_dir, workspace_root};
+use warren_test_support::dev::Dev;
+use warren_test_support::{e2b_python, workspace_root};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2b_python_sdk_end_to_end_against_warren_dev() {
@@ -19,31 +20,24 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
         "no Python with the e2b SDK at {} — run scripts/setup-test-env (or set WARREN_E2B_PYTHON)",
         python.display()
     );
-    let data = temp_dir();
     // In E2B's format, as `warren dev` generates them (`e2b_` + 40 hex).
     let api_key = "e2b_0d3c8a9e5f1b4c7a2e6d9f0b3a5c7e1d4f8b2a6c";
     let other_key = "e2b_7a1f3c5e9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a";
-    let mut dev = warren_test_support::spawn(
+    let extra = format!("--api-key {other_key}:other");
+    let mut dev = Dev::start(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         &[
-            "dev",
-            "--data-dir",
-            data.path().to_str().expect("utf-8 temp path"),
-            "--listen",
-            "127.0.0.1:0",
             "--nodes",
             "2",
             "--api-key",
             api_key,
             "--gateway-args",
-            &format!("--api-key {other_key}:other"),
+            &extra,
         ],
-        &[],
-        &["dev gateway-1"],
+        "the whole cluster on this machine",
     )
-    .await
-    .expect("warren dev starts");
-    let gateway = format!("http://{}", dev.addr("dev gateway-1"));
+    .await;
+    let gateway = dev.gateway.clone();
 
     let script = workspace_root().join("tests/e2b/test_sdk.py");
     let out = tokio::time::timeout(
@@ -71,5 +65,8 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
     );
     assert!(stdout.contains(" 0 failed"), "{stdout}");
     // A clean stop: `warren dev` stops every part it started and exits 0.
-    assert_eq!(dev.terminate(Duration::from_secs(30)).await.code, Some(0));
+    assert_eq!(
+        dev.proc.terminate(Duration::from_secs(30)).await.code,
+        Some(0)
+    );
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use warren_core::body::{status as no_content, Body};
 use warren_core::time::now_ms;
 use warren_proto::scheduler::v1::{
-    Binding, BindingState, EventType, ReportSandboxEventRequest, SandboxEvent, SetTimeoutRequest,
+    Binding, BindingState, EventType, ReportSandboxEventRequest, SandboxEvent,
 };
 
 /// A resumed sandbox's timeout when `POST /resume` names none (E2B's
@@ -144,16 +144,7 @@ pub(super) async fn resume(
     change(app, id, b, false).await?;
     let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS) as i64;
     let end_at_ms = now_ms() + secs * 1000;
-    app.scheduler
-        .call("SetTimeout", |mut c| async move {
-            c.set_timeout(SetTimeoutRequest {
-                sandbox_id: id.to_string(),
-                end_at_ms,
-            })
-            .await
-        })
-        .await
-        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))
+    super::sandboxes::set_end(app, id, end_at_ms).await
 }
 
 /// The node freezes (or thaws), then the fenced state change; a change the

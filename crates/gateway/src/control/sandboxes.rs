@@ -340,7 +340,7 @@ async fn forget(app: &App, id: &str, generation: u64) {
         .await;
 }
 
-async fn set_end(app: &App, id: &str, end_at_ms: i64) -> Result<Binding, ApiError> {
+pub(super) async fn set_end(app: &App, id: &str, end_at_ms: i64) -> Result<Binding, ApiError> {
     app.scheduler
         .call("SetTimeout", |mut c| async move {
             c.set_timeout(SetTimeoutRequest {

@@ -1,0 +1,34 @@
+//! `warren dev` as a user runs it, for tests of the whole product: one
+//! command, its data in a temp dir, its first gateway's URL.
+
+use crate::{temp_dir, Proc};
+use std::path::Path;
+
+/// A running `warren dev`; dropping it stops it (and its data dir goes).
+pub struct Dev {
+    pub proc: Proc,
+    /// `http://host:port` of gateway 1.
+    pub gateway: String,
+    _data: tempfile::TempDir,
+}
+
+impl Dev {
+    /// Starts `bin dev --data-dir <temp> --listen 127.0.0.1:0 <args>` and
+    /// waits for its first gateway; `expect` says what a failure to start
+    /// usually means.
+    pub async fn start(bin: &Path, args: &[&str], expect: &str) -> Dev {
+        let data = temp_dir();
+        let dir = data.path().to_str().expect("utf-8 temp path");
+        let mut all = vec!["dev", "--data-dir", dir, "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let proc = crate::spawn(bin, &all, &[], &["dev gateway-1"])
+            .await
+            .unwrap_or_else(|e| panic!("warren dev starts ({expect}): {e}"));
+        let gateway = format!("http://{}", proc.addr("dev gateway-1"));
+        Dev {
+            proc,
+            gateway,
+            _data: data,
+        }
+    }
+}
