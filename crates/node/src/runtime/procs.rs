@@ -143,8 +143,15 @@ pub fn kill_all(handle: &Handle, mark_value: &str) -> Result<(), Vec<i32>> {
         if pids.is_empty() {
             return Ok(());
         }
-        for &pid in &pids {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        // Stop them all before killing any, as the freezer does for a
+        // sandbox with cgroups: otherwise envd could see a command die of
+        // the kill and answer its stream with an end event (exit -1) in the
+        // moment before its own SIGKILL lands, where a client must see the
+        // stream cut, as when an E2B sandbox's VM goes away.
+        for signal in [Signal::SIGSTOP, Signal::SIGKILL] {
+            for &pid in &pids {
+                let _ = kill(Pid::from_raw(pid), signal);
+            }
         }
         last = pids;
         std::thread::sleep(Duration::from_millis(if round < 10 { 5 } else { 50 }));
