@@ -121,19 +121,16 @@ pub async fn run(
             Arc::new(cache)
         }
     };
-    let http = node_client::http_client(settings.connect_timeout, trust.as_deref())
-        .map_err(warren_core::config::ConfigError::Invalid)?;
-    let node_scheme = warren_trust::connect::scheme(trust.as_deref());
+    let workers = warren_core::server::Workers::start(settings.worker_threads, "gateway-worker")
+        .context("cannot start the worker threads")?;
+    let http =
+        node_client::NodeHttp::new(settings.connect_timeout, trust.as_deref(), Some(&workers))
+            .map_err(warren_core::config::ConfigError::Invalid)?;
     let limits = settings.listener;
     let admin_limits = settings.admin_listener;
     let shutdown_delay = settings.shutdown_delay;
     let app = Arc::new(state::App::new(
-        settings,
-        scheduler,
-        resolver,
-        http,
-        node_scheme,
-        metrics,
+        settings, scheduler, resolver, http, metrics,
     ));
 
     warren_core::announce("gateway", "http", listener.local_addr()?);
@@ -151,6 +148,7 @@ pub async fn run(
     let ready = admin.clone();
     server::serve(
         app,
+        &workers,
         listener,
         // Load balancers see the replica leave (/readyz false) and get
         // --shutdown-delay to move traffic before the listener closes.

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use warren_core::body::Body;
-use warren_core::server::{Incoming, Limits, ListenerMetrics};
+use warren_core::server::{Incoming, Limits, ListenerMetrics, Workers};
 
 /// Answers one request on either plane and records its metrics.
 async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Response<Body> {
@@ -26,16 +26,18 @@ async fn handle(app: Arc<App>, peer: SocketAddr, req: Request<Incoming>) -> Resp
     resp
 }
 
-/// Accepts connections under `limits` until `shutdown` resolves, then
+/// Accepts connections under `limits`, each served by one of `workers`,
+/// until `shutdown` resolves, then
 /// stops accepting and lets in-flight requests finish for up to
 /// `limits.drain`.
 pub async fn serve(
     app: Arc<App>,
+    workers: &Workers,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
     limits: Limits,
     metrics: ListenerMetrics,
 ) {
     let handler = move |peer, req| handle(app.clone(), peer, req);
-    warren_core::server::serve(listener, handler, shutdown, limits, metrics).await;
+    warren_core::server::serve_on(workers, listener, handler, shutdown, limits, metrics).await;
 }
