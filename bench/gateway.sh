@@ -89,7 +89,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # and the pid in PID.
 start() {
   local name="$1" want="$2"; shift 2
-  WARREN_LOG=warn WARREN_EXIT_WITH_PARENT=1 TOKIO_WORKER_THREADS="$WORKERS" \
+  WARREN_LOG=warn WARREN_EXIT_WITH_PARENT=1 TOKIO_WORKER_THREADS="$WORKERS" WARREN_GATEWAY_WORKER_THREADS="$WORKERS" \
     "$BIN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PID=$!
   PIDS+=("$PID")
@@ -256,7 +256,7 @@ pids_of() {
     -) ;;
     nginx-*)
       local master; master=$(cat "$WORK/$1.pid")
-      echo "$master"; ps -o pid= --ppid "$master" ;;
+      echo "$master"; ps -o pid= --ppid "$master" | tr -d " " ;;
     *) echo "$1" ;;
   esac
 }

@@ -86,6 +86,11 @@ pub const BINDING_BY_ID: &str = concat!(
     binding_columns!(),
     " FROM bindings WHERE sandbox_id = $1"
 );
+/// What `LookupNode` answers with, and nothing else: the hot read of
+/// every gateway's cache misses (no metadata, environment or token to
+/// fetch and decode).
+pub const ROUTE_BY_ID: &str =
+    "SELECT sandbox_id, node_id, endpoint, generation, state, team_id FROM bindings WHERE sandbox_id = $1";
 pub const BINDING_BY_KEY: &str = concat!(
     "SELECT ",
     binding_columns!(),

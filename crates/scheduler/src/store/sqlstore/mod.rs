@@ -406,6 +406,26 @@ impl SqlStore {
         row.as_ref().map(binding_from_row).transpose()
     }
 
+    /// Where a sandbox is, if it exists (the columns `LookupNode` answers).
+    pub async fn route(&self, sandbox_id: &str) -> Result<Option<RouteRow>> {
+        let row = sqlx::query(sql::ROUTE_BY_ID)
+            .bind(sandbox_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref()
+            .map(|r| -> Result<RouteRow> {
+                Ok(RouteRow {
+                    sandbox_id: r.try_get("sandbox_id")?,
+                    node_id: r.try_get("node_id")?,
+                    endpoint: r.try_get("endpoint")?,
+                    generation: to_u64(r.try_get("generation")?, "generation")?,
+                    state: parse_state(r.try_get("state")?)?,
+                    team_id: r.try_get("team_id")?,
+                })
+            })
+            .transpose()
+    }
+
     /// A page of bindings matching `filter`, and the id to continue after.
     pub async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<String>)> {
         bindings::list(self, filter).await
