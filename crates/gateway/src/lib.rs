@@ -4,8 +4,10 @@
 //! # Layout
 //! - [`config`]: flags/env/TOML ([`Config`]) validated into [`Settings`]
 //!   before any socket is bound.
-//! - [`server`]: the listener (HTTP/1.1 + h2c, upgrades), plane dispatch,
-//!   metrics per request, graceful drain.
+//! - [`server`]: the listener (HTTP/1.1 + h2c, upgrades), its connections
+//!   served by `--worker-threads` threads (`warren_core::server::Workers`:
+//!   each thread owns its connections and its node connections), plane
+//!   dispatch, metrics per request, graceful drain.
 //! - [`target`]: is a request data plane (`E2b-Sandbox-Id`/`-Port` headers or
 //!   host `{port}-{id}.{domain}`), and for which sandbox and port.
 //! - [`control`]: the E2B REST API (create, list, get, kill, timeout,
@@ -19,7 +21,8 @@
 //!   the stale-route path (evict, one refetch, a replay-safe retry).
 //! - the scheduler client with replica failover is `warren_proto::client`,
 //!   shared with the node.
-//! - [`node_client`]: the pooled HTTP client to nodes and their control API.
+//! - [`node_client`]: node connection pools (one per worker thread) and
+//!   the nodes' control API.
 //! - [`error`]: JSON errors (`code`, `error_code`, `message`);
 //!   bodies are `warren_core::body`; [`metrics`]: Prometheus.
 //! - [`state`]: [`App`](state::App), what handlers share.

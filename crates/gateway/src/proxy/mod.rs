@@ -2,8 +2,9 @@
 //!
 //! Per request: resolve the route (through the
 //! [`Resolver`](crate::resolver::Resolver), normally a cache hit), rewrite
-//! the head ([`headers`]), send it over the pooled HTTP/1.1 client, and
-//! stream the answer back frame by frame. Bodies are not buffered, except
+//! the head ([`headers`]), send it over this worker thread's node
+//! connection pool, and stream the answer back frame by frame. Bodies are
+//! not buffered, except
 //! the small body of a replay-safe request ([`replay`]), so chunked uploads
 //! and Connect streams pass through as they are produced. An `Upgrade`
 //! (WebSocket) is forwarded, and after the node's `101` both upgraded
