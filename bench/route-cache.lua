@@ -1,7 +1,7 @@
 -- wrk script for bench/route-cache.sh: every request names one of the
 -- seeded sandboxes `b{i:019}` by the E2B headers. MODE=seq walks the ids
--- 0..IDS-1 (each thread its share, to fill the gateway's cache); anything
--- else picks one at random per request.
+-- START..IDS-1 and around (each thread its share, to fill the gateway's
+-- cache); anything else picks one at random per request.
 local threads = 0
 function setup(thread)
   thread:set("tid", threads)
@@ -12,7 +12,9 @@ function init(args)
   n = tonumber(os.getenv("IDS"))
   sequential = os.getenv("MODE") == "seq"
   step = tonumber(os.getenv("WRK_THREADS") or "2")
-  i = tid
+  local start = tonumber(os.getenv("START") or "0")
+  i = math.floor(start / step) * step + tid
+  if i >= n then i = tid end
   math.randomseed(tid * 7919 + os.time())
 end
 
