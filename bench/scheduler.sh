@@ -65,13 +65,19 @@ measure() {
   local label="$1" pid="$2"; shift 2
   local t0 t1 out
   t0=$(cpu_ticks "$pid")
-  out=$("$@")
+  # A run that fails (the store gave up) is a row too, not the end.
+  out=$("$@" 2>&1) || true
   t1=$(cpu_ticks "$pid")
   echo "$out" >&2
   python3 - "$label" "$out" "$((t1 - t0))" "$HZ" <<'PY' >>"$WORK/rows"
 import re, sys
 label, out, ticks, hz = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
 m = re.search(r"(\d+) ok, (\d+) errors in ([\d.]+) s with (\d+) callers: (\d+)/s, p50 ([\d.]+) ms, p99 ([\d.]+) ms", out)
+if not m:
+    lines = out.strip().splitlines()
+    why = [l.strip() for l in lines if "message" in l] or lines or ["?"]
+    print("|".join([label, "-", "failed", "-", "-", why[0].replace("|", "/")[:100], "-"]))
+    sys.exit(0)
 ok, errors, secs, callers, rate, p50, p99 = m.groups()
 per = ticks / hz * 1e6 / max(int(ok), 1)
 print("|".join([label, callers, rate, p50, p99, errors, f"{per:.0f}"]))
