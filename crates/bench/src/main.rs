@@ -207,6 +207,13 @@ async fn seed(s: Seed) -> anyhow::Result<()> {
         q.execute(&pool).await.context("inserting bindings")?;
         i += n;
     }
+    // Placement reads each node's kept count (schema 4), not the rows.
+    sqlx::query("UPDATE nodes SET sandboxes = sandboxes + $2 WHERE node_id = $1")
+        .bind(&s.node_id)
+        .bind(i64::try_from(s.count)?)
+        .execute(&pool)
+        .await
+        .context("the node's sandbox count")?;
     sqlx::query("UPDATE counters SET value = $1 WHERE name = 'generation' AND value < $1")
         .bind(i64::try_from(end)?)
         .execute(&pool)
