@@ -218,6 +218,12 @@ async fn seed(s: Seed) -> anyhow::Result<()> {
         .bind(i64::try_from(end)?)
         .execute(&pool)
         .await?;
+    if s.database_url.starts_with("postgres") {
+        // What autovacuum would do soon after a bulk load: without fresh
+        // statistics the planner treats the table as empty.
+        sqlx::query("ANALYZE bindings").execute(&pool).await?;
+        sqlx::query("ANALYZE nodes").execute(&pool).await?;
+    }
     println!(
         "seeded {} sandboxes ({}..{}) in {:.1} s",
         s.count,
