@@ -50,10 +50,11 @@ def sequential(url, key, n, warmup):
 
 
 def rate(url, key, clients, total):
-    """`clients` threads share `total` cycles; returns (cycles/s, create latencies)."""
+    """`clients` threads share `total` cycles; returns (cycles/s, create
+    latencies, create->first command latencies, errors, wall seconds)."""
     lock = threading.Lock()
     left = [total]
-    creates, errors = [], []
+    creates, firsts, errors = [], [], []
 
     def worker():
         while True:
@@ -62,9 +63,10 @@ def rate(url, key, clients, total):
                     return
                 left[0] -= 1
             try:
-                c, _ = cycle(url, key)
+                c, f = cycle(url, key)
                 with lock:
                     creates.append(c)
+                    firsts.append(f)
             except Exception as e:  # counted, not fatal: the table says so
                 with lock:
                     errors.append(repr(e))
@@ -76,7 +78,7 @@ def rate(url, key, clients, total):
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    return len(creates) / wall, creates, errors, wall
+    return len(creates) / wall, creates, firsts, errors, wall
 
 
 def main():
@@ -105,15 +107,16 @@ def main():
     if args.rate_target:
         print(f"\nThroughput: {args.total} create -> `true` -> kill cycles per row, "
               "shared by C concurrent clients\n")
-        print("| runtime | clients | cycles/s | wall s | create p50 ms | create p99 ms | errors |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("| runtime | clients | cycles/s | wall s | create p50 ms | create p99 ms "
+              "| create→first command p50 ms | create→first command p99 ms | errors |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for label in args.rate_target:
             url = targets[label]
             for c in (int(x) for x in args.concurrency.split(",")):
-                per_s, creates, errors, wall = rate(url, args.key, c, args.total)
-                p50 = f"{pct(creates, 50):.1f}" if creates else "-"
-                p99 = f"{pct(creates, 99):.1f}" if creates else "-"
-                print(f"| {label} | {c} | {per_s:.2f} | {wall:.1f} | {p50} | {p99} "
+                per_s, creates, firsts, errors, wall = rate(url, args.key, c, args.total)
+                p = lambda v, q: f"{pct(v, q):.1f}" if v else "-"
+                print(f"| {label} | {c} | {per_s:.2f} | {wall:.1f} | {p(creates, 50)} "
+                      f"| {p(creates, 99)} | {p(firsts, 50)} | {p(firsts, 99)} "
                       f"| {len(errors)} |", flush=True)
                 for e in errors[:3]:
                     print(f"  error: {e}")

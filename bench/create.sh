@@ -8,8 +8,8 @@
 # Then cycles/s with 1 and 8 concurrent clients on `isolated` (bounded count).
 # Prints Markdown tables.
 #
-# Usage: bench/create.sh [N=30]   (env: PROFILE=release|debug, TOTAL=32
-#        cycles per concurrency level, CONCURRENCY=1,8, WARMUP=2)
+# Usage: bench/create.sh [N=30]   (env: PROFILE=release|debug, TOTAL=96
+#        cycles per concurrency level, CONCURRENCY=1,8,32, WARMUP=2)
 # Needs: root (isolated runtime), the base template, .venv with the e2b SDK
 # (scripts/setup-test-env). Traffic stays on 127.0.0.1.
 set -euo pipefail
@@ -17,8 +17,8 @@ cd "$(dirname "$0")/.."
 
 N="${1:-30}"
 PROFILE="${PROFILE:-release}"
-TOTAL="${TOTAL:-32}"
-CONCURRENCY="${CONCURRENCY:-1,8}"
+TOTAL="${TOTAL:-96}"
+CONCURRENCY="${CONCURRENCY:-1,8,32}"
 WARMUP="${WARMUP:-2}"
 PY="${WARREN_E2B_PYTHON:-$PWD/.venv/bin/python}"
 [ -x "$PY" ] || { echo "bench: $PY missing (run scripts/setup-test-env)" >&2; exit 1; }

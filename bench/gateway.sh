@@ -1,53 +1,104 @@
 #!/usr/bin/env bash
-# Gateway proxy benchmark: the same upstream (a sandbox's envd `GET /health`,
-# through its node) driven four ways in one run on one machine:
-#   (a) the node directly (the X-Warren-* headers a gateway would add),
-#   (b) the gateway with its route cache,
-#   (c) the gateway with the route cache disabled (--route-cache-capacity 0),
-#   (d) stock nginx as a reverse proxy in front of the same node
-#       (keepalive upstream, worker_processes = the gateway's worker threads).
-# Prints req/s and p50/p99 latency for each, the ratios gateway/nginx and
-# gateway/direct, and scheduler lookups per request for (b) and (c).
+# Gateway proxy benchmark: warren's gateway next to stock nginx and HAProxy,
+# in one run on one machine, all in front of the same upstream (a sandbox's
+# envd `GET /health`, through its node).
 #
-# Usage: bench/gateway.sh [DURATION_SECONDS] [CONNECTIONS]   (env: ROUNDS=3,
-#        WRK_THREADS=2, GATEWAY_WORKERS=2, RUNTIME=process, CARGO_TARGET_DIR)
-# Needs: wrk, nginx, python3, curl; builds warren in release mode.
-# Traffic stays on 127.0.0.1; every load run is bounded by DURATION.
+# Two clusters run side by side, each a scheduler, one node
+# (`--runtime process`), a gateway with its route cache and one sandbox:
+#   tls   — internal mutual TLS (the default deployment): the gateway, nginx
+#           and HAProxy all dial the node over TLS with a gateway-role client
+#           certificate, verify the node's certificate against the cluster
+#           CA, and keep connections alive;
+#   plain — `--insecure-internal` everywhere, nginx and HAProxy over plain
+#           TCP.
+# nginx and HAProxy set the headers a gateway sets (X-Warren-Sandbox-Id,
+# -Port, -Generation, X-Forwarded-For) statically; the gateway parses the
+# E2B target, looks the route up in its cache and rewrites the head.
+# Extra paths: `direct` (wrk to the plain node itself, the upstream's own
+# ceiling) and `gateway-nocache` (the TLS gateway with
+# `--route-cache-capacity 0`: one scheduler LookupNode per request).
+#
+# Every path is driven by `wrk -t$WRK_THREADS -c$CONNECTIONS` for DURATION
+# seconds, path after path, round after round (interleaved, so outside load
+# falls on all of them alike). For each run it reads the proxy's CPU time
+# (utime + stime of every process of the proxy: the gateway, nginx's master
+# and workers, HAProxy) from /proc/<pid>/stat before and after, and prints
+# per path: the median over rounds of req/s, p50, p99 and proxy CPU µs per
+# request, every round's req/s, non-2xx answers, and the ratios against
+# nginx and HAProxy.
+#
+# Usage: bench/gateway.sh [DURATION_SECONDS=6] [CONNECTIONS=32]
+#   env: ROUNDS=3, WRK_THREADS=2, WORKERS=2 (gateway tokio worker threads =
+#        nginx worker_processes = HAProxy nbthread), MODES="tls plain",
+#        EXTRA="direct gateway-nocache" (or "" for none), RUNTIME=process,
+#        CARGO_TARGET_DIR, KEEP=1 (keep the work dir with every log and
+#        wrk output), HOLD=1 (start everything, print the addresses and
+#        wait, for profiling by hand).
+# Needs: wrk, nginx, haproxy, python3, curl (Debian: apt-get install wrk
+# nginx haproxy python3 curl); builds warren in release mode.
+# Everything listens on 127.0.0.1; every process it starts is stopped on
+# exit, however the script ends (and the warren parts also stop by
+# themselves if this shell is SIGKILLed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-DURATION="${1:-10}"
+DURATION="${1:-6}"
 CONNS="${2:-32}"
 ROUNDS="${ROUNDS:-3}"
 THREADS="${WRK_THREADS:-2}"
-WORKERS="${GATEWAY_WORKERS:-2}"   # gateway tokio worker threads = nginx worker_processes
+WORKERS="${WORKERS:-${GATEWAY_WORKERS:-2}}"
+MODES="${MODES:-tls plain}"
+EXTRA="${EXTRA-direct gateway-nocache}"
 
-for tool in wrk nginx python3 curl; do
+for tool in wrk nginx haproxy python3 curl; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is required (Debian: apt-get install $tool)" >&2; exit 1; }
 done
 
 cargo build --release -q -p warren
 BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/warren"
 WORK="$(mktemp -d /tmp/warren-bench.XXXXXX)"
+HZ="$(getconf CLK_TCK)"
+
+# Every process started here, stopped by `cleanup`. `start` runs in this
+# shell (never inside `$(...)`, whose subshell would keep the pid to itself).
 PIDS=()
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+  local p
+  for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "$WORK"/*.pid; do
+    [ -f "$p" ] && kill -TERM "$(cat "$p")" 2>/dev/null || true
+  done
+  # Bounded: whatever has not exited after 10 s is killed.
+  for _ in $(seq 1 100); do
+    local alive=0
+    for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  rm -rf "$WORK"
+  if [ "${KEEP:-0}" = 1 ]; then echo "bench: logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
-# start NAME WAIT_FOR ARGS... : runs warren ARGS, waits for "<WAIT_FOR> listening on".
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start NAME WAIT_FOR ARGS... : runs `warren ARGS` in the background, waits
+# for its "<WAIT_FOR> listening on" line, and leaves the address in ADDR
+# and the pid in PID.
 start() {
   local name="$1" want="$2"; shift 2
-  WARREN_LOG=warn TOKIO_WORKER_THREADS="$WORKERS" "$BIN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-  PIDS+=("$!")
+  WARREN_LOG=warn WARREN_EXIT_WITH_PARENT=1 TOKIO_WORKER_THREADS="$WORKERS" WARREN_GATEWAY_WORKER_THREADS="$WORKERS" \
+    "$BIN" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  PID=$!
+  PIDS+=("$PID")
   for _ in $(seq 1 300); do
     if grep -q "^$want listening on" "$WORK/$name.out" 2>/dev/null; then
-      grep "^$want listening on" "$WORK/$name.out" | head -1 | sed 's/.* listening on //'
+      ADDR=$(grep "^$want listening on" "$WORK/$name.out" | head -1 | sed 's/.* listening on //')
       return 0
     fi
+    kill -0 "$PID" 2>/dev/null || break
     sleep 0.1
   done
   echo "bench: $name did not start; its log:" >&2; cat "$WORK/$name.err" >&2; exit 1
@@ -55,63 +106,193 @@ start() {
 admin_of() { grep " admin listening on" "$WORK/$1.out" | head -1 | sed 's/.* listening on //'; }
 
 KEY="bench_$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-SCHED=$(start scheduler "scheduler grpc" scheduler --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 --data-dir "$WORK/sched")
-NODE=$(start node "node http" node --node-id bench-node --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --scheduler "http://$SCHED" --data-dir "$WORK/node" --runtime "${RUNTIME:-process}")
-GW_CACHE=$(start gw-cache "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --scheduler "http://$SCHED" --api-key "$KEY:bench")
-GW_NOCACHE=$(start gw-nocache "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --scheduler "http://$SCHED" --api-key "$KEY:bench" --route-cache-capacity 0)
+CERTS="$WORK/certs"
+"$BIN" certs --dir "$CERTS" init >/dev/null
+"$BIN" certs --dir "$CERTS" issue --role scheduler --name bench --host 127.0.0.1 >/dev/null
+"$BIN" certs --dir "$CERTS" issue --role gateway --name bench >/dev/null
+"$BIN" certs --dir "$CERTS" issue --role node --name bench-tls --host 127.0.0.1 --host localhost >/dev/null
+# HAProxy wants the certificate and its key in one file.
+cat "$CERTS/gateway-bench.pem" "$CERTS/gateway-bench.key" >"$CERTS/gateway-bench.bundle.pem"
 
-# One sandbox, created through the caching gateway.
-CREATED=$(curl -sf -X POST "http://$GW_CACHE/sandboxes" -H "X-API-Key: $KEY" -H 'content-type: application/json' \
-  -d '{"templateID":"base","timeout":3600}')
-SBX=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])' <<<"$CREATED")
-TOKEN=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("envdAccessToken") or "")' <<<"$CREATED")
-GEN=$(curl -sf "http://$GW_CACHE/sandboxes/$SBX" -H "X-API-Key: $KEY" >/dev/null; \
-  "$BIN" route "$SBX" --api-url "http://$GW_CACHE" --api-key "$KEY" --json 2>/dev/null \
-  | python3 -c 'import json,sys; print(json.load(sys.stdin)["scheduler"]["generation"])' 2>/dev/null || echo 1)
+tls_flags() { # ROLE NAME
+  if [ "$MODE" = tls ]; then
+    echo "--tls-ca $CERTS/ca.pem --tls-cert $CERTS/$1-$2.pem --tls-key $CERTS/$1-$2.key"
+  else
+    echo "--insecure-internal"
+  fi
+}
 
-# nginx in front of the node, adding the headers a gateway adds.
-cat >"$WORK/nginx.conf" <<NGINX
+# One cluster per mode: scheduler, node, caching gateway (+ an uncaching
+# one in the tls cluster), one sandbox, and nginx + HAProxy in front of
+# the node. Leaves NODE_<mode>, GW_<mode>, SBX_<mode>, ... behind.
+setup() {
+  MODE="$1"
+  local m="$MODE"
+  # shellcheck disable=SC2046
+  start "sched-$m" "scheduler grpc" scheduler --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --data-dir "$WORK/sched-$m" $(tls_flags scheduler bench)
+  local sched="$ADDR"
+  # shellcheck disable=SC2046
+  start "node-$m" "node http" node --node-id "bench-$m" --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --scheduler "http://$sched" --data-dir "$WORK/node-$m" --runtime "${RUNTIME:-process}" \
+    $(tls_flags node "bench-$m")
+  local node="$ADDR"; NODE_PID="$PID"
+  # shellcheck disable=SC2046
+  start "gateway-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+    --scheduler "http://$sched" --api-key "$KEY:bench" $(tls_flags gateway bench)
+  local gw="$ADDR" gw_pid="$PID" nocache=""
+  if [ "$m" = tls ] && [[ " $EXTRA " == *" gateway-nocache "* ]]; then
+    # shellcheck disable=SC2046
+    start "gateway-nocache-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+      --scheduler "http://$sched" --api-key "$KEY:bench" --route-cache-capacity 0 $(tls_flags gateway bench)
+    nocache="gateway-nocache $ADDR $PID $NODE_PID e2b"
+  fi
+
+  local created sbx token gen
+  created=$(curl -sf -X POST "http://$gw/sandboxes" -H "X-API-Key: $KEY" -H 'content-type: application/json' \
+    -d '{"templateID":"base","timeout":3600}')
+  sbx=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])' <<<"$created")
+  token=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("envdAccessToken") or "")' <<<"$created")
+  gen=$("$BIN" route "$sbx" --api-url "http://$gw" --api-key "$KEY" --json \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["scheduler"]["generation"])')
+  echo "$token" >"$WORK/token-$m"
+  echo "$sbx" >"$WORK/sbx-$m"
+
+  local scheme=http nginx_tls="" haproxy_tls=""
+  if [ "$m" = tls ]; then
+    scheme=https
+    nginx_tls="
+      proxy_ssl_certificate $CERTS/gateway-bench.pem;
+      proxy_ssl_certificate_key $CERTS/gateway-bench.key;
+      proxy_ssl_trusted_certificate $CERTS/ca.pem;
+      proxy_ssl_verify on;
+      proxy_ssl_name localhost;
+      proxy_ssl_session_reuse on;"
+    haproxy_tls="ssl crt $CERTS/gateway-bench.bundle.pem ca-file $CERTS/ca.pem verify required verifyhost localhost"
+  fi
+  local auth_nginx="" auth_haproxy=""
+  if [ -n "$token" ]; then
+    auth_nginx="proxy_set_header X-Access-Token \"$token\";"
+    auth_haproxy="http-request set-header X-Access-Token \"$token\""
+  fi
+
+  # nginx: keepalive upstream, the headers a gateway sets. nginx cannot
+  # listen on :0 and say which port it got, so a free port is picked.
+  local nginx_port; nginx_port=$(free_port)
+  cat >"$WORK/nginx-$m.conf" <<NGINX
 worker_processes $WORKERS;
-pid $WORK/nginx.pid;
-error_log $WORK/nginx.err warn;
+pid $WORK/nginx-$m.pid;
+error_log $WORK/nginx-$m.err warn;
 events { worker_connections 4096; }
 http {
   access_log off;
-  upstream node { server $NODE; keepalive 128; }
+  upstream node { server $node; keepalive 128; }
   server {
-    listen 127.0.0.1:0;
+    listen 127.0.0.1:$nginx_port;
     location / {
-      proxy_pass http://node;
+      proxy_pass $scheme://node;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-      proxy_set_header X-Warren-Sandbox-Id $SBX;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_set_header X-Warren-Sandbox-Id $sbx;
       proxy_set_header X-Warren-Sandbox-Port 49983;
-      proxy_set_header X-Warren-Generation $GEN;
-      proxy_set_header X-Access-Token "$TOKEN";
+      proxy_set_header X-Warren-Generation $gen;
+      $auth_nginx
+      $nginx_tls
     }
   }
 }
 NGINX
-# nginx cannot listen on :0 and report the port; pick a free one.
-NGINX_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-sed -i "s/listen 127.0.0.1:0;/listen 127.0.0.1:$NGINX_PORT;/" "$WORK/nginx.conf"
-nginx -c "$WORK/nginx.conf" -p "$WORK"
-NGINX_ADDR="127.0.0.1:$NGINX_PORT"
+  nginx -c "$WORK/nginx-$m.conf" -p "$WORK" -e "$WORK/nginx-$m.err"
+  for _ in $(seq 1 50); do [ -s "$WORK/nginx-$m.pid" ] && break; sleep 0.1; done
 
-lookups() { curl -sf "http://$(admin_of "$1")/metrics" | awk '/^warren_gateway_scheduler_lookups_total/ {print $2}' | head -1; }
+  # HAProxy: same headers, connections to the node kept and shared.
+  local haproxy_port; haproxy_port=$(free_port)
+  cat >"$WORK/haproxy-$m.cfg" <<HAPROXY
+global
+  nbthread $WORKERS
+  maxconn 4096
+  pidfile $WORK/haproxy-$m.pid
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+  http-reuse always
+frontend fe
+  bind 127.0.0.1:$haproxy_port
+  option forwardfor
+  http-request set-header X-Warren-Sandbox-Id $sbx
+  http-request set-header X-Warren-Sandbox-Port 49983
+  http-request set-header X-Warren-Generation $gen
+  $auth_haproxy
+  default_backend node
+backend node
+  server node $node $haproxy_tls
+HAPROXY
+  haproxy -q -f "$WORK/haproxy-$m.cfg" >"$WORK/haproxy-$m.out" 2>"$WORK/haproxy-$m.err" &
+  PIDS+=("$!")
+  local haproxy_pid=$!
 
-# run LABEL URL HEADERS... → prints "label rps p50 p99 requests"
+  # Each path: label, address, the pids whose CPU counts ("nginx" is
+  # resolved to its master and workers when measured), the node's pid,
+  # and which headers wrk sends.
+  echo "gateway $gw $gw_pid $NODE_PID e2b" >>"$WORK/paths.$m"
+  echo "nginx 127.0.0.1:$nginx_port nginx-$m $NODE_PID none" >>"$WORK/paths.$m"
+  echo "haproxy 127.0.0.1:$haproxy_port $haproxy_pid $NODE_PID none" >>"$WORK/paths.$m"
+  if [ "$m" = plain ] && [[ " $EXTRA " == *" direct "* ]]; then
+    echo "direct $node - $NODE_PID warren:$gen" >>"$WORK/paths.$m"
+  fi
+  if [ -n "$nocache" ]; then echo "$nocache" >>"$WORK/paths.$m"; fi
+  echo "bench: $m: sandbox $sbx (generation $gen) on node $node; gateway $gw," \
+    "nginx 127.0.0.1:$nginx_port, haproxy 127.0.0.1:$haproxy_port" >&2
+}
+
+# pids_of SPEC: the processes whose CPU a path is charged: a pid, or
+# nginx-<mode> for that nginx's master and its workers.
+pids_of() {
+  case "$1" in
+    -) ;;
+    nginx-*)
+      local master; master=$(cat "$WORK/$1.pid")
+      echo "$master"; ps -o pid= --ppid "$master" | tr -d " " ;;
+    *) echo "$1" ;;
+  esac
+}
+# cpu_ticks PID...: utime + stime of all of them (all their threads), in
+# clock ticks.
+cpu_ticks() {
+  local total=0 p
+  for p in "$@"; do
+    # Fields 14 and 15 after the parenthesised command name.
+    local t; t=$(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')
+    total=$((total + t))
+  done
+  echo "$total"
+}
+
+# run MODE LABEL ADDR PIDSPEC NODEPID HEADERS → one row in $WORK/rows:
+# mode label rps p50 p99 requests non2xx proxy_ticks node_ticks
 run() {
-  local label="$1" url="$2"; shift 2
+  local m="$1" label="$2" addr="$3" spec="$4" node_pid="$5" hdrs="$6"
+  local sbx token; sbx=$(cat "$WORK/sbx-$m"); token=$(cat "$WORK/token-$m")
   local args=()
-  for h in "$@"; do args+=(-H "$h"); done
-  wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${args[@]}" "$url" >"$WORK/wrk-$label.txt"
-  python3 - "$label" "$WORK/wrk-$label.txt" <<'PY'
+  case "$hdrs" in
+    e2b) args+=(-H "E2b-Sandbox-Id: $sbx" -H "E2b-Sandbox-Port: 49983") ;;
+    warren:*) args+=(-H "X-Warren-Sandbox-Id: $sbx" -H "X-Warren-Sandbox-Port: 49983"
+                     -H "X-Warren-Generation: ${hdrs#warren:}") ;;
+  esac
+  if [ "$hdrs" != none ] && [ -n "$token" ]; then args+=(-H "X-Access-Token: $token"); fi
+  local pids; mapfile -t pids < <(pids_of "$spec")
+  local p0=0 n0; [ "${#pids[@]}" -gt 0 ] && p0=$(cpu_ticks "${pids[@]}")
+  n0=$(cpu_ticks "$node_pid")
+  wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${args[@]}" "http://$addr/health" >"$WORK/wrk-$m-$label.txt"
+  local p1=0 n1; [ "${#pids[@]}" -gt 0 ] && p1=$(cpu_ticks "${pids[@]}")
+  n1=$(cpu_ticks "$node_pid")
+  python3 - "$m" "$label" "$WORK/wrk-$m-$label.txt" "$((p1 - p0))" "$((n1 - n0))" "${#pids[@]}" <<'PY' >>"$WORK/rows"
 import re, sys
-label, path = sys.argv[1], sys.argv[2]
+mode, label, path, pticks, nticks, npids = sys.argv[1:]
 text = open(path).read()
 def lat(p):
     m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
@@ -121,53 +302,78 @@ def lat(p):
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
 reqs = int(re.search(r"(\d+) requests in", text).group(1))
 non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-print(label, rps, lat(50), lat(99), reqs, non2xx.group(1) if non2xx else 0)
+errors = re.search(r"Socket errors: (.*)", text)
+bad = int(non2xx.group(1)) if non2xx else 0
+if errors:
+    bad += sum(int(n) for n in re.findall(r"\d+", errors.group(1)))
+pt = pticks if int(npids) > 0 else "-"
+print(mode, label, rps, lat(50), lat(99), reqs, bad, pt, nticks)
 PY
 }
 
-AUTH=()
-[ -n "$TOKEN" ] && AUTH=("X-Access-Token: $TOKEN")
-echo "bench: sandbox $SBX on node $NODE; wrk -t$THREADS -c$CONNS -d${DURATION}s x $ROUNDS rounds;" \
-  "gateway and nginx with $WORKERS workers" >&2
-
-# Paths are interleaved round by round, so load from anything else on the
-# machine falls on all of them alike; each path's median round is reported.
 : >"$WORK/rows"
-L_CACHE=0; L_NOCACHE=0
+for m in $MODES; do setup "$m"; done
+if [ "${HOLD:-0}" = 1 ]; then
+  # For profiling by hand: everything stays up until this script is stopped.
+  for m in $MODES; do
+    echo "bench: $m paths (label address pids node-pid headers): sandbox $(cat "$WORK/sbx-$m")" >&2
+    cat "$WORK/paths.$m" >&2
+  done
+  echo "bench: HOLD=1: holding; stop with Ctrl-C" >&2
+  while sleep 3600; do :; done
+fi
+{
+  echo "bench: wrk -t$THREADS -c$CONNS -d${DURATION}s x $ROUNDS rounds; gateway, nginx and HAProxy with $WORKERS workers;"
+  echo "bench: $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+} >&2
 for round in $(seq 1 "$ROUNDS"); do
-  run direct "http://$NODE/health" "X-Warren-Sandbox-Id: $SBX" "X-Warren-Sandbox-Port: 49983" \
-    "X-Warren-Generation: $GEN" "${AUTH[@]}" >>"$WORK/rows"
-  before=$(lookups gw-cache)
-  run gateway-cache "http://$GW_CACHE/health" "E2b-Sandbox-Id: $SBX" "E2b-Sandbox-Port: 49983" "${AUTH[@]}" >>"$WORK/rows"
-  L_CACHE=$(python3 -c "print($L_CACHE + $(lookups gw-cache) - $before)")
-  before=$(lookups gw-nocache)
-  run gateway-nocache "http://$GW_NOCACHE/health" "E2b-Sandbox-Id: $SBX" "E2b-Sandbox-Port: 49983" "${AUTH[@]}" >>"$WORK/rows"
-  L_NOCACHE=$(python3 -c "print($L_NOCACHE + $(lookups gw-nocache) - $before)")
-  run nginx "http://$NGINX_ADDR/health" >>"$WORK/rows"
-  echo "bench: round $round of $ROUNDS done" >&2
+  for m in $MODES; do
+    while read -r label addr spec node_pid hdrs; do
+      run "$m" "$label" "$addr" "$spec" "$node_pid" "$hdrs"
+    done <"$WORK/paths.$m"
+  done
+  echo "bench: round $round of $ROUNDS done (load average $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 done
 
-python3 - "$WORK/rows" "$L_CACHE" "$L_NOCACHE" <<'PY'
+python3 - "$WORK/rows" "$HZ" "$MODES" <<'PY'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1]) if line.strip()]
-lookups = {"gateway-cache": float(sys.argv[2]), "gateway-nocache": float(sys.argv[3])}
-order = ["direct", "gateway-cache", "gateway-nocache", "nginx"]
-by = {}
-for label in order:
-    runs = sorted((r for r in rows if r[0] == label), key=lambda r: float(r[1]))
-    by[label] = (runs[(len(runs) - 1) // 2], runs)
-print("| path | req/s (median) | req/s (all rounds) | p50 ms | p99 ms | non-2xx | lookups/request |")
-print("|---|---:|---|---:|---:|---:|---:|")
-for label in order:
-    (_, rps, p50, p99, _, _), runs = by[label]
-    total = sum(int(r[4]) for r in runs)
-    bad = sum(int(r[5]) for r in runs)
-    every = " / ".join(f"{float(r[1]):,.0f}" for r in runs)
-    lpr = f"{lookups[label] / total:.4f}" if label in lookups and total else "-"
-    print(f"| {label} | {float(rps):,.0f} | {every} | {float(p50):.3f} | {float(p99):.3f} | {bad} | {lpr} |")
-med = {k: float(v[0][1]) for k, v in by.items()}
-g = med["gateway-cache"]
+hz = float(sys.argv[2])
+modes = sys.argv[3].split()
+order = ["gateway", "nginx", "haproxy", "direct", "gateway-nocache"]
+def us_per_req(ticks, reqs):
+    return float("nan") if ticks == "-" else int(ticks) / hz * 1e6 / int(reqs)
+stats = {}
+for mode in modes:
+    for label in order:
+        runs = [r for r in rows if r[0] == mode and r[1] == label]
+        if not runs:
+            continue
+        med = lambda xs: statistics.median(xs)
+        stats[(mode, label)] = {
+            "rps": med([float(r[2]) for r in runs]),
+            "p50": med([float(r[3]) for r in runs]),
+            "p99": med([float(r[4]) for r in runs]),
+            "cpu": med([us_per_req(r[7], r[5]) for r in runs]),
+            "node": med([us_per_req(r[8], r[5]) for r in runs]),
+            "bad": sum(int(r[6]) for r in runs),
+            "every": " / ".join(f"{float(r[2]):,.0f}" for r in runs),
+        }
+print("| internal hop | proxy | req/s | req/s (every round) | p50 ms | p99 ms | proxy CPU µs/req | node CPU µs/req | errors |")
+print("|---|---|---:|---|---:|---:|---:|---:|---:|")
+for (mode, label), s in stats.items():
+    cpu = "-" if s["cpu"] != s["cpu"] else f"{s['cpu']:.1f}"
+    print(f"| {mode} | {label} | {s['rps']:,.0f} | {s['every']} | {s['p50']:.2f} | {s['p99']:.2f} | {cpu} | {s['node']:.1f} | {s['bad']} |")
 print()
-print(f"gateway(cache)/nginx req/s: {g / med['nginx']:.2f}   gateway(cache)/direct req/s: {g / med['direct']:.2f}   "
-      f"gateway(no cache)/gateway(cache): {med['gateway-nocache'] / g:.2f}")
+for mode in modes:
+    g = stats.get((mode, "gateway"))
+    if not g:
+        continue
+    parts = []
+    for other in ("nginx", "haproxy"):
+        o = stats.get((mode, other))
+        if o:
+            parts.append(f"gateway/{other}: CPU/req {g['cpu'] / o['cpu']:.2f}, req/s {g['rps'] / o['rps']:.2f}, p99 {g['p99'] / o['p99']:.2f}")
+    print(f"{mode}: " + " · ".join(parts))
 PY
+echo "bench: load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

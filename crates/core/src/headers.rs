@@ -57,9 +57,20 @@ const HOP_BY_HOP: [HeaderName; 9] = [
     header::UPGRADE,
 ];
 
+/// Whether `name` is a hop-by-hop header (besides those a `Connection`
+/// header names).
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
+}
+
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 /// A proxy that passes an upgrade on re-adds `Upgrade`/`Connection` itself.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Proxies run this on every request and answer, and usually there is
+    // nothing to remove: one scan of the names, and no hashing, decides.
+    if !h.keys().any(is_hop_by_hop) {
+        return;
+    }
     if h.contains_key(header::CONNECTION) {
         // Only then is the list parsed (HTTP/1.1 clients rarely send it).
         let named: Vec<HeaderName> = h

@@ -9,7 +9,9 @@
 //! simulated network can in a test, so the same loop runs everywhere.
 //!
 //! # Layout
-//! - this file: [`Accept`], [`serve`] and one connection's task.
+//! - this file: [`Accept`], [`serve`] / [`serve_on`] and one connection's
+//!   task.
+//! - [`workers`]: [`Workers`], threads that own connections (`serve_on`).
 //! - [`limits`]: [`Limits`] (header-read, idle and body-progress timeouts,
 //!   connection limits, drain), their defaults, the open-file limit.
 //! - `admission`: the connection limits, refusing right after accept.
@@ -21,27 +23,32 @@
 pub mod body;
 pub mod limits;
 pub mod metrics;
+pub mod workers;
 
 mod admission;
+mod stage;
 mod watchdog;
 
 pub use admission::{Admission, Slot};
 pub use body::{BodyError, Incoming};
 pub use limits::{raise_fd_limit, Limits};
 pub use metrics::{ListenerMetrics, Metrics};
+pub use workers::Workers;
 
 use body::Reply;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use stage::{Stage, StageWatch, Stages};
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use watchdog::{ConnState, Watched};
 
 /// A source of connections: a listener, a TLS listener over one, or a
@@ -74,6 +81,20 @@ pub trait Accept: Send + 'static {
     fn peer_ip(_peer: &Self::Peer) -> Option<IpAddr> {
         None
     }
+
+    /// Moves an accepted connection to the runtime this is called on (a
+    /// [`Workers`] thread's), so that its I/O wakes that thread. Called
+    /// there, before [`Accept::handshake`]. The default keeps the
+    /// connection where it was accepted, which works but wakes the
+    /// accepting runtime for every read.
+    fn rehome(conn: Self::Conn) -> std::io::Result<Self::Conn> {
+        Ok(conn)
+    }
+}
+
+/// Re-registers a Tokio TCP stream with the current runtime's reactor.
+pub fn rehome_tcp(conn: TcpStream) -> std::io::Result<TcpStream> {
+    TcpStream::from_std(conn.into_std()?)
 }
 
 impl Accept for TcpListener {
@@ -99,6 +120,10 @@ impl Accept for TcpListener {
     fn peer_ip(peer: &SocketAddr) -> Option<IpAddr> {
         Some(peer.ip())
     }
+
+    fn rehome(conn: TcpStream) -> std::io::Result<TcpStream> {
+        rehome_tcp(conn)
+    }
 }
 
 impl Accept for UnixListener {
@@ -120,17 +145,10 @@ impl Accept for UnixListener {
     ) -> impl Future<Output = std::io::Result<(UnixStream, ())>> + Send + 'static {
         std::future::ready(Ok((conn, peer)))
     }
-}
 
-/// Where the server is in its life; every connection task follows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stage {
-    Serving,
-    /// Finish what is in flight, take nothing new (HTTP/2 GOAWAY, HTTP/1.1
-    /// `Connection: close`).
-    Draining,
-    /// The drain timed out: close now.
-    Closing,
+    fn rehome(conn: UnixStream) -> std::io::Result<UnixStream> {
+        UnixStream::from_std(conn.into_std()?)
+    }
 }
 
 /// Serves connections from `listener` with `handler` until `shutdown`
@@ -141,6 +159,7 @@ enum Stage {
 /// limit a new connection is closed right after accept; a connection
 /// without a complete request head within the header-read timeout, or idle
 /// for the idle timeout, is closed; a request whose body stalls gets `408`.
+/// Connections run as tasks of the runtime this is called on.
 pub async fn serve<A, H, Fut, B>(
     listener: A,
     handler: H,
@@ -149,6 +168,75 @@ pub async fn serve<A, H, Fut, B>(
     metrics: ListenerMetrics,
 ) where
     A: Accept,
+    H: Fn(A::Peer, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<crate::body::BoxError>,
+{
+    let dispatch = |listener: &A, conn, peer, task: Connection<H>, slot, accepted_at| {
+        let handshake = listener.handshake(conn, peer);
+        tokio::spawn(task.run(handshake, slot, accepted_at));
+    };
+    accept_loop::<A, _, _, _, _, _>(listener, dispatch, handler, shutdown, limits, metrics).await;
+}
+
+/// [`serve`], with each connection run by one of `workers` (the one with
+/// the fewest open connections) rather than on the calling runtime: for
+/// listeners whose per-request cost matters, such as the gateway's proxy.
+pub async fn serve_on<A, H, Fut, B>(
+    workers: &Workers,
+    listener: A,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+    metrics: ListenerMetrics,
+) where
+    A: Accept + Sync,
+    H: Fn(A::Peer, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<crate::body::BoxError>,
+{
+    let dispatch = |listener: &Arc<A>, conn, peer, task: Connection<H>, slot, accepted_at| {
+        let listener = listener.clone();
+        workers.spawn(async move {
+            let conn = match A::rehome(conn) {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot move a connection to its worker");
+                    return;
+                }
+            };
+            let handshake = listener.handshake(conn, peer);
+            // Only the accept loop keeps the listener open.
+            drop(listener);
+            task.run(handshake, slot, accepted_at).await;
+        });
+    };
+    accept_loop::<A, _, _, _, _, _>(
+        Arc::new(listener),
+        dispatch,
+        handler,
+        shutdown,
+        limits,
+        metrics,
+    )
+    .await;
+}
+
+/// The accept loop both [`serve`] and [`serve_on`] run; `dispatch` starts
+/// each admitted connection's task.
+async fn accept_loop<A, L, D, H, Fut, B>(
+    listener: L,
+    mut dispatch: D,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+    metrics: ListenerMetrics,
+) where
+    A: Accept,
+    L: std::borrow::Borrow<A>,
+    D: FnMut(&L, A::Conn, A::Peer, Connection<H>, Slot, tokio::time::Instant),
     H: Fn(A::Peer, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
@@ -173,7 +261,7 @@ pub async fn serve<A, H, Fut, B>(
         limits.max_connections_per_peer,
         metrics.clone(),
     );
-    let (stage, staged) = watch::channel(Stage::Serving);
+    let stages = Arc::new(Stages::default());
     // Every connection task holds a sender; `recv` returns `None` once the
     // last one has ended.
     let (alive, mut all_ended) = mpsc::channel::<()>(1);
@@ -182,7 +270,7 @@ pub async fn serve<A, H, Fut, B>(
     loop {
         let (conn, peer) = tokio::select! {
             _ = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
+            accepted = listener.borrow().accept() => match accepted {
                 Ok(c) => c,
                 Err(e) => {
                     // Usually EMFILE: back off instead of spinning, and
@@ -202,17 +290,17 @@ pub async fn serve<A, H, Fut, B>(
             continue;
         };
         let accepted_at = tokio::time::Instant::now();
-        let handshake = listener.handshake(conn, peer);
         let task = Connection {
             handler: handler.clone(),
             builder: builder.clone(),
             limits,
             metrics: metrics.clone(),
-            stage: staged.clone(),
+            stage: stages.watch(),
             _alive: alive.clone(),
         };
-        tokio::spawn(task.run(handshake, slot, accepted_at));
+        dispatch(&listener, conn, peer, task, slot, accepted_at);
     }
+    drop(dispatch);
     drop(listener);
     drop(alive);
     let drain = limits.drain;
@@ -222,14 +310,14 @@ pub async fn serve<A, H, Fut, B>(
         ?drain,
         "stopped accepting; draining in-flight requests"
     );
-    let _ = stage.send(Stage::Draining);
+    stages.set(Stage::Draining);
     if tokio::time::timeout(drain, all_ended.recv()).await.is_err() {
         tracing::warn!(
             listener = metrics.name,
             ?drain,
             "drain timeout reached; closing the remaining connections"
         );
-        let _ = stage.send(Stage::Closing);
+        stages.set(Stage::Closing);
     }
 }
 
@@ -239,7 +327,7 @@ struct Connection<H> {
     builder: auto::Builder<TokioExecutor>,
     limits: Limits,
     metrics: ListenerMetrics,
-    stage: watch::Receiver<Stage>,
+    stage: StageWatch,
     _alive: mpsc::Sender<()>,
 }
 
@@ -282,17 +370,32 @@ impl<H> Connection<H> {
             hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
                 let busy = state.begin_request();
                 let (parts, body) = req.into_parts();
-                let (body, watch) = Incoming::new(body, limits.body_progress_timeout);
-                let answer = handler(who.clone(), Request::from_parts(parts, body));
-                let metrics = metrics.clone();
+                // A request without a body cannot stall: no watch, no race.
+                // (Most proxied requests: they are read, answered and gone
+                // without the body-progress clock ever running.)
+                let (body, watch) = if http_body::Body::is_end_stream(&body) {
+                    (Incoming::ended(body, limits.body_progress_timeout), None)
+                } else {
+                    let (body, watch) = Incoming::new(body, limits.body_progress_timeout);
+                    (body, Some(watch))
+                };
+                // Boxed here, so the handler's future (kilobytes for a
+                // proxy) is moved as a pointer from now on, not copied at
+                // every hand-over inside hyper.
+                let answer = Box::pin(handler(who.clone(), Request::from_parts(parts, body)));
+                let metrics = watch.is_some().then(|| metrics.clone());
                 async move {
+                    let (Some(watch), Some(metrics)) = (watch, metrics) else {
+                        let resp = answer.await;
+                        return Ok::<_, Infallible>(resp.map(|b| Reply::handler(b, busy)));
+                    };
                     // A stalled body ends the request even if the handler
                     // would not notice (it may be waiting on something that
                     // waits on the body).
                     let resp = tokio::select! {
                         biased;
-                        () = watch.stalled() => None,
                         resp = answer => Some(resp),
+                        () = watch.stalled() => None,
                     };
                     watch.answer();
                     let reply = match resp {
@@ -314,6 +417,8 @@ impl<H> Connection<H> {
         let mut closing = false;
         loop {
             tokio::select! {
+                // The connection first: it is what runs on every wake-up.
+                biased;
                 ended = conn.as_mut() => {
                     if let Err(e) = ended {
                         tracing::debug!(?peer, error = %e, "connection ended with an error");
@@ -333,11 +438,10 @@ impl<H> Connection<H> {
                         }
                     }
                 }
-                changed = self.stage.changed() => {
-                    let stage = *self.stage.borrow_and_update();
-                    match (changed, stage) {
-                        (Err(_), _) | (_, Stage::Closing) => return,
-                        (_, Stage::Draining) if !closing => {
+                stage = self.stage.changed() => {
+                    match stage {
+                        Stage::Closing => return,
+                        Stage::Draining if !closing => {
                             conn.as_mut().graceful_shutdown();
                             closing = true;
                         }

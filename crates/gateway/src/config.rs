@@ -134,6 +134,13 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_RETRY_MAX_BODY", default_value_t = 64 * 1024)]
     pub retry_max_body: u64,
 
+    /// Threads that serve the public listener's connections, each running
+    /// its own event loop with its own pool of node connections (the way
+    /// nginx runs worker processes); a connection stays on one thread.
+    /// 0 = one per CPU; WARREN_GATEWAY_WORKER_THREADS.
+    #[arg(long, env = "WARREN_GATEWAY_WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
     #[command(flatten)]
     pub tls: warren_trust::TlsArgs,
     // Listener limits (docs/security.md, "Listeners under load").
@@ -212,6 +219,8 @@ pub struct Settings {
     pub listener: Limits,
     /// The admin listener's.
     pub admin_listener: Limits,
+    /// Threads serving the public listener (at least one).
+    pub worker_threads: usize,
 }
 
 impl Config {
@@ -323,7 +332,17 @@ impl Config {
         )?;
         let admin_listener =
             listener.for_admin(self.admin_max_connections, "--admin-max-connections")?;
+        let worker_threads = match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            n if n > 1024 => {
+                return Err(invalid(format!(
+                    "--worker-threads {n} is more than 1024; one per CPU is the most that helps"
+                )))
+            }
+            n => n,
+        };
         Ok(Settings {
+            worker_threads,
             tls: self.tls.clone(),
             schedulers,
             domain,

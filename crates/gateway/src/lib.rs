@@ -4,8 +4,10 @@
 //! # Layout
 //! - [`config`]: flags/env/TOML ([`Config`]) validated into [`Settings`]
 //!   before any socket is bound.
-//! - [`server`]: the listener (HTTP/1.1 + h2c, upgrades), plane dispatch,
-//!   metrics per request, graceful drain.
+//! - [`server`]: the listener (HTTP/1.1 + h2c, upgrades), its connections
+//!   served by `--worker-threads` threads (`warren_core::server::Workers`:
+//!   each thread owns its connections and its node connections), plane
+//!   dispatch, metrics per request, graceful drain.
 //! - [`target`]: is a request data plane (`E2b-Sandbox-Id`/`-Port` headers or
 //!   host `{port}-{id}.{domain}`), and for which sandbox and port.
 //! - [`control`]: the E2B REST API (create, list, get, kill, timeout,
@@ -19,7 +21,8 @@
 //!   the stale-route path (evict, one refetch, a replay-safe retry).
 //! - the scheduler client with replica failover is `warren_proto::client`,
 //!   shared with the node.
-//! - [`node_client`]: the pooled HTTP client to nodes and their control API.
+//! - [`node_client`]: node connection pools (one per worker thread) and
+//!   the nodes' control API.
 //! - [`error`]: JSON errors (`code`, `error_code`, `message`);
 //!   bodies are `warren_core::body`; [`metrics`]: Prometheus.
 //! - [`state`]: [`App`](state::App), what handlers share.
@@ -121,19 +124,16 @@ pub async fn run(
             Arc::new(cache)
         }
     };
-    let http = node_client::http_client(settings.connect_timeout, trust.as_deref())
-        .map_err(warren_core::config::ConfigError::Invalid)?;
-    let node_scheme = warren_trust::connect::scheme(trust.as_deref());
+    let workers = warren_core::server::Workers::start(settings.worker_threads, "gateway-worker")
+        .context("cannot start the worker threads")?;
+    let http =
+        node_client::NodeHttp::new(settings.connect_timeout, trust.as_deref(), Some(&workers))
+            .map_err(warren_core::config::ConfigError::Invalid)?;
     let limits = settings.listener;
     let admin_limits = settings.admin_listener;
     let shutdown_delay = settings.shutdown_delay;
     let app = Arc::new(state::App::new(
-        settings,
-        scheduler,
-        resolver,
-        http,
-        node_scheme,
-        metrics,
+        settings, scheduler, resolver, http, metrics,
     ));
 
     warren_core::announce("gateway", "http", listener.local_addr()?);
@@ -151,6 +151,7 @@ pub async fn run(
     let ready = admin.clone();
     server::serve(
         app,
+        &workers,
         listener,
         // Load balancers see the replica leave (/readyz false) and get
         // --shutdown-delay to move traffic before the listener closes.

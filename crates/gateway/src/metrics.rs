@@ -8,6 +8,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use warren_core::admin::Admin;
 
@@ -15,9 +16,9 @@ use warren_core::admin::Admin;
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub enum Plane {
     /// E2B REST API.
-    Control,
+    Control = 0,
     /// Sandbox traffic proxied to a node.
-    Data,
+    Data = 1,
 }
 
 impl EncodeLabelValue for Plane {
@@ -98,11 +99,19 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 16))
 }
 
+/// Statuses with a counter handle kept ready (every valid HTTP status).
+const STATUSES: usize = 600;
+
 /// Handles to every gateway metric.
 #[derive(Clone)]
 pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
+    /// `requests` by `(plane, status)`, looked up once each: counting a
+    /// request is then one atomic add, with no label hashing or lock.
+    request_counters: Arc<[OnceLock<Counter>]>,
     durations: Family<PlaneLabels, Histogram, fn() -> Histogram>,
+    /// `durations` of each plane (control, data), resolved up front.
+    plane_durations: [Histogram; 2],
     /// `LookupNode` calls made to the scheduler (each one, cached or not).
     pub scheduler_lookups: Counter,
     /// Data-plane routes served from the cache.
@@ -127,9 +136,15 @@ pub struct Metrics {
 impl Metrics {
     /// Creates the metrics and registers them with `admin`.
     pub fn register(admin: &Admin) -> Self {
+        let durations: Family<PlaneLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(duration_histogram);
+        let plane_durations = [Plane::Control, Plane::Data]
+            .map(|plane| durations.get_or_create(&PlaneLabels { plane }).clone());
         let m = Metrics {
             requests: Family::default(),
-            durations: Family::new_with_constructor(duration_histogram),
+            request_counters: (0..2 * STATUSES).map(|_| OnceLock::new()).collect(),
+            durations,
+            plane_durations,
             scheduler_lookups: Counter::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
@@ -243,11 +258,20 @@ impl Metrics {
 
     /// Records one answered request.
     pub fn observe(&self, plane: Plane, status: u16, elapsed: Duration) {
-        self.requests
-            .get_or_create(&RequestLabels { plane, status })
-            .inc();
-        self.durations
-            .get_or_create(&PlaneLabels { plane })
-            .observe(elapsed.as_secs_f64());
+        let index = plane as usize * STATUSES + usize::from(status);
+        match self.request_counters.get(index) {
+            Some(slot) if usize::from(status) < STATUSES => slot
+                .get_or_init(|| {
+                    self.requests
+                        .get_or_create(&RequestLabels { plane, status })
+                        .clone()
+                })
+                .inc(),
+            _ => self
+                .requests
+                .get_or_create(&RequestLabels { plane, status })
+                .inc(),
+        };
+        self.plane_durations[plane as usize].observe(elapsed.as_secs_f64());
     }
 }

@@ -23,7 +23,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use warren_core::body::Body;
-use warren_core::server::{Incoming, Limits, ListenerMetrics};
+use warren_core::server::{Incoming, Limits, ListenerMetrics, Workers};
 
 /// A switch that makes a client connection end with a TCP reset.
 #[derive(Debug, Clone, Default)]
@@ -90,6 +90,10 @@ impl warren_core::server::Accept for Public {
     fn peer_ip(peer: &Peer) -> Option<IpAddr> {
         Some(peer.addr.ip())
     }
+
+    fn rehome(conn: TcpStream) -> std::io::Result<TcpStream> {
+        warren_core::server::rehome_tcp(conn)
+    }
 }
 
 impl Drop for ClientConn {
@@ -154,16 +158,26 @@ async fn handle(app: Arc<App>, peer: Peer, req: Request<Incoming>) -> Response<B
     resp
 }
 
-/// Accepts connections under `limits` until `shutdown` resolves, then
+/// Accepts connections under `limits`, each served by one of `workers`,
+/// until `shutdown` resolves, then
 /// stops accepting and lets in-flight requests finish for up to
 /// `limits.drain`.
 pub async fn serve(
     app: Arc<App>,
+    workers: &Workers,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
     limits: Limits,
     metrics: ListenerMetrics,
 ) {
     let handler = move |peer, req| handle(app.clone(), peer, req);
-    warren_core::server::serve(Public(listener), handler, shutdown, limits, metrics).await;
+    warren_core::server::serve_on(
+        workers,
+        Public(listener),
+        handler,
+        shutdown,
+        limits,
+        metrics,
+    )
+    .await;
 }

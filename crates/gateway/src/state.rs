@@ -2,7 +2,7 @@
 
 use crate::config::Settings;
 use crate::metrics::Metrics;
-use crate::node_client::{HttpClient, NodeClient};
+use crate::node_client::{NodeClient, NodeHttp};
 use crate::resolver::Resolver;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +20,8 @@ pub struct App {
     pub scheduler: Arc<Scheduler>,
     /// Data-plane route resolution (uncached today; the route cache later).
     pub resolver: Arc<dyn Resolver>,
-    /// Pooled HTTP client for proxied sandbox traffic.
-    pub http: HttpClient,
-    /// The scheme node URIs use: `https` (mutual TLS) or `http`.
-    pub node_scheme: &'static str,
+    /// Pooled HTTP clients for proxied sandbox traffic (this thread's: `http.here()`).
+    pub http: NodeHttp,
     /// Node control API over the same pool.
     pub nodes: NodeClient,
     /// Gateway metrics.
@@ -43,17 +41,15 @@ impl App {
         settings: Settings,
         scheduler: Arc<Scheduler>,
         resolver: Arc<dyn Resolver>,
-        http: HttpClient,
-        node_scheme: &'static str,
+        http: NodeHttp,
         metrics: Metrics,
     ) -> Self {
-        let nodes = NodeClient::new(http.clone(), settings.request_timeout, node_scheme);
+        let nodes = NodeClient::new(http.clone(), settings.request_timeout);
         App {
             settings,
             scheduler,
             resolver,
             http,
-            node_scheme,
             nodes,
             metrics,
             resumes: moka::future::Cache::builder()

@@ -7,9 +7,14 @@
 //! before anything is asked of the scheduler.
 
 use crate::error::ApiError;
+use http::header::HeaderName;
 use http::Request;
 use warren_core::headers::{E2B_SANDBOX_ID, E2B_SANDBOX_PORT};
 use warren_core::id::validate_sandbox_id;
+
+// Names, not strings: a `&str` name is parsed again at every lookup.
+const H_E2B_SANDBOX_ID: HeaderName = HeaderName::from_static(E2B_SANDBOX_ID);
+const H_E2B_SANDBOX_PORT: HeaderName = HeaderName::from_static(E2B_SANDBOX_PORT);
 
 /// The sandbox and port a data-plane request is addressed to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,11 +26,11 @@ pub struct Target {
 }
 
 /// `None` for a control-plane request; otherwise the target or a 400.
-pub fn classify<B>(req: &Request<B>, domain: &str) -> Option<Result<Target, ApiError>> {
+pub fn classify<'a, B>(req: &'a Request<B>, domain: &str) -> Option<Result<Target, ApiError>> {
     let h = req.headers();
-    let (id, port) = (h.get(E2B_SANDBOX_ID), h.get(E2B_SANDBOX_PORT));
+    let (id, port) = (h.get(H_E2B_SANDBOX_ID), h.get(H_E2B_SANDBOX_PORT));
     if id.is_some() || port.is_some() {
-        let text = |v: Option<&http::HeaderValue>, name: &str| -> Result<String, ApiError> {
+        let text = |v: Option<&'a http::HeaderValue>, name: &str| -> Result<&'a str, ApiError> {
             let v = v.ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_sandbox_target",
@@ -34,15 +39,15 @@ pub fn classify<B>(req: &Request<B>, domain: &str) -> Option<Result<Target, ApiE
                     ),
                 )
             })?;
-            v.to_str().map(|s| s.trim().to_string()).map_err(|_| {
+            v.to_str().map(str::trim).map_err(|_| {
                 ApiError::bad_request("invalid_sandbox_target", format!("{name} is not ASCII"))
             })
         };
-        return Some((|| {
-            let id = text(id, "E2b-Sandbox-Id")?;
-            let port = text(port, "E2b-Sandbox-Port")?;
-            target(&id, &port)
-        })());
+        return Some(
+            text(id, "E2b-Sandbox-Id")
+                .and_then(|id| Ok((id, text(port, "E2b-Sandbox-Port")?)))
+                .and_then(|(id, port)| target(id, port)),
+        );
     }
     let host = req
         .uri()

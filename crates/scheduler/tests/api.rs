@@ -68,6 +68,15 @@ async fn place_record_lookup(store: TestStore) {
     s.stop().await;
 }
 
+/// node id → sandboxes on it, as `ListNodes` reports.
+async fn counts(c: &mut Client) -> std::collections::BTreeMap<String, u32> {
+    nodes(c)
+        .await
+        .into_iter()
+        .map(|n| (n.node_id, n.sandboxes))
+        .collect()
+}
+
 async fn delayed_delete_of_an_old_generation_leaves_the_new_binding(store: TestStore) {
     let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
@@ -90,6 +99,12 @@ async fn delayed_delete_of_an_old_generation_leaves_the_new_binding(store: TestS
     );
     assert!(moved.generation > p.generation);
     assert_eq!(moved.state, BindingState::Creating as i32);
+    // Each node's count (what `warren node ls` shows, and what placement
+    // weighs) followed the move.
+    assert_eq!(
+        counts(&mut c).await,
+        [(old_node.clone(), 0), (moved.node_id.clone(), 1)].into()
+    );
 
     // The old node's DELETE arrives late: the fence does not match.
     let r = event(
@@ -126,6 +141,11 @@ async fn delayed_delete_of_an_old_generation_leaves_the_new_binding(store: TestS
     )
     .await;
     assert!(r.applied, "{r:?}");
+    assert_eq!(
+        counts(&mut c).await,
+        [(old_node.clone(), 0), (moved.node_id.clone(), 0)].into(),
+        "the stale delete counted nothing, the current one its node's sandbox"
+    );
     assert_status(
         lookup(&mut c, &p.sandbox_id).await,
         Code::NotFound,

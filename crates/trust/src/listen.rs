@@ -134,6 +134,10 @@ impl warren_core::server::Accept for Listener {
     fn peer_ip(peer: &Peer) -> Option<IpAddr> {
         Some(peer.addr.ip())
     }
+
+    fn rehome(conn: TcpStream) -> std::io::Result<TcpStream> {
+        warren_core::server::rehome_tcp(conn)
+    }
 }
 
 /// A handshake failure in words an operator can act on.

@@ -13,6 +13,13 @@
 mod cli;
 mod dev;
 
+/// mimalloc instead of glibc's malloc: a proxied request allocates a few
+/// dozen small blocks across hyper, rustls and the proxy, and glibc spent
+/// ~280 instructions per allocate-and-free on the gateway's hot path
+/// (callgrind, `bench/gateway.sh`); see docs/benchmarks.md for the effect.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;

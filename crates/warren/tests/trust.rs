@@ -188,15 +188,14 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
 
     // The node's control API and data plane: only gateways.
     let node_list = |trust: Option<&Trust>| {
-        let client = warren_gateway::node_client::http_client(Duration::from_secs(2), trust)
-            .expect("client");
-        let scheme = warren_trust::connect::scheme(trust);
-        let uri = format!("{scheme}://{}/_warren/v1/sandboxes", c.node(1));
+        let pool =
+            warren_gateway::node_client::node_pool(Duration::from_secs(2), trust).expect("pool");
+        let node = c.node(1);
         async move {
-            let req = http::Request::get(uri)
+            let req = http::Request::get("/_warren/v1/sandboxes")
                 .body(warren_core::body::empty())
                 .expect("request");
-            tokio::time::timeout(Duration::from_secs(10), client.request(req))
+            tokio::time::timeout(Duration::from_secs(10), pool.request(&node, req))
                 .await
                 .expect("an answer or an error within 10 s")
         }

@@ -8,6 +8,7 @@
 
 use super::watchdog::Busy;
 use bytes::Bytes;
+use futures_util::task::AtomicWaker;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +16,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 /// Why a request body could not be read.
@@ -36,8 +36,9 @@ pub(crate) struct BodyWatch {
     /// The handler has produced its response: the clock stops for good.
     answered: AtomicBool,
     stalled: AtomicBool,
-    /// Wakes the server task once the body has stalled.
-    stall: Notify,
+    /// Wakes the server task once the body has stalled (an atomic waker,
+    /// not a `Notify`: the task polls this every time it runs).
+    stall: AtomicWaker,
 }
 
 impl BodyWatch {
@@ -51,9 +52,15 @@ impl BodyWatch {
 
     /// Resolves once the body has stalled.
     pub(crate) async fn stalled(&self) {
-        while !self.is_stalled() {
-            self.stall.notified().await;
-        }
+        std::future::poll_fn(|cx| {
+            self.stall.register(cx.waker());
+            if self.is_stalled() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 }
 
@@ -63,7 +70,9 @@ impl BodyWatch {
 pub struct Incoming {
     inner: hyper::body::Incoming,
     timeout: Duration,
-    watch: Arc<BodyWatch>,
+    /// `None` for a body that was complete (empty) at the request head:
+    /// it cannot stall.
+    watch: Option<Arc<BodyWatch>>,
     /// Armed by the first poll that finds no bytes; disarmed by bytes.
     clock: Option<Pin<Box<Sleep>>>,
     waiting: bool,
@@ -75,11 +84,23 @@ impl Incoming {
         let body = Incoming {
             inner,
             timeout,
-            watch: watch.clone(),
+            watch: Some(watch.clone()),
             clock: None,
             waiting: false,
         };
         (body, watch)
+    }
+
+    /// A body that is already complete (empty at the request head): no
+    /// clock and nothing shared with the server task.
+    pub(crate) fn ended(inner: hyper::body::Incoming, timeout: Duration) -> Self {
+        Incoming {
+            inner,
+            timeout,
+            watch: None,
+            clock: None,
+            waiting: false,
+        }
     }
 }
 
@@ -101,7 +122,12 @@ impl Body for Incoming {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         let this = self.get_mut();
-        if this.watch.is_stalled() {
+        let Some(watch) = this.watch.as_ref() else {
+            return Pin::new(&mut this.inner)
+                .poll_frame(cx)
+                .map(|f| f.map(|f| f.map_err(BodyError::Read)));
+        };
+        if watch.is_stalled() {
             return Poll::Ready(Some(Err(BodyError::Stalled(this.timeout))));
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
@@ -111,7 +137,7 @@ impl Body for Incoming {
             }
             Poll::Pending => {}
         }
-        if this.watch.answered.load(Ordering::Acquire) {
+        if watch.answered.load(Ordering::Acquire) {
             return Poll::Pending;
         }
         let deadline = Instant::now() + this.timeout;
@@ -130,8 +156,8 @@ impl Body for Incoming {
         if clock.as_mut().poll(cx).is_pending() {
             return Poll::Pending;
         }
-        this.watch.stalled.store(true, Ordering::Release);
-        this.watch.stall.notify_one();
+        watch.stalled.store(true, Ordering::Release);
+        watch.stall.wake();
         Poll::Ready(Some(Err(BodyError::Stalled(this.timeout))))
     }
 

@@ -14,6 +14,12 @@
 //! header timeout, and it does not cover the bytes before hyper knows the
 //! protocol (hyper-util's HTTP/1-or-2 detection), where a connection that
 //! sends nothing would otherwise wait forever.
+//!
+//! A phase change wakes nobody (it happens on every request, so it must
+//! cost only a lock): the watchdog looks again at least every
+//! [`ConnState::recheck`] — the shorter of the two timeouts — and every
+//! phase's deadline lies at least that far after the phase began, so each
+//! deadline is seen before it passes and then slept to exactly.
 
 use super::admission::Slot;
 use super::metrics::Timeout;
@@ -22,8 +28,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,8 +46,6 @@ pub(crate) struct ConnState {
     phase: Mutex<(Phase, Instant)>,
     /// Mirrors `phase == Idle`, so the read path checks one atomic.
     idle: AtomicBool,
-    /// Wakes the watchdog when a deadline appears or moves earlier.
-    wake: Notify,
 }
 
 /// A request in flight; the connection goes idle when the last one ends.
@@ -53,7 +57,6 @@ impl ConnState {
         Arc::new(ConnState {
             phase: Mutex::new((Phase::Head, since)),
             idle: AtomicBool::new(false),
-            wake: Notify::new(),
         })
     }
 
@@ -69,7 +72,6 @@ impl ConnState {
             Phase::Head | Phase::Idle => Phase::Busy(1),
         };
         self.idle.store(false, Ordering::Release);
-        // No wake: the watchdog finds no deadline when its sleep ends.
         Busy(self.clone())
     }
 
@@ -83,7 +85,6 @@ impl ConnState {
         if p.0 == Phase::Idle {
             *p = (Phase::Head, Instant::now());
             self.idle.store(false, Ordering::Release);
-            self.wake.notify_one();
         }
     }
 
@@ -96,21 +97,29 @@ impl ConnState {
         }
     }
 
+    /// The longest the watchdog may sleep without looking at the phase.
+    pub(crate) fn recheck(limits: &Limits) -> Duration {
+        limits.header_read_timeout.min(limits.idle_timeout)
+    }
+
+    /// Which timeout has run out now, or when to look again.
+    pub(crate) fn check(&self, limits: &Limits) -> Result<Timeout, Instant> {
+        let now = Instant::now();
+        let again = now + Self::recheck(limits);
+        match self.deadline(limits) {
+            Some((at, timeout)) if now >= at => Ok(timeout),
+            Some((at, _)) => Err(at.min(again)),
+            None => Err(again),
+        }
+    }
+
     /// Resolves when the connection's current phase has run out, with
     /// which timeout it was.
     pub(crate) async fn expired(&self, limits: &Limits) -> Timeout {
         loop {
-            match self.deadline(limits) {
-                None => self.wake.notified().await,
-                Some((at, timeout)) => {
-                    if Instant::now() >= at {
-                        return timeout;
-                    }
-                    tokio::select! {
-                        () = tokio::time::sleep_until(at) => {}
-                        () = self.wake.notified() => {}
-                    }
-                }
+            match self.check(limits) {
+                Ok(timeout) => return timeout,
+                Err(at) => tokio::time::sleep_until(at).await,
             }
         }
     }
@@ -125,7 +134,6 @@ impl Drop for Busy {
             _ => {
                 *p = (Phase::Idle, Instant::now());
                 state.idle.store(true, Ordering::Release);
-                state.wake.notify_one();
             }
         }
     }

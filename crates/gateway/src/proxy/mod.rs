@@ -2,8 +2,9 @@
 //!
 //! Per request: resolve the route (through the
 //! [`Resolver`](crate::resolver::Resolver), normally a cache hit), rewrite
-//! the head ([`headers`]), send it over the pooled HTTP/1.1 client, and
-//! stream the answer back frame by frame. Bodies are not buffered, except
+//! the head ([`headers`]), send it over this worker thread's node
+//! connection pool, and stream the answer back frame by frame. Bodies are
+//! not buffered, except
 //! the small body of a replay-safe request ([`replay`]), so chunked uploads
 //! and Connect streams pass through as they are produced. An `Upgrade`
 //! (WebSocket) is forwarded, and after the node's `101` both upgraded
@@ -41,6 +42,7 @@ mod replay;
 
 use crate::error::ApiError;
 use crate::metrics::RefetchOutcome;
+use crate::node_client::PooledBody;
 use crate::resolver::{EvictReason, Route};
 use crate::state::App;
 use crate::target::Target;
@@ -83,7 +85,7 @@ pub async fn handle(
 /// How a node took one attempt.
 enum Attempt {
     /// An HTTP answer that is the sandbox's (or the node's, about the sandbox).
-    Answered(Response<hyper::body::Incoming>),
+    Answered(Response<PooledBody>),
     /// The route was wrong.
     Stale(Signal),
 }
@@ -123,13 +125,7 @@ async fn forward(
         Prepared::Replayable(bytes) => (full(bytes.clone()), Some((outgoing.clone(), bytes))),
         Prepared::Streaming(body) => (boxed(body), None),
     };
-    let signal = match send(
-        app,
-        outgoing.into_request(app.node_scheme, &route, body)?,
-        &route,
-    )
-    .await?
-    {
+    let signal = match send(app, outgoing.into_request(&route, body), &route).await? {
         Attempt::Answered(resp) => return finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => signal,
     };
@@ -169,13 +165,7 @@ async fn forward(
         return Err(ApiError::sandbox_moved(id));
     };
     app.metrics.cache_retries.inc();
-    match send(
-        app,
-        outgoing.into_request(app.node_scheme, &fresh, full(bytes))?,
-        &fresh,
-    )
-    .await?
-    {
+    match send(app, outgoing.into_request(&fresh, full(bytes)), &fresh).await? {
         Attempt::Answered(resp) => finish(resp, client_upgrade, id),
         Attempt::Stale(signal) => {
             // Wrong twice in a row: no second retry ("Retry only what is safe").
@@ -190,7 +180,7 @@ async fn forward(
 
 /// Sends one attempt and classifies the node's answer.
 async fn send(app: &App, req: Request<Body>, route: &Route) -> Result<Attempt, ApiError> {
-    match app.http.request(req).await {
+    match app.http.here().request(&route.endpoint, req).await {
         Ok(resp)
             if resp.status() == StatusCode::NOT_FOUND
                 && warren_core::headers::is_not_hosted(resp.headers()) =>
@@ -198,7 +188,7 @@ async fn send(app: &App, req: Request<Body>, route: &Route) -> Result<Attempt, A
             Ok(Attempt::Stale(Signal::NotHosted))
         }
         Ok(resp) => Ok(Attempt::Answered(resp)),
-        Err(e) if client_body_failed(&e) => Err(ApiError::bad_request(
+        Err(e) if e.is_body() => Err(ApiError::bad_request(
             "invalid_body",
             format!("cannot read the request body: {e}"),
         )),
@@ -211,22 +201,9 @@ async fn send(app: &App, req: Request<Body>, route: &Route) -> Result<Attempt, A
     }
 }
 
-/// The request failed because the client's body did, not the node: not a
-/// stale route.
-fn client_body_failed(e: &hyper_util::client::legacy::Error) -> bool {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(h) = s.downcast_ref::<hyper::Error>() {
-            return h.is_user();
-        }
-        source = s.source();
-    }
-    false
-}
-
 /// The node's answer as the client gets it; a `101` splices both sides.
 fn finish(
-    mut resp: Response<hyper::body::Incoming>,
+    mut resp: Response<PooledBody>,
     client_upgrade: Option<OnUpgrade>,
     id: &str,
 ) -> Result<Response<Body>, ApiError> {

@@ -12,12 +12,14 @@
 
 use crate::error::ApiError;
 use bytes::Bytes;
-use http::header::{self, HeaderMap};
+use http::header::{self, HeaderMap, HeaderName};
 use http::{request, Method, StatusCode};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Limited};
 use warren_core::headers::IDEMPOTENCY_KEY;
 use warren_core::server::Incoming;
+
+const H_IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static(IDEMPOTENCY_KEY);
 
 /// A request body, ready to send.
 pub(super) enum Prepared {
@@ -35,7 +37,7 @@ pub(super) fn replay_safe(method: &Method, headers: &HeaderMap, upgrade: bool) -
     matches!(
         *method,
         Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
-    ) || headers.contains_key(IDEMPOTENCY_KEY)
+    ) || headers.contains_key(H_IDEMPOTENCY_KEY)
 }
 
 /// Connect streaming and gRPC: a replay would repeat a stream's effects.

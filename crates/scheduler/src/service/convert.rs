@@ -1,6 +1,6 @@
 //! Store values → protobuf messages.
 
-use crate::store::{BindingRow, Change, ChangeKind, NodeRow, SandboxRef, State};
+use crate::store::{BindingRow, Change, ChangeKind, NodeRow, RouteRow, SandboxRef, State};
 use warren_proto::scheduler::v1 as pb;
 
 pub(crate) fn state(s: State) -> pb::BindingState {
@@ -78,14 +78,14 @@ pub(crate) fn placement(b: &BindingRow, existing: bool) -> pb::Placement {
     }
 }
 
-pub(crate) fn route(b: &BindingRow) -> pb::Route {
+pub(crate) fn route(b: RouteRow) -> pb::Route {
     pb::Route {
-        sandbox_id: b.sandbox_id.clone(),
-        node_id: b.node_id.clone(),
-        endpoint: b.endpoint.clone(),
+        sandbox_id: b.sandbox_id,
+        node_id: b.node_id,
+        endpoint: b.endpoint,
         generation: b.generation,
         state: state(b.state) as i32,
-        team_id: b.team_id.clone(),
+        team_id: b.team_id,
     }
 }
 

@@ -251,14 +251,18 @@ impl SchedulerService {
 
     async fn lookup_node(&self, r: pb::LookupNodeRequest) -> Result<pb::Route> {
         validate::sandbox_id(&r.sandbox_id)?;
-        let b = self.get_binding(&r.sandbox_id).await?;
+        let b = self
+            .store
+            .route(&r.sandbox_id)
+            .await?
+            .ok_or_else(|| Error::NotFound(format!("sandbox {} not found", r.sandbox_id)))?;
         if b.state == State::Lost {
             return Err(Error::NodeDown(format!(
                 "sandbox {} is on node {}, which is down",
                 b.sandbox_id, b.node_id
             )));
         }
-        Ok(convert::route(&b))
+        Ok(convert::route(b))
     }
 
     async fn get_binding(&self, sandbox_id: &str) -> Result<crate::store::BindingRow> {

@@ -18,6 +18,10 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("../../migrations/0003_trust_and_quotas.sql"),
     ),
+    (
+        4,
+        include_str!("../../migrations/0004_node_sandbox_counts.sql"),
+    ),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

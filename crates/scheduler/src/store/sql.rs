@@ -59,23 +59,26 @@ pub const MARK_NODE_UNREACHABLE: &str = "UPDATE nodes SET unreachable_since_ms =
 pub const NODE_BINDINGS: &str = "SELECT sandbox_id, generation, state, endpoint, missing_since_ms \
      FROM bindings WHERE node_id = $1";
 pub const NODE_FOR_PLACEMENT: &str =
-    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, \
-     (SELECT COUNT(*) FROM bindings b WHERE b.node_id = n.node_id) \
+    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes \
      FROM nodes n WHERE n.node_id = $1";
 /// The least loaded node (by share of capacity used) whose lease is valid at
 /// `$1`, other than `$2`.
+/// Reads the nodes' kept counts (`nodes.sandboxes`), so its cost does not
+/// grow with the number of sandboxes.
 pub const LEAST_LOADED_NODE: &str =
-    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, \
-     COUNT(b.sandbox_id) \
-     FROM nodes n LEFT JOIN bindings b ON b.node_id = n.node_id \
+    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes \
+     FROM nodes n \
      WHERE n.lease_expires_at_ms > $1 AND n.node_id <> $2 AND n.unreachable_since_ms IS NULL \
-     GROUP BY n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms \
-     HAVING COUNT(b.sandbox_id) < n.capacity \
-     ORDER BY (COUNT(b.sandbox_id) * 1000000) / n.capacity, COUNT(b.sandbox_id), n.node_id \
+     AND n.sandboxes < n.capacity \
+     ORDER BY (n.sandboxes * 1000000) / n.capacity, n.sandboxes, n.node_id \
      LIMIT 1";
+/// Keeps `nodes.sandboxes` in step: `$2` is +1 for a binding added to node
+/// `$1`, -1 for one removed from it; in the transaction that does it.
+pub const COUNT_NODE_SANDBOXES: &str =
+    "UPDATE nodes SET sandboxes = sandboxes + $2 WHERE node_id = $1";
 pub const LIST_NODES: &str = "SELECT n.node_id, n.endpoint, n.capacity, n.incarnation, \
      n.lease_expires_at_ms, n.registered_at_ms, \
-     (SELECT COUNT(*) FROM bindings b WHERE b.node_id = n.node_id), n.unreachable_since_ms \
+     n.sandboxes, n.unreachable_since_ms \
      FROM nodes n ORDER BY n.node_id";
 pub const NODE_ROSTER: &str = "SELECT roster, roster_at_ms FROM nodes WHERE node_id = $1";
 
@@ -86,6 +89,11 @@ pub const BINDING_BY_ID: &str = concat!(
     binding_columns!(),
     " FROM bindings WHERE sandbox_id = $1"
 );
+/// What `LookupNode` answers with, and nothing else: the hot read of
+/// every gateway's cache misses (no metadata, environment or token to
+/// fetch and decode).
+pub const ROUTE_BY_ID: &str =
+    "SELECT sandbox_id, node_id, endpoint, generation, state, team_id FROM bindings WHERE sandbox_id = $1";
 pub const BINDING_BY_KEY: &str = concat!(
     "SELECT ",
     binding_columns!(),

@@ -97,6 +97,17 @@ pub struct SandboxRef {
     pub generation: u64,
 }
 
+/// Where a sandbox is: the columns of a binding a route needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteRow {
+    pub sandbox_id: String,
+    pub node_id: String,
+    pub endpoint: String,
+    pub generation: u64,
+    pub state: State,
+    pub team_id: String,
+}
+
 /// One binding row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingRow {

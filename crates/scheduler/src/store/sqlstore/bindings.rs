@@ -77,6 +77,7 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         .bind(spec.idempotency_key.as_deref())
         .execute(tx.conn())
         .await?;
+    tx.count_sandboxes(&binding.node_id, 1).await?;
     tx.commit(&store.changed).await?;
     Ok(Placed {
         binding,
@@ -182,6 +183,8 @@ pub(super) async fn reassign(
             .explain_miss(sandbox_id, &old.node_id, old.generation)
             .await?);
     }
+    tx.count_sandboxes(&old.node_id, -1).await?;
+    tx.count_sandboxes(&chosen.node_id, 1).await?;
     tx.emit(
         ChangeKind::Moved,
         sandbox_id,

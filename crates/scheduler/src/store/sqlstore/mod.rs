@@ -168,6 +168,17 @@ impl WriteTx {
         Ok(revision)
     }
 
+    /// Keeps node `node_id`'s binding count in step with a binding added
+    /// (`delta` 1) or removed (-1) in this transaction.
+    async fn count_sandboxes(&mut self, node_id: &str, delta: i64) -> Result<()> {
+        sqlx::query(sql::COUNT_NODE_SANDBOXES)
+            .bind(node_id)
+            .bind(delta)
+            .execute(self.conn())
+            .await?;
+        Ok(())
+    }
+
     /// **fenced** Removes a binding and logs REMOVED; false when the fence missed.
     async fn delete_fenced(&mut self, sandbox_id: &str, node_id: &str, gen: u64) -> Result<bool> {
         let done = sqlx::query(sql::DELETE_BINDING)
@@ -179,6 +190,7 @@ impl WriteTx {
             .rows_affected()
             == 1;
         if done {
+            self.count_sandboxes(node_id, -1).await?;
             self.emit(ChangeKind::Removed, sandbox_id, node_id, gen, None)
                 .await?;
         }
@@ -404,6 +416,26 @@ impl SqlStore {
             .fetch_optional(&self.reader)
             .await?;
         row.as_ref().map(binding_from_row).transpose()
+    }
+
+    /// Where a sandbox is, if it exists (the columns `LookupNode` answers).
+    pub async fn route(&self, sandbox_id: &str) -> Result<Option<RouteRow>> {
+        let row = sqlx::query(sql::ROUTE_BY_ID)
+            .bind(sandbox_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref()
+            .map(|r| -> Result<RouteRow> {
+                Ok(RouteRow {
+                    sandbox_id: r.try_get("sandbox_id")?,
+                    node_id: r.try_get("node_id")?,
+                    endpoint: r.try_get("endpoint")?,
+                    generation: to_u64(r.try_get("generation")?, "generation")?,
+                    state: parse_state(r.try_get("state")?)?,
+                    team_id: r.try_get("team_id")?,
+                })
+            })
+            .transpose()
     }
 
     /// A page of bindings matching `filter`, and where the next one starts.

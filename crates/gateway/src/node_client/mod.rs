@@ -1,38 +1,84 @@
-//! HTTP towards nodes: one pooled hyper-util client shared by the data-plane
-//! proxy and the node control API (`/_warren/v1/...`, docs/internals.md).
+//! HTTP towards nodes: pooled hyper-util clients used by the data-plane
+//! proxy and the node control API (`/_warren/v1/...`, docs/internals.md),
+//! one per worker thread of the public listener ([`NodeHttp`]).
+
+mod pool;
+
+pub use pool::{NodePool, PooledBody, SendError, IDLE_TIMEOUT};
 
 use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
-use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
 use std::time::Duration;
-use warren_core::body::{full, Body};
+use warren_core::body::full;
 use warren_core::headers::is_not_hosted;
 use warren_core::node_api::{self, ErrorBody, ForkSandbox, SandboxList};
 pub use warren_core::node_api::{CreateSandbox, SandboxInfo};
+use warren_core::server::Workers;
 
-/// The pooled HTTP/1.1 client for node traffic: mutual TLS to node
-/// certificates (`https://` URIs), or plain under `--insecure-internal`.
-pub type HttpClient = Client<HttpsConnector<HttpConnector>, Body>;
+/// What dials nodes: TCP, then mutual TLS to a node certificate
+/// (`https://` URIs), or nothing more under `--insecure-internal`.
+type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
 
 /// Largest control-API answer read from a node.
 const MAX_NODE_ANSWER: usize = 16 * 1024 * 1024;
 
-/// Builds the client: connect timeout as configured, no Nagle (interactive
-/// streams), idle connections kept for reuse; with `trust`, every node
-/// connection is mutual TLS and the node must show a node certificate.
-pub fn http_client(
+/// A pool of node connections: connect timeout as configured, no Nagle
+/// (interactive streams), idle connections kept for reuse; with `trust`,
+/// every node connection is mutual TLS and the node must show a node
+/// certificate.
+pub fn node_pool(
     connect_timeout: Duration,
     trust: Option<&warren_trust::Trust>,
-) -> Result<HttpClient, String> {
+) -> Result<NodePool, String> {
     let connector =
         warren_trust::connect::connector(trust, warren_trust::Role::Node, connect_timeout, false)?;
-    Ok(Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build(connector))
+    Ok(NodePool::new(
+        connector,
+        warren_trust::connect::scheme(trust),
+    ))
+}
+
+/// The node clients: one pool per worker thread of the public listener,
+/// so a request's node connection is driven by the thread that serves the
+/// request (no hop to another thread and back), and one shared pool for
+/// everything that runs elsewhere (the watch, tasks of the main runtime).
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct NodeHttp {
+    shared: NodePool,
+    per_worker: Arc<[NodePool]>,
+    workers: Option<Workers>,
+}
+
+impl NodeHttp {
+    /// Pools as [`node_pool`] builds them, one per thread of `workers` and
+    /// a shared one.
+    pub fn new(
+        connect_timeout: Duration,
+        trust: Option<&warren_trust::Trust>,
+        workers: Option<&Workers>,
+    ) -> Result<Self, String> {
+        let per_worker = (0..workers.map_or(0, Workers::len))
+            .map(|_| node_pool(connect_timeout, trust))
+            .collect::<Result<Arc<[_]>, _>>()?;
+        Ok(NodeHttp {
+            shared: node_pool(connect_timeout, trust)?,
+            per_worker,
+            workers: workers.cloned(),
+        })
+    }
+
+    /// The pool of the thread this runs on.
+    pub fn here(&self) -> &NodePool {
+        self.workers
+            .as_ref()
+            .and_then(Workers::index_here)
+            .and_then(|i| self.per_worker.get(i))
+            .unwrap_or(&self.shared)
+    }
 }
 
 /// A failed node control-API call.
@@ -43,7 +89,7 @@ pub enum NodeError {
     Unreachable {
         endpoint: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: SendError,
     },
     /// No full answer within the request timeout.
     #[error("node {endpoint} did not answer within {timeout:?}")]
@@ -73,20 +119,14 @@ impl NodeError {
 /// The node control API.
 #[derive(Clone)]
 pub struct NodeClient {
-    client: HttpClient,
+    client: NodeHttp,
     timeout: Duration,
-    /// `https` with internal TLS, else `http`.
-    scheme: &'static str,
 }
 
 impl NodeClient {
     /// Control-API calls over `client`, each bounded by `timeout`.
-    pub fn new(client: HttpClient, timeout: Duration, scheme: &'static str) -> Self {
-        NodeClient {
-            client,
-            timeout,
-            scheme,
-        }
+    pub fn new(client: NodeHttp, timeout: Duration) -> Self {
+        NodeClient { client, timeout }
     }
 
     /// `POST /_warren/v1/sandboxes`, allowed `extra` time on top of the
@@ -200,9 +240,7 @@ impl NodeClient {
             endpoint: endpoint.to_string(),
             message,
         };
-        let mut builder = Request::builder()
-            .method(method)
-            .uri(format!("{}://{endpoint}{path}", self.scheme));
+        let mut builder = Request::builder().method(method).uri(path);
         if body.is_some() {
             builder = builder.header(header::CONTENT_TYPE, "application/json");
         }
@@ -212,7 +250,8 @@ impl NodeClient {
         let call = async {
             let resp = self
                 .client
-                .request(req)
+                .here()
+                .request(endpoint, req)
                 .await
                 .map_err(|source| NodeError::Unreachable {
                     endpoint: endpoint.to_string(),
