@@ -141,10 +141,15 @@ pub(super) async fn resume(
     b: &Binding,
     timeout_secs: Option<u64>,
 ) -> Result<Binding, ApiError> {
-    change(app, id, b, false).await?;
+    // The new end first, while it is still paused (paused sandboxes never
+    // expire): resumed with the end it had before its pause, long past, the
+    // next heartbeat or sweep would expire it before a later set_end came.
     let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS) as i64;
     let end_at_ms = now_ms() + secs * 1000;
-    super::sandboxes::set_end(app, id, end_at_ms).await
+    let mut after = super::sandboxes::set_end(app, id, end_at_ms).await?;
+    change(app, id, b, false).await?;
+    after.state = BindingState::Running as i32;
+    Ok(after)
 }
 
 /// The node freezes (or thaws), then the fenced state change; a change the
