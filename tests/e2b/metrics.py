@@ -86,7 +86,10 @@ def usage_shows_in_samples():
                       "idle samples over the same time")
     busy_pct = sum(m.cpu_used_pct for m in after) / len(after)
     idle_pct = sum(m.cpu_used_pct for m in calm) / len(calm)
-    assert busy_pct >= 10 and busy_pct > 5 * idle_pct, (busy_pct, idle_pct, after, calm)
+    # One busy CPU of two is 50%; far less when the host is loaded (the
+    # sandbox then gets its share of the host's CPUs, no more), but always
+    # well above a sandbox doing nothing.
+    assert busy_pct >= 2 and busy_pct > 5 * idle_pct + 1, (busy_pct, idle_pct, after, calm)
     last = after[-1]
     assert 0 <= last.cpu_used_pct <= 100, last
     assert last.mem_used <= last.mem_total and last.disk_used <= last.disk_total, last

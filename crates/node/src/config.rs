@@ -385,6 +385,10 @@ mod tests {
         assert_eq!(s.data_dir, PathBuf::from("./.warren/node-n1"));
         assert_eq!(s.schedulers, vec!["http://127.0.0.1:50051".to_string()]);
         assert_eq!(s.capacity, 100);
+        assert_eq!(
+            (s.metrics_interval, s.metrics_samples),
+            (Duration::from_secs(5), 720)
+        );
     }
 
     #[test]
@@ -396,6 +400,8 @@ mod tests {
             &["--capacity", "0"],
             &["--cpu-limit", "-1"],
             &["--envd-bin", "/definitely/not/here"],
+            &["--metrics-interval", "10ms"],
+            &["--metrics-samples", "0"],
         ];
         for args in bad {
             let mut all = vec!["--node-id", "n1", "--envd-bin", "/bin/sh"];
