@@ -27,8 +27,7 @@ pub(super) async fn one(
     id: &str,
     query: &str,
 ) -> Result<Response<Body>, ApiError> {
-    let mut w = window(query)?;
-    w.latest = false;
+    let w = window(query)?;
     let b = owned(app, team, id).await?;
     reply(StatusCode::OK, &samples(app, id, &b, &w).await?)
 }
