@@ -5,6 +5,8 @@
 //! Unknown fields are ignored on both sides, so a part upgraded before the
 //! other keeps working as long as new fields are optional (`#[serde(default)]`).
 
+pub mod metrics;
+
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -101,6 +101,15 @@ pub struct Config {
     /// template's `disk_mb` applies; this caps it.
     #[arg(long, env = "WARREN_NODE_DISK_LIMIT_MB")]
     pub disk_limit_mb: Option<u64>,
+    /// How often each sandbox's CPU, memory and disk use is sampled for
+    /// E2B's sandbox metrics (`GET /sandboxes/{id}/metrics`; E2B samples
+    /// every 5 s).
+    #[arg(long, env = "WARREN_NODE_METRICS_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    pub metrics_interval: Duration,
+    /// Most metrics samples kept per sandbox, the oldest dropped first (720: an hour at
+    /// 5 s; 56 bytes each, so about 40 KiB per sandbox).
+    #[arg(long, env = "WARREN_NODE_METRICS_SAMPLES", default_value_t = 720)]
+    pub metrics_samples: usize,
     /// Output each process keeps for reattaching clients (passed to envd).
     #[arg(long, env = "WARREN_NODE_MAX_OUTPUT_BYTES", default_value_t = 16 << 20)]
     pub max_output_bytes: u64,
@@ -160,6 +169,10 @@ pub struct Settings {
     pub heartbeat_interval: Option<Duration>,
     pub caps: Caps,
     pub max_output_bytes: u64,
+    /// How often sandboxes are sampled for metrics.
+    pub metrics_interval: Duration,
+    /// Most metrics samples kept per sandbox.
+    pub metrics_samples: usize,
     pub envd_start_timeout: Duration,
     pub drain_timeout: Duration,
     pub shutdown_delay: Duration,
@@ -259,6 +272,12 @@ impl Config {
                 return Err(invalid("--heartbeat-interval must be at least 100ms"));
             }
         }
+        if self.metrics_interval < Duration::from_millis(100) {
+            return Err(invalid("--metrics-interval must be at least 100ms"));
+        }
+        if !(1..=1_000_000).contains(&self.metrics_samples) {
+            return Err(invalid("--metrics-samples must be between 1 and 1000000"));
+        }
         if self.envd_start_timeout < Duration::from_millis(100) {
             return Err(invalid("--envd-start-timeout must be at least 100ms"));
         }
@@ -312,6 +331,8 @@ impl Config {
                 pids: self.pids_limit,
             },
             max_output_bytes: self.max_output_bytes,
+            metrics_interval: self.metrics_interval,
+            metrics_samples: self.metrics_samples,
             envd_start_timeout: self.envd_start_timeout,
             drain_timeout: self.drain_timeout,
             shutdown_delay: self.shutdown_delay,
@@ -364,6 +385,10 @@ mod tests {
         assert_eq!(s.data_dir, PathBuf::from("./.warren/node-n1"));
         assert_eq!(s.schedulers, vec!["http://127.0.0.1:50051".to_string()]);
         assert_eq!(s.capacity, 100);
+        assert_eq!(
+            (s.metrics_interval, s.metrics_samples),
+            (Duration::from_secs(5), 720)
+        );
     }
 
     #[test]
@@ -375,6 +400,8 @@ mod tests {
             &["--capacity", "0"],
             &["--cpu-limit", "-1"],
             &["--envd-bin", "/definitely/not/here"],
+            &["--metrics-interval", "10ms"],
+            &["--metrics-samples", "0"],
         ];
         for args in bad {
             let mut all = vec!["--node-id", "n1", "--envd-bin", "/bin/sh"];

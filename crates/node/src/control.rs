@@ -1,6 +1,6 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
 //! create, fork, pause, resume, delete, list under `/_warren/v1/sandboxes`,
-//! and `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
+//! a sandbox's metrics (`GET .../{id}/metrics`, [`crate::samples`]), and `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
 
 use crate::http::{not_found_marker, Shared};
 use crate::sandbox::state::{CreateSandbox, ForkSandbox};
@@ -63,6 +63,11 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
                 Ok(info) => json(StatusCode::OK, &info),
                 Err(e) => node_error(e),
             }
+        }
+        (Method::GET, false, [id, "metrics"]) => {
+            shared
+                .samples
+                .answer(&shared.registry, id, req.uri().query().unwrap_or(""))
         }
         (Method::DELETE, false, [id]) => {
             let generation = match query_generation(req.uri().query()) {

@@ -18,6 +18,8 @@ pub struct Shared {
     pub incarnation: u64,
     /// Wakes the scheduler link for a heartbeat now (`POST /_warren/v1/heartbeat`).
     pub check_in: Arc<tokio::sync::Notify>,
+    /// Every sandbox's metrics samples (`GET /_warren/v1/sandboxes/{id}/metrics`).
+    pub samples: Arc<crate::samples::Samples>,
 }
 
 /// The stale-route answer: 404, `X-Warren-Route: not-found`, JSON.

@@ -19,6 +19,8 @@
 //! - [`proxy`]: the data plane (identity check, then stream to envd).
 //! - [`link`]: the scheduler link (register, heartbeat, events).
 //! - [`metrics`]: `warren_node_*` metrics.
+//! - [`samples`]: sandbox metrics (E2B's): the sampler and its bounded
+//!   per-sandbox rings.
 //!
 //! # Lifecycle and shutdown policy
 //! At start the node adopts sandboxes whose envd still answers on its socket
@@ -51,6 +53,7 @@ pub mod link;
 pub mod metrics;
 pub mod proxy;
 pub mod runtime;
+pub mod samples;
 pub mod sandbox;
 
 pub use config::Config;
@@ -285,11 +288,17 @@ pub async fn run(
         ));
     }
 
+    let samples = Arc::new(samples::Samples::new(
+        settings.metrics_interval,
+        settings.metrics_samples,
+    ));
+    tokio::spawn(samples.clone().run(registry.clone(), stop_rx.clone()));
     let shared = Arc::new(http::Shared {
         registry,
         metrics,
         incarnation,
         check_in,
+        samples,
     });
     let admin_for_shutdown = admin.clone();
     let shutdown_delay = settings.shutdown_delay;

@@ -11,9 +11,12 @@
 //! - [`sandboxes`]: get, list (v1, v2), kill, timeout, connect (v1, v2).
 //! - [`pause`]: `POST /sandboxes/{id}/pause` and `/resume` (freeze and thaw
 //!   on the node, then the fenced PAUSE / RESUME event).
+//! - [`metrics`]: `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics`
+//!   (the samples on the sandbox's node).
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 
 mod create;
+mod metrics;
 mod nodes;
 pub(crate) mod pause;
 mod route;
@@ -54,6 +57,10 @@ enum Endpoint {
     Nodes,
     /// `/templates`: the template store's templates.
     Templates,
+    /// `/sandboxes/{id}/metrics`.
+    Metrics(String),
+    /// `/sandboxes/metrics?sandbox_ids=...`.
+    SandboxesMetrics,
 }
 
 impl Endpoint {
@@ -64,7 +71,10 @@ impl Endpoint {
             ["health"] => Endpoint::Health,
             ["sandboxes"] => Endpoint::Sandboxes { v2: false },
             ["v2", "sandboxes"] => Endpoint::Sandboxes { v2: true },
+            // Before `/sandboxes/{id}`: "metrics" is no sandbox id.
+            ["sandboxes", "metrics"] => Endpoint::SandboxesMetrics,
             ["sandboxes", s] => Endpoint::Sandbox(id(s)),
+            ["sandboxes", s, "metrics"] => Endpoint::Metrics(id(s)),
             ["sandboxes", s, "timeout"] => Endpoint::Timeout(id(s)),
             ["sandboxes", s, "connect"] => Endpoint::Connect {
                 id: id(s),
@@ -89,7 +99,11 @@ impl Endpoint {
             Endpoint::Health => &[Method::GET, Method::HEAD],
             Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
-            Endpoint::Route(_) | Endpoint::Nodes | Endpoint::Templates => &[Method::GET],
+            Endpoint::Route(_)
+            | Endpoint::Nodes
+            | Endpoint::Templates
+            | Endpoint::Metrics(_)
+            | Endpoint::SandboxesMetrics => &[Method::GET],
             _ => &[Method::POST],
         }
     }
@@ -99,14 +113,16 @@ impl Endpoint {
             Endpoint::Health
             | Endpoint::Sandboxes { .. }
             | Endpoint::Nodes
-            | Endpoint::Templates => None,
+            | Endpoint::Templates
+            | Endpoint::SandboxesMetrics => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
             | Endpoint::Fork(id)
             | Endpoint::Pause(id)
             | Endpoint::Resume(id)
-            | Endpoint::Route(id) => Some(id),
+            | Endpoint::Route(id)
+            | Endpoint::Metrics(id) => Some(id),
         }
     }
 }
@@ -175,6 +191,8 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id), _) => pause::pause(app, &team, &id, &body).await,
         (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,
+        (Endpoint::Metrics(id), _) => metrics::one(app, &team, &id, query).await,
+        (Endpoint::SandboxesMetrics, _) => metrics::many(app, &team, query).await,
         (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }
@@ -268,6 +286,14 @@ mod tests {
             Some(Endpoint::Route("abc".into()))
         );
         assert_eq!(Endpoint::parse("/templates"), Some(Endpoint::Templates));
+        assert_eq!(
+            Endpoint::parse("/sandboxes/metrics"),
+            Some(Endpoint::SandboxesMetrics)
+        );
+        assert_eq!(
+            Endpoint::parse("/sandboxes/abc/metrics"),
+            Some(Endpoint::Metrics("abc".into()))
+        );
         assert_eq!(Endpoint::parse("/templates/x/y"), None);
         assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);
     }

@@ -2,6 +2,7 @@
 //! proxy and the node control API (`/_warren/v1/...`, docs/internals.md),
 //! one per worker thread of the public listener ([`NodeHttp`]).
 
+mod metrics;
 mod pool;
 
 pub use pool::{NodePool, PooledBody, SendError, IDLE_TIMEOUT};

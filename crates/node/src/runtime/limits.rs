@@ -12,6 +12,7 @@
 //! | processes and threads | `pids.max` | `pids.max` |
 //! | CPU | `cpu.max` | `cpu.cfs_quota_us` / `cpu.cfs_period_us` |
 //! | freeze (fork, kill) | `cgroup.freeze` | `freezer.state` |
+//! | CPU time (metrics only) | `cpu.stat` | `cpuacct.usage` |
 //!
 //! The sandbox's first process (the launcher, see [`super::launch`]) writes
 //! itself into every `cgroup.procs` before it starts anything, so nothing a
@@ -29,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+pub(crate) const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Which hierarchy a node uses; decided once at start.
 #[derive(Debug, Clone)]
@@ -41,6 +42,9 @@ enum Hierarchy {
         memory: PathBuf,
         pids: PathBuf,
         cpu: Option<PathBuf>,
+        /// CPU time accounting (sandbox metrics, [`super::usage`]); its own
+        /// hierarchy or the one `cpu` shares.
+        cpuacct: Option<PathBuf>,
         freezer: PathBuf,
     },
 }
@@ -158,6 +162,7 @@ impl LimitPlan {
                 memory,
                 pids,
                 cpu,
+                cpuacct,
                 freezer,
             } => {
                 let mem = memory.join(name);
@@ -165,6 +170,11 @@ impl LimitPlan {
                 let frz = freezer.join(name);
                 let mut dirs = vec![mem.clone(), pid.clone(), frz.clone()];
                 if let Some(c) = cpu {
+                    dirs.push(c.join(name));
+                }
+                // When cpu and cpuacct share a hierarchy this names the same
+                // directory again: making, joining and removing it twice is harmless.
+                if let Some(c) = cpuacct {
                     dirs.push(c.join(name));
                 }
                 let cg = Cgroup {
@@ -219,11 +229,18 @@ impl LimitPlan {
                 memory,
                 pids,
                 cpu,
+                cpuacct,
                 freezer,
-            }) => [Some(memory), Some(pids), cpu.as_ref(), Some(freezer)]
-                .into_iter()
-                .flatten()
-                .collect(),
+            }) => [
+                Some(memory),
+                Some(pids),
+                cpu.as_ref(),
+                cpuacct.as_ref(),
+                Some(freezer),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             None => Vec::new(),
         }
     }
@@ -255,7 +272,7 @@ fn sweep_dead_nodes() {
     };
     let root = Path::new(CGROUP_ROOT);
     let mut tops = vec![root.to_path_buf()];
-    tops.extend(["memory", "pids", "cpu", "freezer"].map(|c| root.join(c)));
+    tops.extend(["memory", "pids", "cpu", "cpuacct", "freezer"].map(|c| root.join(c)));
     for top in tops {
         let Ok(dir) = std::fs::read_dir(&top) else {
             continue;
@@ -330,6 +347,7 @@ fn v1_bases(name: &str) -> Result<Hierarchy, String> {
         memory: controller("memory", "memory.limit_in_bytes")?,
         pids: controller("pids", "cgroup.procs")?,
         cpu: controller("cpu", "cpu.cfs_quota_us").ok(),
+        cpuacct: controller("cpuacct", "cpuacct.usage").ok(),
         freezer: controller("freezer", "cgroup.procs")?,
     })
 }

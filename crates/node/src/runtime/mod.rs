@@ -27,6 +27,7 @@ pub mod limits;
 pub mod process;
 pub mod procs;
 pub mod seccomp;
+pub mod usage;
 
 use command_fds::{CommandFdExt, FdMapping};
 use futures_util::future::BoxFuture;

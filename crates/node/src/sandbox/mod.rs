@@ -169,6 +169,14 @@ impl Registry {
         v
     }
 
+    /// Every hosted sandbox (the metrics sampler reads them).
+    pub fn hosted(&self) -> Vec<Arc<Sandbox>> {
+        self.hosted
+            .read()
+            .map(|h| h.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// `(sandbox_id, generation)` of everything hosted, for the scheduler.
     pub fn roster(&self) -> Vec<(String, u64)> {
         self.list()
