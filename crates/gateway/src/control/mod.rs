@@ -12,12 +12,16 @@
 //! - [`pause`]: `POST /sandboxes/{id}/pause` and `/resume` (freeze and thaw
 //!   on the node, then the fenced PAUSE / RESUME event).
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
+//! - [`snapshots`]: `POST /sandboxes/{id}/snapshots`, `GET /snapshots`,
+//!   `DELETE /templates/{id}` (a snapshot), and what a create naming a
+//!   snapshot resolves to.
 
 mod create;
 mod nodes;
 pub(crate) mod pause;
 mod route;
 mod sandboxes;
+mod snapshots;
 mod templates;
 
 use crate::auth::Team;
@@ -54,6 +58,12 @@ enum Endpoint {
     Nodes,
     /// `/templates`: the template store's templates.
     Templates,
+    /// `/sandboxes/{id}/snapshots`: take a snapshot.
+    Snapshot(String),
+    /// `/snapshots`: the team's snapshots.
+    Snapshots,
+    /// `/templates/{id}`: delete (a snapshot; the id percent-encoded).
+    Template(String),
 }
 
 impl Endpoint {
@@ -80,6 +90,9 @@ impl Endpoint {
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             ["nodes"] => Endpoint::Nodes,
             ["templates"] => Endpoint::Templates,
+            ["sandboxes", s, "snapshots"] => Endpoint::Snapshot(id(s)),
+            ["snapshots"] => Endpoint::Snapshots,
+            ["templates", t] => Endpoint::Template(id(t)),
             _ => return None,
         })
     }
@@ -89,7 +102,10 @@ impl Endpoint {
             Endpoint::Health => &[Method::GET, Method::HEAD],
             Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
-            Endpoint::Route(_) | Endpoint::Nodes | Endpoint::Templates => &[Method::GET],
+            Endpoint::Route(_) | Endpoint::Nodes | Endpoint::Templates | Endpoint::Snapshots => {
+                &[Method::GET]
+            }
+            Endpoint::Template(_) => &[Method::DELETE],
             _ => &[Method::POST],
         }
     }
@@ -99,13 +115,16 @@ impl Endpoint {
             Endpoint::Health
             | Endpoint::Sandboxes { .. }
             | Endpoint::Nodes
-            | Endpoint::Templates => None,
+            | Endpoint::Templates
+            | Endpoint::Snapshots
+            | Endpoint::Template(_) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
             | Endpoint::Fork(id)
             | Endpoint::Pause(id)
             | Endpoint::Resume(id)
+            | Endpoint::Snapshot(id)
             | Endpoint::Route(id) => Some(id),
         }
     }
@@ -175,6 +194,9 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id), _) => pause::pause(app, &team, &id, &body).await,
         (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,
+        (Endpoint::Snapshot(id), _) => snapshots::create(app, &team, &id, &body).await,
+        (Endpoint::Snapshots, _) => snapshots::list(app, &team, query),
+        (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id),
         (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }
@@ -269,6 +291,15 @@ mod tests {
         );
         assert_eq!(Endpoint::parse("/templates"), Some(Endpoint::Templates));
         assert_eq!(Endpoint::parse("/templates/x/y"), None);
+        assert_eq!(
+            Endpoint::parse("/sandboxes/abc/snapshots"),
+            Some(Endpoint::Snapshot("abc".into()))
+        );
+        assert_eq!(Endpoint::parse("/snapshots"), Some(Endpoint::Snapshots));
+        assert_eq!(
+            Endpoint::parse("/templates/team%2Fs%3Adefault"),
+            Some(Endpoint::Template("team%2Fs%3Adefault".into()))
+        );
         assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);
     }
 }
