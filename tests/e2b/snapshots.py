@@ -153,6 +153,15 @@ def files_listing_and_teams():
     msg = refused(lambda: Sandbox.create(sid), 404)
     assert "not found" in msg, msg
 
+    # A paused sandbox is snapshotted as it is, and stays paused.
+    assert s2.pause() is not False
+    frozen = Sandbox.create_snapshot(s2.sandbox_id)
+    status, _, got = api("GET", f"/sandboxes/{s2.sandbox_id}")
+    assert status == 200 and got["state"] == "paused", (status, got)
+    s5 = Sandbox.create(frozen.snapshot_id, timeout=60)
+    assert s5.files.read("/home/user/after") == "still writable"
+    assert Sandbox.delete_snapshot(frozen.snapshot_id) is True
+
     # Operators' templates are not the API's to delete.
     status, _, body = api("DELETE", "/templates/base")
     assert status == 403, (status, body)

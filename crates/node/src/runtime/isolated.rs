@@ -458,6 +458,12 @@ impl Runtime for Isolated {
             .template
             .clone()
             .ok_or_else(|| RuntimeError::Template("the sandbox has no template".into()))?;
+        if handle.layers.len() >= MAX_LAYERS {
+            return Err(RuntimeError::Unsupported(format!(
+                "the sandbox already stacks {MAX_LAYERS} snapshot layers, the most a \
+                 snapshot may have; snapshot a sandbox made from an earlier one"
+            )));
+        }
         let from = handle.id_base.ok_or_else(|| {
             RuntimeError::Files(std::io::Error::other("the sandbox has no id range"))
         })?;
@@ -582,6 +588,11 @@ fn copy_frozen(parent: &Paths, handle: &Handle, to: &Path) -> Result<(), Runtime
     copied.map_err(RuntimeError::Files)?;
     thawed.map_err(RuntimeError::Freeze)
 }
+
+/// The most layers a snapshot stacks on its template's root: each is one
+/// more idmapped mount and overlay lower layer (overlayfs takes at most
+/// 500, and all their names must fit in one page of mount options).
+const MAX_LAYERS: usize = 64;
 
 /// A snapshot's layer: the sandbox's disk copied as a fork copies it
 /// (frozen, unless `frozen` says a pause already holds it so), that copy
