@@ -37,6 +37,42 @@ pub fn freeze_path(id: &str, action: &str, generation: u64) -> String {
     format!("{SANDBOXES}/{id}/{action}?generation={generation}")
 }
 
+/// `POST` a snapshot of a sandbox (body [`CreateSnapshot`], answer
+/// [`SnapshotMade`]): `/_warren/v1/sandboxes/{id}/snapshot`.
+pub fn snapshot_path(id: &str) -> String {
+    format!("{SANDBOXES}/{id}/snapshot")
+}
+
+/// `POST /_warren/v1/sandboxes/{id}/snapshot` body: make a template of the
+/// sandbox's filesystem and record it as `snapshot_id` in the node's
+/// template store (replacing a record of that name).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct CreateSnapshot {
+    /// The sandbox's generation, as the caller believes it is hosted.
+    pub generation: u64,
+    /// The template record's name (a valid template name).
+    pub snapshot_id: String,
+    /// The team that owns it.
+    pub team_id: String,
+    /// The name the team gave it, if any.
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// The answer to [`CreateSnapshot`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SnapshotMade {
+    pub snapshot_id: String,
+    /// The new layer's digest (`sha256-<hex>`).
+    #[serde(default)]
+    pub layer: String,
+    /// How many layers the snapshot stacks on its template's root.
+    #[serde(default)]
+    pub layers: usize,
+    #[serde(default)]
+    pub node_id: String,
+}
+
 /// The envd API version nodes report for their sandboxes (`envd_version` in
 /// [`SandboxInfo`], the SDK's `envdVersion`).
 ///

@@ -1,5 +1,5 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
-//! create, fork, pause, resume, delete, list under `/_warren/v1/sandboxes`,
+//! create, fork, pause, resume, snapshot, delete, list under `/_warren/v1/sandboxes`,
 //! a sandbox's metrics (`GET .../{id}/metrics`, [`crate::samples`]), and `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
 
 use crate::http::{not_found_marker, Shared};
@@ -41,6 +41,15 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
             let id = id.to_string();
             match read_json::<ForkSandbox>(req).await {
                 Ok(body) => created(shared.registry.fork(&id, body.generation, body.child).await),
+                Err(r) => r,
+            }
+        }
+        (Method::POST, false, [id, "snapshot"]) => {
+            match read_json::<warren_core::node_api::CreateSnapshot>(req).await {
+                Ok(body) => match shared.registry.snapshot(id, body).await {
+                    Ok(made) => json(StatusCode::CREATED, &made),
+                    Err(e) => node_error(e),
+                },
                 Err(r) => r,
             }
         }

@@ -10,7 +10,7 @@ use crate::{io, TemplateError};
 use std::path::Path;
 use std::process::Stdio;
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -164,6 +164,8 @@ fn finish(
         defaults: spec.defaults(),
         created_at_ms: now_ms(),
         source,
+        layers: Vec::new(),
+        snapshot: None,
     };
     store.put(&template)?;
     Ok(template)
@@ -273,6 +275,8 @@ pub fn import(
         defaults,
         created_at_ms: now_ms(),
         source: format!("import {}", tarball.display()),
+        layers: Vec::new(),
+        snapshot: None,
     };
     store.put(&template)?;
     Ok(template)

@@ -2,10 +2,21 @@
 //! and gateway of a machine reads, or a shared mount across machines):
 //!
 //! ```text
-//! blobs/sha256-<hex>.tar      the root filesystem as built or imported (immutable)
+//! blobs/sha256-<hex>.tar      the root filesystem as built or imported, or a
+//!                             snapshot's layer (immutable)
 //! rootfs/<hex>/               that tarball unpacked, read-only to sandboxes
-//! templates/<name>.json       name → digest and sandbox defaults
+//!                             (0700: only root enters; a layer holds a tenant's files)
+//! templates/<name>.json       name → digest (+ layers) and sandbox defaults
 //! ```
+//!
+//! A snapshot (`POST /sandboxes/{id}/snapshots`) is a template too: its
+//! record names its parent's root (`digest`, plus the parent's `layers`)
+//! and one more layer, the sandbox's writable overlay layer at the time,
+//! stored as a blob like any root filesystem (owners moved back to the
+//! template's ids; overlay whiteouts and opaque directories kept, so it
+//! stacks as an overlay lower layer). Its [`Snapshot`] says which team owns
+//! it. Deleting a record never removes blobs: sandboxes running from a
+//! deleted snapshot keep their layers.
 //!
 //! A blob is named by the SHA-256 of its bytes, checked when it enters the
 //! store; it is unpacked once, into a temporary directory renamed into place
@@ -30,9 +41,43 @@ pub struct Template {
     pub defaults: Defaults,
     /// Milliseconds since the epoch.
     pub created_at_ms: u64,
-    /// How it was made (`build FILE`, `import FILE`).
+    /// How it was made (`build FILE`, `import FILE`, `snapshot of SANDBOX`).
     #[serde(default)]
     pub source: String,
+    /// Layers stacked on `digest`'s root, bottom first (`sha256-<hex>`
+    /// each): a snapshot's, its parent's before it. Empty for a built or
+    /// imported template.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+    /// Set for a snapshot: who owns it and where it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<Snapshot>,
+}
+
+/// What makes a template record a team's snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The team that owns it; no other team may see, use or delete it.
+    pub team: String,
+    /// The name the team gave it, if any (unique per team).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The sandbox it was taken from.
+    pub source_sandbox: String,
+    /// The node that took it (sandboxes from it are placed there).
+    pub node_id: String,
+}
+
+/// The record name of `team`'s snapshot called `name`: `snap-` and 40 hex
+/// of SHA-256 over both, so one team's names can never reach another's
+/// record, and taking a named snapshot again replaces the record in place.
+pub fn named_snapshot_key(team: &str, name: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(team.as_bytes());
+    h.update([0u8]);
+    h.update(name.as_bytes());
+    let hex: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    format!("snap-{}", &hex[..40])
 }
 
 /// A template store (see the module doc).
@@ -47,6 +92,16 @@ impl Store {
         for sub in ["blobs", "rootfs", "templates", "tmp"] {
             std::fs::create_dir_all(dir.join(sub))
                 .map_err(io(format!("cannot create {}", dir.join(sub).display())))?;
+        }
+        // Unpacked roots keep set-user-ID files, and a snapshot's layer has
+        // a tenant's: no account but root may reach them. Best effort (a
+        // gateway reading a store it does not own cannot, and need not).
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(
+                dir.join("rootfs"),
+                std::fs::Permissions::from_mode(0o700),
+            );
         }
         Ok(Store {
             dir: dir.to_path_buf(),
@@ -91,6 +146,18 @@ impl Store {
             .map_err(|e| TemplateError::Invalid(e.to_string()))?;
         std::fs::write(&tmp, body).map_err(io(format!("cannot write {}", tmp.display())))?;
         std::fs::rename(&tmp, &path).map_err(io(format!("cannot write {}", path.display())))
+    }
+
+    /// Removes the record of `name` (its blobs stay: see the module doc).
+    /// False when there was none.
+    pub fn remove(&self, name: &str) -> Result<bool, TemplateError> {
+        crate::validate_name(name).map_err(|_| TemplateError::NotFound(name.to_string()))?;
+        let path = self.record_path(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io(format!("cannot remove {}", path.display()))(e)),
+        }
     }
 
     /// The template called `name`.
@@ -172,7 +239,17 @@ impl Store {
         let tmp = self.scratch("unpack");
         std::fs::create_dir_all(&tmp).map_err(io(format!("cannot create {}", tmp.display())))?;
         let out = std::process::Command::new("tar")
-            .args(["--numeric-owner", "--same-permissions", "--xattrs", "-xf"])
+            // Overlay whiteouts' markers (`trusted.overlay.*`) as well as the
+            // `user.*` attributes tar restores by default: a snapshot's
+            // layer needs them to stack.
+            .args([
+                "--numeric-owner",
+                "--same-permissions",
+                "--xattrs",
+                "--xattrs-include=user.*",
+                "--xattrs-include=trusted.overlay.*",
+                "-xf",
+            ])
             .arg(&blob)
             .arg("-C")
             .arg(&tmp)
@@ -253,11 +330,16 @@ mod tests {
             defaults: Defaults::default(),
             created_at_ms: 1,
             source: "test".into(),
+            layers: Vec::new(),
+            snapshot: None,
         };
         store.put(&t).unwrap();
         assert_eq!(store.get("t1").unwrap(), t);
         assert_eq!(store.list().unwrap().len(), 1);
         assert!(matches!(store.get("nope"), Err(TemplateError::NotFound(_))));
         assert!(matches!(store.get("../x"), Err(TemplateError::NotFound(_))));
+        assert!(store.remove("t1").unwrap());
+        assert!(!store.remove("t1").unwrap());
+        assert!(matches!(store.get("t1"), Err(TemplateError::NotFound(_))));
     }
 }

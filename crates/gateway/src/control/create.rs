@@ -56,8 +56,11 @@ pub(super) async fn create(
     body: &[u8],
     v2: bool,
 ) -> Result<Response<Body>, ApiError> {
-    let new = NewSandbox::parse(body, if v2 { 300 } else { 15 })?;
-    let defaults = super::templates::resolve(app, &new.template_id)?;
+    let mut new = NewSandbox::parse(body, if v2 { 300 } else { 15 })?;
+    // A snapshot by name or id: its record's name, on the node that has it.
+    let target = super::snapshots::resolve(app, team, &new.template_id)?;
+    new.template_id = target.template_id;
+    let defaults = target.defaults;
     // Without a client key the gateway makes one up, so that its own retry
     // of Place on another scheduler replica cannot place twice.
     let key = idempotency_key(headers)?.unwrap_or_else(|| warren_core::id::random_token(32));
@@ -74,7 +77,7 @@ pub(super) async fn create(
         metadata: new.metadata.clone(),
         idempotency_key: key,
         env_vars: new.env_vars.clone(),
-        require_node_id: String::new(),
+        require_node_id: target.node_id,
         fork_of: String::new(),
     };
     // A template with a start command: the node answers once it is ready.

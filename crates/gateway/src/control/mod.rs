@@ -14,6 +14,9 @@
 //! - [`metrics`]: `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics`
 //!   (the samples on the sandbox's node).
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
+//! - [`snapshots`]: `POST /sandboxes/{id}/snapshots`, `GET /snapshots`,
+//!   `DELETE /templates/{id}` (a snapshot), and what a create naming a
+//!   snapshot resolves to.
 
 mod create;
 mod metrics;
@@ -21,6 +24,7 @@ mod nodes;
 pub(crate) mod pause;
 mod route;
 mod sandboxes;
+mod snapshots;
 mod templates;
 
 use crate::auth::Team;
@@ -61,6 +65,12 @@ enum Endpoint {
     Metrics(String),
     /// `/sandboxes/metrics?sandbox_ids=...`.
     SandboxesMetrics,
+    /// `/sandboxes/{id}/snapshots`: take a snapshot.
+    Snapshot(String),
+    /// `/snapshots`: the team's snapshots.
+    Snapshots,
+    /// `/templates/{id}`: delete (a snapshot; the id percent-encoded).
+    Template(String),
 }
 
 impl Endpoint {
@@ -90,6 +100,9 @@ impl Endpoint {
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             ["nodes"] => Endpoint::Nodes,
             ["templates"] => Endpoint::Templates,
+            ["sandboxes", s, "snapshots"] => Endpoint::Snapshot(id(s)),
+            ["snapshots"] => Endpoint::Snapshots,
+            ["templates", t] => Endpoint::Template(id(t)),
             _ => return None,
         })
     }
@@ -103,7 +116,9 @@ impl Endpoint {
             | Endpoint::Nodes
             | Endpoint::Templates
             | Endpoint::Metrics(_)
-            | Endpoint::SandboxesMetrics => &[Method::GET],
+            | Endpoint::SandboxesMetrics
+            | Endpoint::Snapshots => &[Method::GET],
+            Endpoint::Template(_) => &[Method::DELETE],
             _ => &[Method::POST],
         }
     }
@@ -114,7 +129,9 @@ impl Endpoint {
             | Endpoint::Sandboxes { .. }
             | Endpoint::Nodes
             | Endpoint::Templates
-            | Endpoint::SandboxesMetrics => None,
+            | Endpoint::SandboxesMetrics
+            | Endpoint::Snapshots
+            | Endpoint::Template(_) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -122,6 +139,7 @@ impl Endpoint {
             | Endpoint::Pause(id)
             | Endpoint::Resume(id)
             | Endpoint::Route(id)
+            | Endpoint::Snapshot(id)
             | Endpoint::Metrics(id) => Some(id),
         }
     }
@@ -193,6 +211,9 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,
         (Endpoint::Metrics(id), _) => metrics::one(app, &team, &id, query).await,
         (Endpoint::SandboxesMetrics, _) => metrics::many(app, &team, query).await,
+        (Endpoint::Snapshot(id), _) => snapshots::create(app, &team, &id, &body).await,
+        (Endpoint::Snapshots, _) => snapshots::list(app, &team, query),
+        (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id),
         (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }
@@ -295,6 +316,15 @@ mod tests {
             Some(Endpoint::Metrics("abc".into()))
         );
         assert_eq!(Endpoint::parse("/templates/x/y"), None);
+        assert_eq!(
+            Endpoint::parse("/sandboxes/abc/snapshots"),
+            Some(Endpoint::Snapshot("abc".into()))
+        );
+        assert_eq!(Endpoint::parse("/snapshots"), Some(Endpoint::Snapshots));
+        assert_eq!(
+            Endpoint::parse("/templates/team%2Fs%3Adefault"),
+            Some(Endpoint::Template("team%2Fs%3Adefault".into()))
+        );
         assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);
     }
 }

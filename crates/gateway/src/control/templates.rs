@@ -57,8 +57,10 @@ pub fn list(app: &App) -> Result<Response<Body>, ApiError> {
         })?,
         None => Vec::new(),
     };
+    // Snapshots are their teams' own, listed by `GET /snapshots`.
     let out: Vec<Template> = templates
         .into_iter()
+        .filter(|t| t.snapshot.is_none())
         .map(|t| {
             let at = warren_core::time::rfc3339_ms(t.created_at_ms as i64);
             Template {
@@ -97,15 +99,21 @@ pub fn resolve(
         Ok(t) => Ok(Some(t.defaults)),
         // `base` may come from the nodes' process runtime without a store entry.
         Err(_) if template_id == "base" => Ok(None),
-        Err(warren_template::TemplateError::NotFound(_)) => Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "template_not_found",
-            format!("template {template_id:?} not found (see GET /templates)"),
-        )),
+        Err(warren_template::TemplateError::NotFound(_)) => Err(not_found(template_id)),
         Err(e) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             e.to_string(),
         )),
     }
+}
+
+/// 404 for a template (or snapshot) a create names that does not exist for
+/// the caller.
+pub(super) fn not_found(template_id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "template_not_found",
+        format!("template {template_id:?} not found (see GET /templates and GET /snapshots)"),
+    )
 }

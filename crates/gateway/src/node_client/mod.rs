@@ -210,6 +210,29 @@ impl NodeClient {
             .map(|_| ())
     }
 
+    /// `POST /_warren/v1/sandboxes/{id}/snapshot`, allowed `extra` time on
+    /// top of the request timeout (the node copies and packs a disk).
+    pub async fn snapshot(
+        &self,
+        endpoint: &str,
+        id: &str,
+        req: &node_api::CreateSnapshot,
+        extra: Duration,
+    ) -> Result<node_api::SnapshotMade, NodeError> {
+        let body = serde_json::to_vec(req).unwrap_or_default();
+        let path = node_api::snapshot_path(id);
+        let (_, bytes) = self
+            .send_within(
+                self.timeout + extra,
+                endpoint,
+                Method::POST,
+                path,
+                Some(body),
+            )
+            .await?;
+        parse(endpoint, &bytes)
+    }
+
     /// `GET /_warren/v1/sandboxes`: what the node hosts now.
     pub async fn list(&self, endpoint: &str) -> Result<Vec<SandboxInfo>, NodeError> {
         let (_, bytes) = self

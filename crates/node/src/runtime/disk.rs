@@ -98,11 +98,13 @@ pub fn mount(image: &Path, at: &Path) -> std::io::Result<()> {
 }
 
 /// Mounts a sandbox's root at `<dir>/fs`: an overlay of `<dir>/lower`
-/// under the writable layer `<dir>/disk/upper` (work dir `<dir>/disk/work`).
-/// The layers are named relative to `dir`: the overlay's options are what
-/// the sandbox's `/proc/self/mountinfo` shows for `/`, and they must name no
-/// host path.
-pub fn mount_overlay(dir: &Path) -> std::io::Result<()> {
+/// (and, above it, a snapshot's `layers` layers at `<dir>/layers/<i>`,
+/// bottom first) under the writable layer `<dir>/disk/upper` (work dir
+/// `<dir>/disk/work`). The layers are named relative to `dir`: the
+/// overlay's options are what the sandbox's `/proc/self/mountinfo` shows
+/// for `/`, and they must name no host path.
+pub fn mount_overlay(dir: &Path, layers: usize) -> std::io::Result<()> {
+    let opts = overlay_options(layers);
     run_in(
         Some(dir),
         "mount",
@@ -111,9 +113,19 @@ pub fn mount_overlay(dir: &Path) -> std::io::Result<()> {
             "overlay".as_ref(),
             "overlay".as_ref(),
             "-o".as_ref(),
-            "nodev,lowerdir=lower,upperdir=disk/upper,workdir=disk/work".as_ref(),
+            opts.as_ref(),
             "fs".as_ref(),
         ],
+    )
+}
+
+/// The overlay's options: overlayfs takes lower layers top first.
+fn overlay_options(layers: usize) -> String {
+    let mut lower: Vec<String> = (0..layers).rev().map(|i| format!("layers/{i}")).collect();
+    lower.push("lower".into());
+    format!(
+        "nodev,lowerdir={},upperdir=disk/upper,workdir=disk/work",
+        lower.join(":")
     )
 }
 
@@ -225,6 +237,18 @@ pub fn stage_binary(bin: &Path, dir: &Path) -> std::io::Result<std::path::PathBu
 #[cfg(test)]
 mod tests {
     use super::unescape;
+
+    #[test]
+    fn overlay_layers_top_first() {
+        assert_eq!(
+            super::overlay_options(0),
+            "nodev,lowerdir=lower,upperdir=disk/upper,workdir=disk/work"
+        );
+        assert_eq!(
+            super::overlay_options(2),
+            "nodev,lowerdir=layers/1:layers/0:lower,upperdir=disk/upper,workdir=disk/work"
+        );
+    }
 
     #[test]
     fn mountinfo_escapes() {

@@ -29,7 +29,7 @@ use super::launch::{self, LaunchArgs};
 use super::limits::{find_program, Cgroup, LimitPlan};
 use super::{
     procs, EnvdStdin, Handle, LaunchSpec, Launched, Paths, Runtime, RuntimeError, RuntimeKind,
-    StartCommand,
+    SnapshotSpec, StartCommand,
 };
 use futures_util::future::BoxFuture;
 use std::io::{Seek, Write};
@@ -119,24 +119,51 @@ impl Isolated {
         } else {
             spec.template_id
         };
-        let template = self
-            .templates
-            .get(name)
-            .map_err(|e| RuntimeError::Template(e.to_string()))?;
-        let digest = match spec.parent {
-            Some((_, ph)) => ph.template.clone().ok_or_else(|| {
-                RuntimeError::Template("the parent sandbox has no template".into())
-            })?,
-            None => template.digest.clone(),
+        // A fork copies its parent's root and settings, which need not be
+        // in the store any more (a deleted snapshot's); a create reads the
+        // template's record.
+        let (digest, layers, defaults) = match spec.parent {
+            Some((_, ph)) if ph.defaults.is_some() => (
+                ph.template.clone().ok_or_else(|| {
+                    RuntimeError::Template("the parent sandbox has no template".into())
+                })?,
+                ph.layers.clone(),
+                ph.defaults.clone().unwrap_or_default(),
+            ),
+            parent => {
+                let template = self
+                    .templates
+                    .get(name)
+                    .map_err(|e| RuntimeError::Template(e.to_string()))?;
+                match parent {
+                    Some((_, ph)) => (
+                        ph.template.clone().ok_or_else(|| {
+                            RuntimeError::Template("the parent sandbox has no template".into())
+                        })?,
+                        ph.layers.clone(),
+                        template.defaults,
+                    ),
+                    None => (template.digest, template.layers, template.defaults),
+                }
+            }
         };
-        let d = &template.defaults;
+        let d = &defaults;
         let (limits, disk_bytes) = spec.caps.limits(d.cpu_count, d.memory_mb, d.disk_mb);
-        let rootfs = {
-            let (store, d) = (self.templates.clone(), digest.clone());
-            tokio::task::spawn_blocking(move || store.rootfs(&d))
-                .await
-                .map_err(|e| RuntimeError::Template(e.to_string()))?
-                .map_err(|e| RuntimeError::Template(e.to_string()))?
+        // The root and its layers, bottom first.
+        let roots = {
+            let store = self.templates.clone();
+            let digests: Vec<String> = std::iter::once(digest.clone())
+                .chain(layers.iter().cloned())
+                .collect();
+            tokio::task::spawn_blocking(move || {
+                digests
+                    .iter()
+                    .map(|d| store.rootfs(d))
+                    .collect::<Result<Vec<PathBuf>, _>>()
+            })
+            .await
+            .map_err(|e| RuntimeError::Template(e.to_string()))?
+            .map_err(|e| RuntimeError::Template(e.to_string()))?
         };
         {
             let (paths, parent) = (
@@ -173,9 +200,9 @@ impl Isolated {
             let userns = launch::map_holder(&mut holder, ids.base).await?;
             // 6: the root.
             {
-                let (paths, rootfs) = (p.clone(), rootfs.clone());
+                let (paths, roots) = (p.clone(), roots.clone());
                 let ns = userns.try_clone().map_err(RuntimeError::Files)?;
-                tokio::task::spawn_blocking(move || mount_root(&paths, &rootfs, &ns))
+                tokio::task::spawn_blocking(move || mount_root(&paths, &roots, &ns))
                     .await
                     .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
             }
@@ -275,13 +302,15 @@ impl Isolated {
             id_base: Some(ids.base),
             id_slot: Some(ids.slot),
             template: Some(digest),
+            layers,
+            defaults: Some(defaults.clone()),
         };
         // The template's environment, under the create's own variables.
-        let mut env = template.defaults.env.clone();
+        let mut env = defaults.env.clone();
         env.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
         // Every new sandbox runs its template's start command, a fork too:
         // a fork copies files, not processes.
-        let start = StartCommand::of(&template.defaults);
+        let start = StartCommand::of(&defaults);
         let ready_within = start.as_ref().map(StartCommand::wait);
         super::send_stdin(
             &mut child.stdin,
@@ -316,27 +345,46 @@ fn sealed_file(data: &[u8]) -> Result<OwnedFd, String> {
     Ok(f.into())
 }
 
-/// Mounts the sandbox's root at `fs/`: the template idmapped through the
-/// sandbox's user namespace at `lower/`, under an overlay whose writable
-/// layer is on its disk. Blocking.
-fn mount_root(paths: &Paths, rootfs: &Path, userns: &std::fs::File) -> Result<(), RuntimeError> {
+/// Mounts the sandbox's root at `fs/`: the template (`roots[0]`) idmapped
+/// through the sandbox's user namespace at `lower/`, a snapshot's layers
+/// (`roots[1..]`, bottom first) likewise at `layers/<i>/`, under an
+/// overlay whose writable layer is on its disk. Blocking.
+fn mount_root(
+    paths: &Paths,
+    roots: &[PathBuf],
+    userns: &std::fs::File,
+) -> Result<(), RuntimeError> {
     let files = RuntimeError::Files;
-    std::fs::create_dir_all(&paths.lower).map_err(files)?;
+    let Some((rootfs, layers)) = roots.split_first() else {
+        return Err(RuntimeError::Template("no root filesystem".into()));
+    };
     std::fs::create_dir_all(&paths.fs).map_err(files)?;
-    let tree = warren_sys::open_tree_clone(rootfs, true).map_err(|e| {
-        files(std::io::Error::other(format!(
-            "open_tree {}: {e}",
-            rootfs.display()
-        )))
-    })?;
-    warren_sys::set_idmap(&tree, userns).map_err(|e| {
-        files(std::io::Error::other(format!(
-            "cannot idmap the template (the kernel and filesystem must support idmapped mounts): {e}"
-        )))
-    })?;
-    warren_sys::move_mount_to(&tree, &paths.lower)
-        .map_err(|e| files(std::io::Error::other(format!("move_mount: {e}"))))?;
-    disk::mount_overlay(&paths.dir).map_err(files)
+    let mount_idmapped = |from: &Path, at: &Path| -> Result<(), RuntimeError> {
+        std::fs::create_dir_all(at).map_err(files)?;
+        let tree = warren_sys::open_tree_clone(from, true).map_err(|e| {
+            files(std::io::Error::other(format!(
+                "open_tree {}: {e}",
+                from.display()
+            )))
+        })?;
+        warren_sys::set_idmap(&tree, userns).map_err(|e| {
+            files(std::io::Error::other(format!(
+                "cannot idmap the template (the kernel and filesystem must support idmapped mounts): {e}"
+            )))
+        })?;
+        warren_sys::move_mount_to(&tree, at)
+            .map_err(|e| files(std::io::Error::other(format!("move_mount: {e}"))))
+    };
+    mount_idmapped(rootfs, &paths.lower)?;
+    for (i, layer) in layers.iter().enumerate() {
+        mount_idmapped(layer, &layer_dir(paths, i))?;
+    }
+    disk::mount_overlay(&paths.dir, layers.len()).map_err(files)
+}
+
+/// Where a sandbox's `i`th snapshot layer (bottom first) is mounted.
+fn layer_dir(paths: &Paths, i: usize) -> PathBuf {
+    paths.dir.join("layers").join(i.to_string())
 }
 
 impl Runtime for Isolated {
@@ -399,6 +447,69 @@ impl Runtime for Isolated {
         if frozen { cg.freeze() } else { cg.thaw() }.map_err(RuntimeError::Pause)
     }
 
+    fn snapshot(
+        &self,
+        paths: &Paths,
+        handle: &Handle,
+        frozen: bool,
+        spec: &SnapshotSpec,
+    ) -> Result<warren_template::Template, RuntimeError> {
+        let base = handle
+            .template
+            .clone()
+            .ok_or_else(|| RuntimeError::Template("the sandbox has no template".into()))?;
+        if handle.layers.len() >= MAX_LAYERS {
+            return Err(RuntimeError::Unsupported(format!(
+                "the sandbox already stacks {MAX_LAYERS} snapshot layers, the most a \
+                 snapshot may have; snapshot a sandbox made from an earlier one"
+            )));
+        }
+        let from = handle.id_base.ok_or_else(|| {
+            RuntimeError::Files(std::io::Error::other("the sandbox has no id range"))
+        })?;
+        // The template's defaults, as the sandbox started with them (from
+        // its template's record for one started before they were kept).
+        let defaults = match &handle.defaults {
+            Some(d) => d.clone(),
+            None => {
+                self.templates
+                    .get(if spec.template_id.is_empty() {
+                        "base"
+                    } else {
+                        &spec.template_id
+                    })
+                    .map_err(|e| RuntimeError::Template(e.to_string()))?
+                    .defaults
+            }
+        };
+        let work = self.templates.scratch("snapshot");
+        let made = (|| {
+            std::fs::create_dir_all(&work).map_err(RuntimeError::Files)?;
+            let layer = make_layer(paths, handle, frozen, from, &work)?;
+            self.templates
+                .add_blob(&layer)
+                .map_err(|e| RuntimeError::Template(e.to_string()))
+        })();
+        let _ = disk::unmount(&work.join("disk"));
+        let _ = std::fs::remove_dir_all(&work);
+        let digest = made?;
+        let mut layers = handle.layers.clone();
+        layers.push(digest);
+        let template = warren_template::Template {
+            name: spec.key.clone(),
+            digest: base,
+            defaults,
+            created_at_ms: warren_core::time::now_ms().max(0) as u64,
+            source: format!("snapshot of sandbox {}", spec.meta.source_sandbox),
+            layers,
+            snapshot: Some(spec.meta.clone()),
+        };
+        self.templates
+            .put(&template)
+            .map_err(|e| RuntimeError::Template(e.to_string()))?;
+        Ok(template)
+    }
+
     fn destroy(&self, paths: &Paths, handle: Option<&Handle>) -> Result<(), RuntimeError> {
         let killed = handle.map(super::kill).unwrap_or(Ok(()));
         remove_sandbox_files(paths).map_err(RuntimeError::Files)?;
@@ -411,6 +522,13 @@ impl Runtime for Isolated {
 pub fn remove_sandbox_files(paths: &Paths) -> std::io::Result<()> {
     disk::unmount(&paths.fs)?;
     disk::unmount(&paths.lower)?;
+    // Every layer mount goes before the directory does: removing through
+    // one would remove the template store's files.
+    if let Ok(dir) = std::fs::read_dir(paths.dir.join("layers")) {
+        for e in dir.flatten() {
+            disk::unmount(&e.path())?;
+        }
+    }
     disk::unmount(&paths.disk_mnt)?;
     match std::fs::remove_dir_all(&paths.dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -469,6 +587,67 @@ fn copy_frozen(parent: &Paths, handle: &Handle, to: &Path) -> Result<(), Runtime
     let thawed = cg.thaw();
     copied.map_err(RuntimeError::Files)?;
     thawed.map_err(RuntimeError::Freeze)
+}
+
+/// The most layers a snapshot stacks on its template's root: each is one
+/// more idmapped mount and overlay lower layer (overlayfs takes at most
+/// 500, and all their names must fit in one page of mount options).
+const MAX_LAYERS: usize = 64;
+
+/// A snapshot's layer: the sandbox's disk copied as a fork copies it
+/// (frozen, unless `frozen` says a pause already holds it so), that copy
+/// mounted in `work/`, its writable layer's owners moved from the
+/// sandbox's id range (at `from`) back to the template's ids, packed into
+/// `work/layer.tar` — overlay whiteouts and opaque-directory attributes
+/// kept. The node reads only its own copy, never the live sandbox.
+/// Blocking.
+fn make_layer(
+    paths: &Paths,
+    handle: &Handle,
+    frozen: bool,
+    from: u32,
+    work: &Path,
+) -> Result<PathBuf, RuntimeError> {
+    let files = RuntimeError::Files;
+    let image = work.join("disk.img");
+    if frozen {
+        disk::sync(&paths.disk_mnt)
+            .and_then(|_| disk::copy(&paths.disk, &image))
+            .map_err(files)?;
+    } else {
+        copy_frozen(paths, handle, &image)?;
+    }
+    let mnt = work.join("disk");
+    disk::mount(&image, &mnt).map_err(files)?;
+    let upper = mnt.join("upper");
+    shift_owners(&upper, from, 0).map_err(files)?;
+    let tar = work.join("layer.tar");
+    let out = std::process::Command::new("tar")
+        .args([
+            "--numeric-owner",
+            "--xattrs",
+            "--xattrs-include=user.*",
+            "--xattrs-include=trusted.overlay.*",
+            "-cf",
+        ])
+        .arg(&tar)
+        .arg("-C")
+        .arg(&upper)
+        .arg(".")
+        .env_clear()
+        .env("PATH", super::SANDBOX_PATH)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| files(std::io::Error::other(format!("cannot run tar: {e}"))))?;
+    if !out.status.success() {
+        return Err(files(std::io::Error::other(format!(
+            "tar failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))));
+    }
+    disk::unmount(&mnt).map_err(files)?;
+    Ok(tar)
 }
 
 /// How deep a fork's ownership shift follows directories.

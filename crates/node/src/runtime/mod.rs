@@ -200,6 +200,14 @@ pub struct Handle {
     /// The template's digest (isolated).
     #[serde(default)]
     pub template: Option<String>,
+    /// The layers stacked on that root, bottom first (a sandbox made from a
+    /// snapshot; see `warren_template::store`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+    /// The template's settings the sandbox started with (isolated): a fork
+    /// and a snapshot keep them, even once the template's record is gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<warren_template::spec::Defaults>,
 }
 
 /// A started sandbox: its handle, the child to reap when this process
@@ -370,6 +378,34 @@ pub trait Runtime: Send + Sync + 'static {
     /// After every sandbox is gone (node shutdown): removes what the
     /// runtime made for the node as a whole.
     fn shutdown(&self) {}
+    /// Makes a template of a running (or paused: `frozen`) sandbox's
+    /// filesystem and records it as `snapshot.key` (blocking; run it in
+    /// `spawn_blocking`). The default: the runtime cannot.
+    fn snapshot(
+        &self,
+        paths: &Paths,
+        handle: &Handle,
+        frozen: bool,
+        snapshot: &SnapshotSpec,
+    ) -> Result<warren_template::Template, RuntimeError> {
+        let _ = (paths, handle, frozen, snapshot);
+        Err(RuntimeError::Unsupported(format!(
+            "the {} runtime cannot snapshot a sandbox: its sandboxes have no template \
+             root and writable layer to copy; run the node with --runtime isolated",
+            self.kind().as_str()
+        )))
+    }
+}
+
+/// What a snapshot is recorded as (see [`Runtime::snapshot`]).
+#[derive(Debug, Clone)]
+pub struct SnapshotSpec {
+    /// The template record's name (the snapshot's id).
+    pub key: String,
+    /// Who owns it, its name and where it came from.
+    pub meta: warren_template::Snapshot,
+    /// The template the sandbox was made from (for its defaults).
+    pub template_id: String,
 }
 
 /// Kills every process of a sandbox (blocking): through its cgroup when it

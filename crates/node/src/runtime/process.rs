@@ -114,6 +114,8 @@ impl Process {
             id_base: None,
             id_slot: None,
             template: None,
+            layers: Vec::new(),
+            defaults: None,
         };
         super::send_stdin(
             &mut child.stdin,

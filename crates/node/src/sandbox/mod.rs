@@ -563,6 +563,68 @@ impl Registry {
         result
     }
 
+    /// Makes a snapshot of the sandbox hosted at `generation` (see
+    /// [`Runtime::snapshot`]), under its lock: no delete, pause or fork
+    /// runs while its disk is copied.
+    pub async fn snapshot(
+        self: &Arc<Self>,
+        id: &str,
+        req: warren_core::node_api::CreateSnapshot,
+    ) -> Result<warren_core::node_api::SnapshotMade, NodeError> {
+        warren_template::validate_name(&req.snapshot_id)
+            .map_err(|e| NodeError::BadRequest(format!("snapshot_id: {e}")))?;
+        let lock = self.lock_for(id);
+        let result = {
+            let _held = lock.lock().await;
+            match self.get(id, req.generation) {
+                None => Err(self.not_hosted(id, Some(req.generation))),
+                Some(sb) => {
+                    let rt = self.runtime.clone();
+                    let spec = runtime::SnapshotSpec {
+                        key: req.snapshot_id.clone(),
+                        meta: warren_template::Snapshot {
+                            team: req.team_id.clone(),
+                            name: req.name.clone(),
+                            source_sandbox: id.to_string(),
+                            node_id: self.cfg.node_id.clone(),
+                        },
+                        template_id: sb.info.template_id.clone(),
+                    };
+                    let frozen = sb.is_paused();
+                    let s2 = sb.clone();
+                    let done = tokio::task::spawn_blocking(move || {
+                        rt.snapshot(&s2.paths, &s2.handle, frozen, &spec)
+                    })
+                    .await;
+                    match done {
+                        Ok(Ok(t)) => {
+                            tracing::info!(sandbox_id = %id, snapshot = %t.name, layers = t.layers.len(), "snapshot made");
+                            Ok(warren_core::node_api::SnapshotMade {
+                                snapshot_id: t.name,
+                                layer: t.layers.last().cloned().unwrap_or_default(),
+                                layers: t.layers.len(),
+                                node_id: self.cfg.node_id.clone(),
+                            })
+                        }
+                        // A client error: this node's runtime cannot, and
+                        // no retry changes that.
+                        Ok(Err(runtime::RuntimeError::Unsupported(m))) => {
+                            Err(NodeError::BadRequest(m))
+                        }
+                        Ok(Err(e)) => Err(NodeError::Internal(format!(
+                            "cannot snapshot sandbox {id}: {e}"
+                        ))),
+                        Err(e) => Err(NodeError::Internal(format!(
+                            "the snapshot task failed: {e}"
+                        ))),
+                    }
+                }
+            }
+        };
+        self.release_lock(id, lock);
+        result
+    }
+
     fn emit(&self, id: &str, generation: u64, kind: EventKind) {
         let _ = self.events.send(Event {
             sandbox_id: id.to_string(),
