@@ -11,9 +11,11 @@
 //! - [`sandboxes`]: get, list (v1, v2), kill, timeout, connect (v1, v2).
 //! - [`pause`]: `POST /sandboxes/{id}/pause` and `/resume` (freeze and thaw
 //!   on the node, then the fenced PAUSE / RESUME event).
+//! - [`network`]: `PUT /sandboxes/{id}/network`, the traffic access token.
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 
 mod create;
+mod network;
 mod nodes;
 pub(crate) mod pause;
 mod route;
@@ -48,6 +50,8 @@ enum Endpoint {
     Fork(String),
     Pause(String),
     Resume(String),
+    /// `/sandboxes/{id}/network`: E2B's egress rules update.
+    Network(String),
     /// `/_warren/v1/routes/{id}`: the route cache's view against the scheduler's.
     Route(String),
     /// `/nodes`: E2B's admin node list, for operators (`--admin-team`).
@@ -77,6 +81,7 @@ impl Endpoint {
             ["sandboxes", s, "fork"] => Endpoint::Fork(id(s)),
             ["sandboxes", s, "pause"] => Endpoint::Pause(id(s)),
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
+            ["sandboxes", s, "network"] => Endpoint::Network(id(s)),
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             ["nodes"] => Endpoint::Nodes,
             ["templates"] => Endpoint::Templates,
@@ -90,6 +95,7 @@ impl Endpoint {
             Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
             Endpoint::Route(_) | Endpoint::Nodes | Endpoint::Templates => &[Method::GET],
+            Endpoint::Network(_) => &[Method::PUT],
             _ => &[Method::POST],
         }
     }
@@ -106,6 +112,7 @@ impl Endpoint {
             | Endpoint::Fork(id)
             | Endpoint::Pause(id)
             | Endpoint::Resume(id)
+            | Endpoint::Network(id)
             | Endpoint::Route(id) => Some(id),
         }
     }
@@ -175,6 +182,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id), _) => pause::pause(app, &team, &id, &body).await,
         (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,
+        (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
         (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }

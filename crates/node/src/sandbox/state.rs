@@ -1,5 +1,6 @@
 //! What the node keeps per sandbox in `sandbox.json` (a [`Record`]), so a restarted
-//! node finds what it hosted. The access token is never written to disk.
+//! node finds what it hosted. The access token is never written to disk (the traffic
+//! access token only as its SHA-256).
 
 use crate::runtime::Handle;
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,12 @@ pub struct Record {
     pub metadata: BTreeMap<String, String>,
     pub timeout_secs: Option<u64>,
     pub handle: Handle,
+    /// Its egress policy now (absent in files written before updates
+    /// existed: the one it was created with, unknown).
+    #[serde(default)]
+    pub network: Option<warren_core::network::NetworkPolicy>,
+    #[serde(default)]
+    pub access: super::network::PortAccess,
 }
 
 impl Record {
