@@ -89,9 +89,9 @@ pub fn validate_mask(mask: &str) -> Result<(), String> {
     let host = mask.replace(MASK_PORT, "1");
     let ok = !mask.is_empty()
         && mask.len() <= MAX_MASK_LEN
-        && host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']'));
+        && host.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
+        });
     if ok {
         Ok(())
     } else {

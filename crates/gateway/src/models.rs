@@ -176,7 +176,7 @@ fn port_access(obj: &Map<String, Value>) -> Result<(bool, Option<String>), ApiEr
         }
         Some(_) => {
             return Err(bad(
-                "field \"network.maskRequestHost\" must be a string".into(),
+                "field \"network.maskRequestHost\" must be a string".into()
             ))
         }
     };
@@ -349,7 +349,10 @@ pub struct SandboxDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
     /// `get` only: the sandbox's egress now (from its node).
-    #[serde(rename = "allowInternetAccess", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        rename = "allowInternetAccess",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub allow_internet_access: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkDetail>,
@@ -428,7 +431,10 @@ mod tests {
             (&br#"{"denyOut":["example.com"]}"#[..], "example.com"),
             (br#"{"allowOut":["1.2.3.4/99"]}"#, "1.2.3.4/99"),
             (br#"{"allowOut":"1.1.1.1"}"#, "allowOut"),
-            (br#"{"allow_internet_access":"no"}"#, "allow_internet_access"),
+            (
+                br#"{"allow_internet_access":"no"}"#,
+                "allow_internet_access",
+            ),
             (br#"{"egressProxy":{"address":"p:1080"}}"#, "egressProxy"),
             (br#"{"rules":{"a.com":[]}}"#, "rules"),
         ] {
@@ -446,7 +452,10 @@ mod tests {
         )
         .unwrap();
         assert!(!s.allow_public_traffic);
-        assert_eq!(s.mask_request_host.as_deref(), Some("h.example.com:${PORT}"));
+        assert_eq!(
+            s.mask_request_host.as_deref(),
+            Some("h.example.com:${PORT}")
+        );
         let s = NewSandbox::parse(br#"{"templateID":"base"}"#, 300).unwrap();
         assert!(s.allow_public_traffic && s.mask_request_host.is_none());
         let e = NewSandbox::parse(

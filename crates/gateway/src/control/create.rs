@@ -97,8 +97,7 @@ pub(super) async fn create(
         if earlier(&placement)? {
             // A retry of a create that already finished: the same sandbox again.
             let envd_version = app.envd_version(&placement.endpoint).await;
-            let mut json =
-                sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
+            let mut json = sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
             json.traffic_access_token = traffic.clone();
             return reply(StatusCode::CREATED, &json);
         }

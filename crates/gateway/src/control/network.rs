@@ -93,7 +93,11 @@ pub(super) async fn current(app: &App, b: &Binding) -> Option<NetworkInfo> {
     if b.endpoint.is_empty() {
         return None;
     }
-    match app.nodes.get(&b.endpoint, &b.sandbox_id, b.generation).await {
+    match app
+        .nodes
+        .get(&b.endpoint, &b.sandbox_id, b.generation)
+        .await
+    {
         Ok(info) => info.network,
         Err(e) => {
             tracing::debug!(sandbox = %b.sandbox_id, error = %e, "cannot read the sandbox's network from its node");

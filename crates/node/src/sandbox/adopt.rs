@@ -44,9 +44,9 @@ impl Registry {
                         timeout_secs: rec.timeout_secs,
                         ids: None,
                         network: std::sync::Mutex::new(
-                            rec.network.clone().unwrap_or_else(
-                                crate::runtime::egress::NetworkPolicy::open,
-                            ),
+                            rec.network
+                                .clone()
+                                .unwrap_or_else(crate::runtime::egress::NetworkPolicy::open),
                         ),
                         access: rec.access.clone(),
                         egress: std::sync::Mutex::new(None),

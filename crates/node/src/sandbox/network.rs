@@ -59,7 +59,9 @@ impl PortAccess {
         let diff = want
             .bytes()
             .zip(got.bytes())
-            .fold(want.len() ^ got.len(), |acc, (a, b)| acc | usize::from(a ^ b));
+            .fold(want.len() ^ got.len(), |acc, (a, b)| {
+                acc | usize::from(a ^ b)
+            });
         if diff == 0 {
             Ok(())
         } else {
