@@ -27,11 +27,14 @@
 //!    created with `allow_internet_access: false`.
 //!
 //! Domains in `allowOut` are resolved when the sandbox starts, and again
-//! when its policy is replaced (`PUT /sandboxes/{id}/network`: the table is
-//! rewritten in one transaction; the table holds addresses). A sandbox with no internet access and no `allowOut`
-//! gets no `tap0` at all: only `lo`, no route, no DNS. Other sandboxes are
-//! unreachable either way: each sits behind its own slirp4netns, and the
-//! host's addresses are refused.
+//! when its policy is replaced (`PUT /sandboxes/{id}/network`: the table,
+//! which holds addresses, is rewritten in one transaction,
+//! [`EgressHandle::update`]). A sandbox with no internet access and no
+//! `allowOut` gets no `tap0` at all: only `lo`, no route — until an update
+//! gives it a network (slirp4netns is started then; the tap stays after a
+//! later update takes the network away, its table refusing everything).
+//! Other sandboxes are unreachable either way: each sits behind its own
+//! slirp4netns, and the host's addresses are refused.
 
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
