@@ -270,6 +270,16 @@ def private_traffic():
     again = Sandbox.connect(sbx.sandbox_id)
     assert again.traffic_access_token == token, again.traffic_access_token
 
+    # Paused, it is woken only by a request it would let through.
+    sbx.pause()
+    assert info(sbx.sandbox_id)["state"] == "paused"
+    status, _, raw = port_get(sbx, 8080)
+    assert status == 403, (status, raw)
+    assert info(sbx.sandbox_id)["state"] == "paused", "a request without the token woke it"
+    woken = answered(lambda: port_get(sbx, 8080, {"e2b-traffic-access-token": token}),
+                     "the paused sandbox's server answers with the token")
+    assert info(sbx.sandbox_id)["state"] == "running"
+
     # A public sandbox: no token, its port answers anyone.
     pub = Sandbox.create(timeout=120)
     assert pub.traffic_access_token is None

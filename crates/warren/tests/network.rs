@@ -188,8 +188,9 @@ async fn a_sandbox_without_network_is_given_one() {
 /// `allow_public_traffic=False`: a port other than envd's answers 403
 /// without the traffic access token (or with another), and the server's
 /// answer with it (the token is not passed on); envd works without it; the
-/// token is in no listing and connect hands it out again; a public sandbox
-/// needs none.
+/// token is in no listing and connect hands it out again; paused, the
+/// sandbox is woken by a request with the token, not by one without; a
+/// public sandbox needs none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_ports_need_the_traffic_token() {
     let c = cluster("isolated").await;

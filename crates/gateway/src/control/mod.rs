@@ -15,7 +15,7 @@
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 
 mod create;
-mod network;
+pub(crate) mod network;
 mod nodes;
 pub(crate) mod pause;
 mod route;

@@ -41,6 +41,55 @@ pub(crate) fn traffic_token(access_token: &str) -> String {
     }
 }
 
+/// Before a data-plane request wakes a paused sandbox (`pause::wake`):
+/// a private sandbox's port other than envd's is woken only for a request
+/// carrying its traffic access token, as E2B resumes only traffic it would
+/// let through. (A running sandbox's node checks the token itself; a
+/// frozen one's cannot forward, so the gateway checks here.) `403` else.
+pub(crate) async fn admit_before_wake(
+    app: &App,
+    route: &crate::resolver::Route,
+    port: u16,
+    headers: &http::HeaderMap,
+) -> Result<(), ApiError> {
+    if port == warren_core::headers::ENVD_PORT {
+        return Ok(());
+    }
+    let b = Binding {
+        sandbox_id: route.sandbox_id.clone(),
+        endpoint: route.endpoint.clone(),
+        generation: route.generation,
+        ..Default::default()
+    };
+    // The node cannot say: it cannot be woken there either; the resume's
+    // own error says why.
+    let Some(info) = current(app, &b).await else {
+        return Ok(());
+    };
+    if info.allow_public_traffic {
+        return Ok(());
+    }
+    let team = Team(route.team_id.clone());
+    let want = traffic_token(&super::access_token(app, &team, &route.sandbox_id).await?);
+    let got = headers
+        .get(warren_core::network::TRAFFIC_ACCESS_TOKEN_HEADER)
+        .map(http::HeaderValue::as_bytes)
+        .unwrap_or_default();
+    if crate::auth::constant_time_eq(want.as_bytes(), got) {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "sandbox {} does not allow public traffic: the {} header is missing or not this sandbox's",
+                route.sandbox_id,
+                warren_core::network::TRAFFIC_ACCESS_TOKEN_HEADER
+            ),
+        ))
+    }
+}
+
 /// `PUT /sandboxes/{id}/network`: 204 once the node enforces the new rules.
 pub(super) async fn update(
     app: &App,
