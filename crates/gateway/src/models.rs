@@ -188,7 +188,8 @@ impl NetworkUpdate {
     /// create does. What warren cannot do is refused by name rather than
     /// dropped: per-domain `rules` and an `egressProxy`.
     pub fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
-        let obj = object(bytes, true)?;
+        // Required (E2B's spec): an empty body would open the internet.
+        let obj = object(bytes, false)?;
         for (field, empty) in [("rules", "{}"), ("egressProxy", "null")] {
             match obj.get(field) {
                 None | Some(Value::Null) => {}
@@ -425,6 +426,7 @@ mod tests {
         // An empty update clears everything: open internet.
         let u = NetworkUpdate::parse(b"{}").unwrap();
         assert_eq!(u.policy, warren_core::network::NetworkPolicy::open());
+        assert!(NetworkUpdate::parse(b"").is_err());
         let u = NetworkUpdate::parse(br#"{"allow_internet_access":false}"#).unwrap();
         assert!(!u.policy.has_network());
         for (body, names) in [
