@@ -59,7 +59,7 @@ import http.server, sys
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         host = self.headers.get("Host", "")
-        seen = sorted(k.lower() for k in self.headers.keys())
+        seen = sorted(self.headers.keys())
         with open("/tmp/host.txt", "w") as f:
             f.write(host)
         body = ("%s\n%s" % (host, ",".join(seen))).encode()
@@ -240,7 +240,7 @@ def private_traffic():
 
     with_token = answered(lambda: port_get(sbx, 8080, {"e2b-traffic-access-token": token}),
                          "the server answers with the token")
-    seen = with_token[2].decode().split("\n")[1].split(",")
+    seen = [k.lower() for k in with_token[2].decode().split("\n")[1].split(",")]
     assert "e2b-traffic-access-token" not in seen, seen
 
     status, _, raw = port_get(sbx, 8080)
@@ -299,6 +299,9 @@ def mask_host():
     r = answered(lambda: port_get(sbx, 8080), "the server answers")
     seen = r[2].decode().split("\n")[0]
     assert seen == "custom-host.example.com:8080", seen
+    # Header names as E2B's proxy writes them (servers may look at the case).
+    names = r[2].decode().split("\n")[1].split(",")
+    assert "Host" in names and "User-Agent" in names, names
     inside = sbx.files.read("/tmp/host.txt")
     assert inside == "custom-host.example.com:8080", inside
     detail = info(sbx.sandbox_id)

@@ -108,6 +108,10 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
     }
 
     let (mut sender, conn) = match hyper::client::conn::http1::Builder::new()
+        // Header names as E2B's (Go) proxy writes them (`Host`, `Accept`):
+        // a server in the sandbox that looks at their case sees what it
+        // would see on E2B.
+        .title_case_headers(true)
         .handshake(TokioIo::new(stream))
         .await
     {
