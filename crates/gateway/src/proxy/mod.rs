@@ -35,7 +35,9 @@
 //!
 //! # Paused sandboxes
 //! A route in state PAUSED is resumed first (`control::pause::wake`: one
-//! resume however many requests wait), then proxied.
+//! resume however many requests wait), then proxied; a private sandbox's
+//! port only for a request with its traffic access token
+//! (`control::network::admit_before_wake`).
 
 mod headers;
 mod replay;
@@ -100,6 +102,7 @@ async fn forward(
     let id = target.sandbox_id.as_str();
     let mut route = app.resolver.resolve(id).await?;
     if route.state == BindingState::Paused {
+        crate::control::network::admit_before_wake(app, &route, target.port, req.headers()).await?;
         route = crate::control::pause::wake(app, &route).await?;
     }
     let upgrade = warren_core::upgrade::protocol(&req);
