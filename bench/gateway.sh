@@ -320,7 +320,9 @@ if [ "${HOLD:-0}" = 1 ]; then
     cat "$WORK/paths.$m" >&2
   done
   echo "bench: HOLD=1: holding; stop with Ctrl-C" >&2
-  while sleep 3600; do :; done
+  # In the background, so that a signal runs the exit trap at once (bash
+  # waits for a foreground child before it runs a trap).
+  while :; do sleep 3600 & wait $!; done
 fi
 {
   echo "bench: wrk -t$THREADS -c$CONNS -d${DURATION}s x $ROUNDS rounds; gateway, nginx and HAProxy with $WORKERS workers;"
