@@ -71,6 +71,42 @@ pub fn parse_net(s: &str) -> Option<(IpAddr, u8)> {
     Some((ip, len))
 }
 
+/// The header a request to a sandbox's port carries when the sandbox was
+/// created with `allowPublicTraffic: false` (E2B's name; the SDK's
+/// `Sandbox.traffic_access_token`).
+pub const TRAFFIC_ACCESS_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// Longest `maskRequestHost` accepted.
+pub const MAX_MASK_LEN: usize = 255;
+
+/// The placeholder in `maskRequestHost` replaced with the port.
+pub const MASK_PORT: &str = "${PORT}";
+
+/// Checks E2B's `maskRequestHost`: a host, optionally with `:port`, in
+/// which `${PORT}` stands for the port the request is for. The error names
+/// the value.
+pub fn validate_mask(mask: &str) -> Result<(), String> {
+    let host = mask.replace(MASK_PORT, "1");
+    let ok = !mask.is_empty()
+        && mask.len() <= MAX_MASK_LEN
+        && host.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b':' | b'[' | b']')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "network.maskRequestHost {mask:?} is not a host name (letters, digits, '.', '-', '_', \
+             an optional ':port', and ${{PORT}} for the port; at most {MAX_MASK_LEN} characters)"
+        ))
+    }
+}
+
+/// The Host header a request for `port` carries under `mask`.
+pub fn masked_host(mask: &str, port: u16) -> String {
+    mask.replace(MASK_PORT, &port.to_string())
+}
+
 fn is_domain(s: &str) -> bool {
     let s = s.strip_prefix("*.").unwrap_or(s);
     !s.is_empty()
@@ -87,6 +123,20 @@ fn is_domain(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masks_are_checked() {
+        assert!(validate_mask("custom-host.example.com:${PORT}").is_ok());
+        assert!(validate_mask("${PORT}-app.example.com").is_ok());
+        assert_eq!(
+            masked_host("custom-host.example.com:${PORT}", 8080),
+            "custom-host.example.com:8080"
+        );
+        for bad in ["", "a b", "x\r\nEvil: 1", "h/ost", &"a".repeat(300)] {
+            let e = validate_mask(bad).unwrap_err();
+            assert!(e.contains("maskRequestHost"), "{e}");
+        }
+    }
 
     #[test]
     fn entries_are_checked() {

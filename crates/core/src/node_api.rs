@@ -31,6 +31,14 @@ pub fn fork_path(parent: &str) -> String {
     format!("{SANDBOXES}/{parent}/fork")
 }
 
+/// `PUT` replaces a running sandbox's egress policy (body: a
+/// [`crate::network::NetworkPolicy`]):
+/// `/_warren/v1/sandboxes/{id}/network?generation=g`. `204`; `501` when the
+/// node's runtime has no network isolation to change.
+pub fn network_path(id: &str, generation: u64) -> String {
+    format!("{SANDBOXES}/{id}/network?generation={generation}")
+}
+
 /// `POST` freezes (`pause`) or thaws (`resume`) a sandbox in place:
 /// `/_warren/v1/sandboxes/{id}/{action}?generation=g`.
 pub fn freeze_path(id: &str, action: &str, generation: u64) -> String {
@@ -104,6 +112,28 @@ pub struct CreateSandbox {
     /// Egress policy; absent: open internet (E2B's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::network::NetworkPolicy>,
+    /// E2B's traffic access token (`allowPublicTraffic: false`): requests
+    /// to the sandbox's ports other than envd's must carry it in
+    /// `e2b-traffic-access-token`. Kept in memory; only its SHA-256 is
+    /// written to disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_access_token: Option<String>,
+    /// E2B's `maskRequestHost`: the Host header requests to the sandbox's
+    /// ports (other than envd's) arrive with, `${PORT}` replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_request_host: Option<String>,
+}
+
+/// What a sandbox's network looks like now (no secrets): E2B's
+/// `SandboxDetail.network` and `allowInternetAccess`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkInfo {
+    #[serde(flatten)]
+    pub policy: crate::network::NetworkPolicy,
+    /// False when requests to its ports need the traffic access token.
+    pub allow_public_traffic: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_request_host: Option<String>,
 }
 
 /// `POST /_warren/v1/sandboxes/{id}/fork` body.
@@ -127,6 +157,9 @@ pub struct SandboxInfo {
     pub started_at_ms: i64,
     #[serde(default)]
     pub envd_version: String,
+    /// Its network now (absent from nodes that predate it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkInfo>,
 }
 
 /// `GET /_warren/v1/sandboxes`: what the node hosts now.

@@ -22,6 +22,18 @@ pub struct NewSandbox {
     pub network: Option<warren_core::network::NetworkPolicy>,
     /// `autoPause` / `autoResume.enabled` (both default false).
     pub lifecycle: warren_proto::scheduler::v1::Lifecycle,
+    /// `network.allowPublicTraffic` (default true): false makes the
+    /// sandbox's ports need its traffic access token.
+    pub allow_public_traffic: bool,
+    /// `network.maskRequestHost`, checked.
+    pub mask_request_host: Option<String>,
+}
+
+/// `SandboxNetworkUpdateConfig` (`PUT /sandboxes/{id}/network`): the
+/// whole new egress policy; an omitted field is cleared.
+#[derive(Debug, Clone)]
+pub struct NetworkUpdate {
+    pub policy: warren_core::network::NetworkPolicy,
 }
 
 /// `ConnectSandbox` / `ConnectSandboxV2`, `SandboxTimeoutRequest`,
@@ -191,6 +203,74 @@ fn lifecycle(obj: &Map<String, Value>) -> Result<warren_proto::scheduler::v1::Li
     })
 }
 
+/// `network.allowPublicTraffic` and `network.maskRequestHost` at create.
+fn port_access(obj: &Map<String, Value>) -> Result<(bool, Option<String>), ApiError> {
+    let Some(Value::Object(n)) = obj.get("network") else {
+        return Ok((true, None));
+    };
+    let public = match n.get("allowPublicTraffic") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(bad(
+                "field \"network.allowPublicTraffic\" must be a boolean".into(),
+            ))
+        }
+    };
+    let mask = match n.get("maskRequestHost") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(m)) => {
+            warren_core::network::validate_mask(m).map_err(bad)?;
+            Some(m.clone())
+        }
+        Some(_) => {
+            return Err(bad(
+                "field \"network.maskRequestHost\" must be a string".into()
+            ))
+        }
+    };
+    Ok((public, mask))
+}
+
+impl NetworkUpdate {
+    /// Parses `SandboxNetworkUpdateConfig`, checking every entry as a
+    /// create does. What warren cannot do is refused by name rather than
+    /// dropped: per-domain `rules` and an `egressProxy`.
+    pub fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
+        // Required (E2B's spec): an empty body would open the internet.
+        let obj = object(bytes, false)?;
+        for (field, empty) in [("rules", "{}"), ("egressProxy", "null")] {
+            match obj.get(field) {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(m)) if m.is_empty() => {}
+                Some(_) => {
+                    return Err(bad(format!(
+                        "field {field:?} is not supported by warren (send {empty} or leave it out)"
+                    )))
+                }
+            }
+        }
+        let allow_internet = match obj.get("allow_internet_access") {
+            None | Some(Value::Null) => true,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err(bad(
+                    "field \"allow_internet_access\" must be a boolean".into()
+                ))
+            }
+        };
+        let policy = warren_core::network::NetworkPolicy {
+            allow_internet,
+            allow_out: string_list(&obj, "allowOut")?,
+            deny_out: string_list(&obj, "denyOut")?,
+        };
+        policy
+            .validate()
+            .map_err(|m| bad(m.replace("network.", "")))?;
+        Ok(NetworkUpdate { policy })
+    }
+}
+
 impl NewSandbox {
     /// Parses `NewSandbox`; `default_timeout` differs between v1 and v2.
     pub fn parse(bytes: &[u8], default_timeout: u64) -> Result<Self, ApiError> {
@@ -207,6 +287,8 @@ impl NewSandbox {
             metadata: string_map(&obj, "metadata")?,
             network: network_policy(&obj)?,
             lifecycle: lifecycle(&obj)?,
+            allow_public_traffic: port_access(&obj)?.0,
+            mask_request_host: port_access(&obj)?.1,
             env_vars: {
                 let vars = string_map(&obj, "envVars")?;
                 warren_core::env::check_vars(&vars)
@@ -259,7 +341,34 @@ pub struct Sandbox {
     pub envd_version: String,
     #[serde(rename = "envdAccessToken", skip_serializing_if = "Option::is_none")]
     pub envd_access_token: Option<String>,
+    /// Set when the sandbox was created with `allowPublicTraffic: false`.
+    #[serde(rename = "trafficAccessToken", skip_serializing_if = "Option::is_none")]
+    pub traffic_access_token: Option<String>,
     pub domain: String,
+}
+
+/// `SandboxNetworkConfig` as `GET /sandboxes/{id}` reports it.
+#[derive(Debug, Clone, Serialize)]
+pub struct NetworkDetail {
+    #[serde(rename = "allowOut")]
+    pub allow_out: Vec<String>,
+    #[serde(rename = "denyOut")]
+    pub deny_out: Vec<String>,
+    #[serde(rename = "allowPublicTraffic")]
+    pub allow_public_traffic: bool,
+    #[serde(rename = "maskRequestHost", skip_serializing_if = "Option::is_none")]
+    pub mask_request_host: Option<String>,
+}
+
+impl From<warren_core::node_api::NetworkInfo> for NetworkDetail {
+    fn from(n: warren_core::node_api::NetworkInfo) -> Self {
+        NetworkDetail {
+            allow_out: n.policy.allow_out,
+            deny_out: n.policy.deny_out,
+            allow_public_traffic: n.allow_public_traffic,
+            mask_request_host: n.mask_request_host,
+        }
+    }
 }
 
 /// `ListedSandbox` (list) and, with `envdAccessToken`/`domain`, `SandboxDetail` (get).
@@ -290,6 +399,14 @@ pub struct SandboxDetail {
     pub envd_access_token: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
+    /// `get` only: the sandbox's egress now (from its node).
+    #[serde(
+        rename = "allowInternetAccess",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub allow_internet_access: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkDetail>,
     /// `SandboxLifecycle` (get only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<SandboxLifecycle>,
@@ -383,6 +500,56 @@ mod tests {
         assert!(e.message.contains("autoPauseMemory"), "{}", e.message);
         let e = NewSandbox::parse(b"{nope", 300).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
+    }
+
+    #[test]
+    fn network_update_fields() {
+        let u = NetworkUpdate::parse(br#"{"denyOut":["8.8.8.8"]}"#).unwrap();
+        assert!(u.policy.allow_internet);
+        assert_eq!(u.policy.deny_out, vec!["8.8.8.8".to_string()]);
+        // An empty update clears everything: open internet.
+        let u = NetworkUpdate::parse(b"{}").unwrap();
+        assert_eq!(u.policy, warren_core::network::NetworkPolicy::open());
+        assert!(NetworkUpdate::parse(b"").is_err());
+        let u = NetworkUpdate::parse(br#"{"allow_internet_access":false}"#).unwrap();
+        assert!(!u.policy.has_network());
+        for (body, names) in [
+            (&br#"{"denyOut":["example.com"]}"#[..], "example.com"),
+            (br#"{"allowOut":["1.2.3.4/99"]}"#, "1.2.3.4/99"),
+            (br#"{"allowOut":"1.1.1.1"}"#, "allowOut"),
+            (
+                br#"{"allow_internet_access":"no"}"#,
+                "allow_internet_access",
+            ),
+            (br#"{"egressProxy":{"address":"p:1080"}}"#, "egressProxy"),
+            (br#"{"rules":{"a.com":[]}}"#, "rules"),
+        ] {
+            let e = NetworkUpdate::parse(body).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400);
+            assert!(e.message.contains(names), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn port_access_at_create() {
+        let s = NewSandbox::parse(
+            br#"{"templateID":"base","network":{"allowPublicTraffic":false,"maskRequestHost":"h.example.com:${PORT}"}}"#,
+            300,
+        )
+        .unwrap();
+        assert!(!s.allow_public_traffic);
+        assert_eq!(
+            s.mask_request_host.as_deref(),
+            Some("h.example.com:${PORT}")
+        );
+        let s = NewSandbox::parse(br#"{"templateID":"base"}"#, 300).unwrap();
+        assert!(s.allow_public_traffic && s.mask_request_host.is_none());
+        let e = NewSandbox::parse(
+            br#"{"templateID":"base","network":{"maskRequestHost":"a b"}}"#,
+            300,
+        )
+        .unwrap_err();
+        assert!(e.message.contains("maskRequestHost"), "{}", e.message);
     }
 
     #[test]

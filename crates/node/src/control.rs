@@ -1,5 +1,5 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
-//! create, fork, pause, resume, snapshot, delete, list under `/_warren/v1/sandboxes`,
+//! create, fork, pause, resume, snapshot, network update, delete, list under `/_warren/v1/sandboxes`,
 //! a sandbox's metrics (`GET .../{id}/metrics`, [`crate::samples`]), and `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
 
 use crate::http::{not_found_marker, Shared};
@@ -77,6 +77,30 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
             shared
                 .samples
                 .answer(&shared.registry, id, req.uri().query().unwrap_or(""))
+        }
+        (Method::PUT, false, [id, "network"]) => {
+            let generation = match query_generation(req.uri().query()) {
+                Ok(Some(g)) => g,
+                Ok(None) => {
+                    return error(
+                        StatusCode::BAD_REQUEST,
+                        "a network update needs ?generation=",
+                    )
+                }
+                Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+            };
+            let id = id.to_string();
+            match read_json::<warren_core::network::NetworkPolicy>(req).await {
+                Ok(policy) => match shared
+                    .registry
+                    .update_network(&id, generation, policy)
+                    .await
+                {
+                    Ok(info) => json(StatusCode::OK, &info),
+                    Err(e) => node_error(e),
+                },
+                Err(r) => r,
+            }
         }
         (Method::DELETE, false, [id]) => {
             let generation = match query_generation(req.uri().query()) {

@@ -18,6 +18,9 @@ pub enum Outcome {
     BadRequest,
     /// Nothing listens on the port inside the sandbox.
     PortClosed,
+    /// The sandbox's ports need its traffic access token, and the request
+    /// had none or another (403).
+    Forbidden,
     /// envd's socket could not be reached or the exchange failed.
     UpstreamError,
 }
@@ -29,6 +32,7 @@ impl Outcome {
             Outcome::NotFoundMarker => "not_found_marker",
             Outcome::BadRequest => "bad_request",
             Outcome::PortClosed => "port_closed",
+            Outcome::Forbidden => "forbidden",
             Outcome::UpstreamError => "upstream_error",
         }
     }

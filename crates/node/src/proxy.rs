@@ -17,12 +17,14 @@
 use crate::envd::{self, RelayError};
 use crate::http::{not_found_marker, Shared};
 use crate::metrics::Outcome;
+use crate::sandbox::network::Denied;
 use http::header::{self, HeaderMap, HeaderValue};
 use http::{Request, Response, StatusCode, Uri, Version};
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use warren_core::body::{error, Body};
 use warren_core::headers as wh;
+use warren_core::network::TRAFFIC_ACCESS_TOKEN_HEADER as TRAFFIC_TOKEN;
 use warren_core::server::Incoming;
 
 /// Headers that describe one hop's connection, never forwarded (RFC 9110 §7.6.1).
@@ -43,6 +45,26 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
             shared.registry.node_id()
         ));
     };
+    // A sandbox created with `allowPublicTraffic: false`: its own ports
+    // (never envd's, which has its own access token) need the traffic
+    // access token, as E2B's proxy asks for it.
+    if port != wh::ENVD_PORT {
+        let token = req.headers().get(TRAFFIC_TOKEN).map(HeaderValue::as_bytes);
+        if let Err(why) = sandbox.access.admit(token) {
+            shared.metrics.request(Outcome::Forbidden);
+            discard_later(req.into_body());
+            let what = match why {
+                Denied::Missing => "is missing",
+                Denied::Wrong => "is not this sandbox's",
+            };
+            return error(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "sandbox {id} does not allow public traffic: the {TRAFFIC_TOKEN} header {what}"
+                ),
+            );
+        }
+    }
     let stream = if port == wh::ENVD_PORT {
         envd::connect_api(&sandbox.paths.envd_sock)
             .await
@@ -76,8 +98,20 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
     let client_side = upgrade.then(|| hyper::upgrade::on(&mut req));
     let (mut parts, body) = req.into_parts();
     prepare_request_head(&mut parts, upgrade);
+    // The token is for this hop only; the sandbox's server never sees it.
+    parts.headers.remove(TRAFFIC_TOKEN);
+    if let (Some(mask), false) = (&sandbox.access.mask_request_host, port == wh::ENVD_PORT) {
+        // Checked at create to be a host; `${PORT}` is the port asked for.
+        if let Ok(v) = HeaderValue::from_str(&warren_core::network::masked_host(mask, port)) {
+            parts.headers.insert(header::HOST, v);
+        }
+    }
 
     let (mut sender, conn) = match hyper::client::conn::http1::Builder::new()
+        // Header names as E2B's (Go) proxy writes them (`Host`, `Accept`):
+        // a server in the sandbox that looks at their case sees what it
+        // would see on E2B.
+        .title_case_headers(true)
         .handshake(TokioIo::new(stream))
         .await
     {

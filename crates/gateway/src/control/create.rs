@@ -91,14 +91,18 @@ pub(super) async fn create(
     // after all, its roster would list a sandbox the scheduler no longer
     // assigns to it, and the node would be told to kill it.
     let mut attempts = 0;
-    let (placement, binding, info) = loop {
+    let (placement, binding, info, traffic) = loop {
         attempts += 1;
         let placement = place(app, request.clone()).await?;
         let binding = placement.binding.clone().unwrap_or_default();
+        // Derived from the envd access token: a retry answers the same one.
+        let traffic = (!new.allow_public_traffic)
+            .then(|| super::network::traffic_token(&binding.access_token));
         if earlier(&placement)? {
             // A retry of a create that already finished: the same sandbox again.
             let envd_version = app.envd_version(&placement.endpoint).await;
-            let json = sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
+            let mut json = sandbox_json(app, &placement, &binding, &new.template_id, envd_version);
+            json.traffic_access_token = traffic.clone();
             return reply(StatusCode::CREATED, &json);
         }
         let child = CreateSandbox {
@@ -110,6 +114,8 @@ pub(super) async fn create(
             access_token: non_empty(&binding.access_token),
             timeout_secs: Some(new.timeout_secs),
             network: new.network.clone(),
+            traffic_access_token: traffic.clone(),
+            mask_request_host: new.mask_request_host.clone(),
         };
         let created = app.nodes.create(&placement.endpoint, &child, extra).await;
         match created {
@@ -126,17 +132,18 @@ pub(super) async fn create(
             }
             created => {
                 let info = finish(app, &placement, created).await?;
-                break (placement, binding, info);
+                break (placement, binding, info, traffic);
             }
         }
     };
-    let json = sandbox_json(
+    let mut json = sandbox_json(
         app,
         &placement,
         &binding,
         &new.template_id,
         info.envd_version,
     );
+    json.traffic_access_token = traffic;
     reply(StatusCode::CREATED, &json)
 }
 
@@ -252,6 +259,9 @@ async fn fork_one(
         timeout_secs: Some(timeout_secs),
         // The node gives a fork its parent's egress policy.
         network: None,
+        // A fork's ports are public, as E2B's fork request cannot say otherwise.
+        traffic_access_token: None,
+        mask_request_host: None,
     };
     // A fork starts its template's start command too.
     let extra = super::templates::resolve(app, &parent.template_id)
@@ -465,6 +475,7 @@ fn sandbox_json(
         client_id: placement.node_id.clone(),
         envd_version,
         envd_access_token: non_empty(&binding.access_token),
+        traffic_access_token: None,
         domain: app.settings.domain.clone(),
     }
 }

@@ -13,6 +13,7 @@
 //!   on the node, then the fenced PAUSE / RESUME event).
 //! - [`metrics`]: `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics`
 //!   (the samples on the sandbox's node).
+//! - [`network`]: `PUT /sandboxes/{id}/network`, the traffic access token.
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 //! - [`snapshots`]: `POST /sandboxes/{id}/snapshots`, `GET /snapshots`,
 //!   `DELETE /templates/{id}` (a snapshot), and what a create naming a
@@ -20,6 +21,7 @@
 
 mod create;
 mod metrics;
+pub(crate) mod network;
 mod nodes;
 pub(crate) mod pause;
 mod route;
@@ -55,6 +57,8 @@ enum Endpoint {
     Fork(String),
     Pause(String),
     Resume(String),
+    /// `/sandboxes/{id}/network`: E2B's egress rules update.
+    Network(String),
     /// `/_warren/v1/routes/{id}`: the route cache's view against the scheduler's.
     Route(String),
     /// `/nodes`: E2B's admin node list, for operators (`--admin-team`).
@@ -97,6 +101,7 @@ impl Endpoint {
             ["sandboxes", s, "fork"] => Endpoint::Fork(id(s)),
             ["sandboxes", s, "pause"] => Endpoint::Pause(id(s)),
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
+            ["sandboxes", s, "network"] => Endpoint::Network(id(s)),
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             ["nodes"] => Endpoint::Nodes,
             ["templates"] => Endpoint::Templates,
@@ -119,6 +124,7 @@ impl Endpoint {
             | Endpoint::SandboxesMetrics
             | Endpoint::Snapshots => &[Method::GET],
             Endpoint::Template(_) => &[Method::DELETE],
+            Endpoint::Network(_) => &[Method::PUT],
             _ => &[Method::POST],
         }
     }
@@ -139,6 +145,7 @@ impl Endpoint {
             | Endpoint::Pause(id)
             | Endpoint::Resume(id)
             | Endpoint::Route(id)
+            | Endpoint::Network(id)
             | Endpoint::Snapshot(id)
             | Endpoint::Metrics(id) => Some(id),
         }
@@ -214,6 +221,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Snapshot(id), _) => snapshots::create(app, &team, &id, &body).await,
         (Endpoint::Snapshots, _) => snapshots::list(app, &team, query),
         (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id),
+        (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
         (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }

@@ -66,6 +66,8 @@ fn detail(app: &App, b: &Binding, envd_version: String, full: bool) -> SandboxDe
                 on_timeout: if l.auto_pause { "pause" } else { "kill" },
             }
         }),
+        allow_internet_access: None,
+        network: None,
     }
 }
 
@@ -74,7 +76,12 @@ pub(super) async fn get(app: &App, team: &Team, id: &str) -> Result<Response<Bod
     let mut b = owned(app, team, id).await?;
     b.access_token = access_token(app, team, id).await?;
     let envd_version = app.envd_version(&b.endpoint).await;
-    reply(StatusCode::OK, &detail(app, &b, envd_version, true))
+    let mut d = detail(app, &b, envd_version, true);
+    if let Some(n) = super::network::current(app, &b).await {
+        d.allow_internet_access = Some(n.policy.allow_internet);
+        d.network = Some(n.into());
+    }
+    reply(StatusCode::OK, &d)
 }
 
 fn query_pairs(query: &str) -> Vec<(String, String)> {
@@ -429,12 +436,18 @@ pub(super) async fn describe(
     let id = b.sandbox_id.as_str();
     let token = access_token(app, team, id).await?;
     let envd_version = app.envd_version(&b.endpoint).await;
+    // E2B hands the traffic access token out again at connect.
+    let traffic = match super::network::current(app, b).await {
+        Some(n) if !n.allow_public_traffic => Some(super::network::traffic_token(&token)),
+        _ => None,
+    };
     let json = Sandbox {
         template_id: b.template_id.clone(),
         sandbox_id: b.sandbox_id.clone(),
         client_id: b.node_id.clone(),
         envd_version,
         envd_access_token: (!token.is_empty()).then_some(token),
+        traffic_access_token: traffic,
         domain: app.settings.domain.clone(),
     };
     let mut r = warren_core::body::json(status, &json);

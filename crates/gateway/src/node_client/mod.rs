@@ -313,6 +313,36 @@ impl NodeClient {
     }
 }
 
+/// E2B's network API (`control/network.rs`).
+impl NodeClient {
+    /// `PUT /_warren/v1/sandboxes/{id}/network?generation=g`: replaces the
+    /// sandbox's egress policy; the node answers once it is enforced.
+    pub async fn update_network(
+        &self,
+        endpoint: &str,
+        id: &str,
+        generation: u64,
+        policy: &warren_core::network::NetworkPolicy,
+    ) -> Result<node_api::NetworkInfo, NodeError> {
+        let body = serde_json::to_vec(policy).unwrap_or_default();
+        let path = node_api::network_path(id, generation);
+        let (_, bytes) = self.send(endpoint, Method::PUT, path, Some(body)).await?;
+        parse(endpoint, &bytes)
+    }
+
+    /// `GET /_warren/v1/sandboxes/{id}?generation=g`: one hosted sandbox.
+    pub async fn get(
+        &self,
+        endpoint: &str,
+        id: &str,
+        generation: u64,
+    ) -> Result<SandboxInfo, NodeError> {
+        let path = format!("{}?generation={generation}", node_api::sandbox_path(id));
+        let (_, bytes) = self.send(endpoint, Method::GET, path, None).await?;
+        parse(endpoint, &bytes)
+    }
+}
+
 fn parse<T: serde::de::DeserializeOwned>(endpoint: &str, bytes: &[u8]) -> Result<T, NodeError> {
     serde_json::from_slice(bytes).map_err(|e| NodeError::Protocol {
         endpoint: endpoint.to_string(),

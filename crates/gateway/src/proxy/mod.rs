@@ -35,7 +35,10 @@
 //!
 //! # Paused sandboxes
 //! A route in state PAUSED is resumed first (`control::pause::wake`: one
-//! resume however many requests wait), then proxied.
+//! resume however many requests wait), then proxied; a private sandbox's
+//! port only for a request with its traffic access token
+//! (`control::network::admit_before_wake`). Only a sandbox created with
+//! auto-resume is: any other answers 502 "paused" and stays paused.
 
 mod headers;
 mod replay;
@@ -44,6 +47,7 @@ use crate::error::ApiError;
 use crate::metrics::RefetchOutcome;
 use crate::node_client::PooledBody;
 use crate::resolver::{EvictReason, Route};
+use crate::server::Abort;
 use crate::state::App;
 use crate::target::Target;
 use headers::Outgoing;
@@ -66,19 +70,9 @@ pub async fn handle(
     // An HTTP/1.x response cut off upstream ends its connection with a
     // reset (see `crate::server`); HTTP/2 resets just the stream itself.
     let abort = (req.version() <= http::Version::HTTP_11).then(|| peer.abort.clone());
-    let resp = match forward(app, &target, peer.addr, req).await {
+    match forward(app, &target, peer.addr, req, abort).await {
         Ok(r) => r,
-        Err(e) => return e.on_data_plane(&target.sandbox_id).into_response(),
-    };
-    match abort {
-        Some(abort) => resp.map(|body| {
-            body.map_err(move |e| {
-                abort.set();
-                e
-            })
-            .boxed_unsync()
-        }),
-        None => resp,
+        Err(e) => e.on_data_plane(&target.sandbox_id).into_response(),
     }
 }
 
@@ -104,10 +98,16 @@ async fn forward(
     target: &Target,
     peer: SocketAddr,
     mut req: Request<Incoming>,
+    abort: Option<Abort>,
 ) -> Result<Response<Body>, ApiError> {
     let id = target.sandbox_id.as_str();
     let mut route = app.resolver.resolve(id).await?;
     if route.state == BindingState::Paused {
+        // Without auto-resume (fixed at create) nothing wakes it: no token to check.
+        if route.auto_resume {
+            crate::control::network::admit_before_wake(app, &route, target.port, req.headers())
+                .await?;
+        }
         route = crate::control::pause::wake(app, &route).await?;
     }
     let upgrade = warren_core::upgrade::protocol(&req);
@@ -126,7 +126,7 @@ async fn forward(
         Prepared::Streaming(body) => (boxed(body), None),
     };
     let signal = match send(app, outgoing.into_request(&route, body), &route).await? {
-        Attempt::Answered(resp) => return finish(resp, client_upgrade, id),
+        Attempt::Answered(resp) => return finish(resp, client_upgrade, id, abort),
         Attempt::Stale(signal) => signal,
     };
 
@@ -166,7 +166,7 @@ async fn forward(
     };
     app.metrics.cache_retries.inc();
     match send(app, outgoing.into_request(&fresh, full(bytes)), &fresh).await? {
-        Attempt::Answered(resp) => finish(resp, client_upgrade, id),
+        Attempt::Answered(resp) => finish(resp, client_upgrade, id, abort),
         Attempt::Stale(signal) => {
             // Wrong twice in a row: no second retry ("Retry only what is safe").
             app.resolver.evict(&fresh, EvictReason::Stale).await;
@@ -201,11 +201,14 @@ async fn send(app: &App, req: Request<Body>, route: &Route) -> Result<Attempt, A
     }
 }
 
-/// The node's answer as the client gets it; a `101` splices both sides.
+/// The node's answer as the client gets it; a `101` splices both sides. A
+/// body that fails mid-way sets `abort` (the client's connection ends with
+/// a reset), in the one box the body gets anyway.
 fn finish(
     mut resp: Response<PooledBody>,
     client_upgrade: Option<OnUpgrade>,
     id: &str,
+    abort: Option<Abort>,
 ) -> Result<Response<Body>, ApiError> {
     if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
         let Some(client_upgrade) = client_upgrade else {
@@ -222,5 +225,13 @@ fn finish(
     }
     headers::strip_hop_by_hop(resp.headers_mut());
     headers::strip_internal(resp.headers_mut());
-    Ok(resp.map(boxed))
+    Ok(resp.map(|body| match abort {
+        Some(abort) => body
+            .map_err(move |e| {
+                abort.set();
+                e.into()
+            })
+            .boxed_unsync(),
+        None => boxed(body),
+    }))
 }

@@ -26,11 +26,15 @@
 //! 4. `denyOut` entries are refused, and everything when the sandbox was
 //!    created with `allow_internet_access: false`.
 //!
-//! Domains in `allowOut` are resolved when the sandbox starts (the table
-//! holds addresses). A sandbox with no internet access and no `allowOut`
-//! gets no `tap0` at all: only `lo`, no route, no DNS. Other sandboxes are
-//! unreachable either way: each sits behind its own slirp4netns, and the
-//! host's addresses are refused.
+//! Domains in `allowOut` are resolved when the sandbox starts, and again
+//! when its policy is replaced (`PUT /sandboxes/{id}/network`: the table,
+//! which holds addresses, is rewritten in one transaction,
+//! [`EgressHandle::update`]). A sandbox with no internet access and no
+//! `allowOut` gets no `tap0` at all: only `lo`, no route — until an update
+//! gives it a network (slirp4netns is started then; the tap stays after a
+//! later update takes the network away, its table refusing everything).
+//! Other sandboxes are unreachable either way: each sits behind its own
+//! slirp4netns, and the host's addresses are refused.
 
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
@@ -287,9 +291,9 @@ impl Egress {
     }
 
     /// Gives the sandbox whose launcher is `pid` (it has made the network
-    /// namespace) a `tap0` through slirp4netns, under `policy`. Returns
-    /// once the interface is configured. A sandbox without network gets
-    /// no handle's worth of anything but the table that denies it all.
+    /// namespace) its table under `policy` and, when the policy gives it a
+    /// network, a `tap0` through slirp4netns. Returns once the interface is
+    /// configured.
     pub async fn attach(
         &self,
         pid: i32,
@@ -301,22 +305,60 @@ impl Egress {
         let rules = self.ruleset(base, &table, policy)?;
         self.nft(&rules).await?;
         let mut handle = EgressHandle {
-            nft: self.nft.clone(),
+            egress: self.clone(),
+            pid,
+            base,
             table,
             slirp: None,
             exit: None,
         };
-        if !policy.has_network() {
-            return Ok(handle);
+        if policy.has_network() {
+            handle.start_slirp().await?;
         }
+        Ok(handle)
+    }
+}
+
+/// One sandbox's egress: its slirp4netns and its nftables table, both gone
+/// when this is dropped.
+#[derive(Debug)]
+pub struct EgressHandle {
+    egress: Egress,
+    /// The sandbox's launcher, whose namespaces slirp4netns joins.
+    pid: i32,
+    /// The sandbox's first host uid (its rules match its uids).
+    base: u32,
+    table: String,
+    slirp: Option<tokio::process::Child>,
+    /// Closing it tells slirp4netns to exit (`--exit-fd`).
+    exit: Option<std::os::fd::OwnedFd>,
+}
+
+impl EgressHandle {
+    /// Replaces the sandbox's policy: its table is rewritten in one nftables
+    /// transaction (the guard with it), so no packet ever meets a half
+    /// policy; connections the new policy refuses are refused from their
+    /// next packet on. A sandbox that had no `tap0` gets one when the new
+    /// policy gives it a network; one that has a `tap0` keeps it (its table
+    /// then refuses everything the policy does not allow).
+    pub async fn update(&mut self, policy: &NetworkPolicy) -> Result<(), String> {
+        let rules = self.egress.ruleset(self.base, &self.table, policy)?;
+        self.egress.nft(&rules).await?;
+        if policy.has_network() && self.slirp.is_none() {
+            self.start_slirp().await?;
+        }
+        Ok(())
+    }
+
+    async fn start_slirp(&mut self) -> Result<(), String> {
+        let (e, pid, base) = (&self.egress, self.pid, self.base);
         let pipe =
             || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
         let (ready_r, ready_w) = pipe()?;
         // slirp4netns exits when this pipe's write end closes: at detach,
         // and with the node however it dies.
         let (exit_r, exit_w) = pipe()?;
-        handle.exit = Some(exit_w);
-        let mut cmd = tokio::process::Command::new(&self.setpriv);
+        let mut cmd = tokio::process::Command::new(&e.setpriv);
         cmd.args([
             format!("--reuid={base}"),
             format!("--regid={base}"),
@@ -324,7 +366,7 @@ impl Egress {
             "--pdeathsig=KILL".into(),
             "--".into(),
         ])
-        .arg(&self.slirp)
+        .arg(&e.slirp)
         .args([
             "--configure".to_string(),
             "--mtu=65520".into(),
@@ -358,7 +400,8 @@ impl Egress {
                 ])
                 .map_err(|_| "descriptor numbers collide".to_string())?;
         }
-        handle.slirp = Some(
+        self.exit = Some(exit_w);
+        self.slirp = Some(
             cmd.spawn()
                 .map_err(|e| format!("cannot start slirp4netns: {e}"))?,
         );
@@ -368,25 +411,11 @@ impl Egress {
             std::io::Read::read(&mut f, &mut b).map(|n| n == 1)
         });
         match tokio::time::timeout(Duration::from_secs(10), ready).await {
-            Ok(Ok(Ok(true))) => Ok(handle),
+            Ok(Ok(Ok(true))) => Ok(()),
             Ok(_) => Err("slirp4netns exited before the sandbox's network was up (its error is in the node's log)".into()),
             Err(_) => Err("slirp4netns did not bring the sandbox's network up within 10s".into()),
         }
     }
-}
-
-/// One sandbox's egress: its slirp4netns and its nftables table, both gone
-/// when this is dropped.
-#[derive(Debug)]
-pub struct EgressHandle {
-    nft: PathBuf,
-    table: String,
-    slirp: Option<tokio::process::Child>,
-    /// Closing it tells slirp4netns to exit (`--exit-fd`).
-    exit: Option<std::os::fd::OwnedFd>,
-}
-
-impl EgressHandle {
     /// Stops slirp4netns and removes the table.
     pub async fn detach(mut self) {
         self.exit.take();
@@ -409,7 +438,7 @@ impl Drop for EgressHandle {
                 return;
             }
         }
-        let _ = std::process::Command::new(&self.nft)
+        let _ = std::process::Command::new(&self.egress.nft)
             .args(["delete", "table", "inet", &self.table])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -240,9 +240,10 @@ impl Isolated {
                     .unwrap_or_default(),
                 base: ids.base,
                 hostname: spec.sandbox_id.to_string(),
-                dns: spec
-                    .network
-                    .has_network()
+                // Whenever the node can give it a network at all: a sandbox
+                // created without one may be given one later (a policy
+                // update); until then the resolver is unreachable.
+                dns: (spec.network.has_network() || self.egress.is_some())
                     .then(|| super::egress::DNS.to_string()),
                 envd_args: [
                     "--inherited-sockets",
@@ -424,6 +425,45 @@ impl Runtime for Isolated {
                     Err(e)
                 }
             }
+        })
+    }
+
+    fn update_network<'a>(
+        &'a self,
+        handle: &'a Handle,
+        egress: &'a mut Option<EgressHandle>,
+        policy: &'a super::egress::NetworkPolicy,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            if let Some(e) = egress.as_mut() {
+                return e.update(policy).await.map_err(RuntimeError::Egress);
+            }
+            if !policy.has_network() {
+                // No tap0 and none wanted: nothing leaves the sandbox.
+                return Ok(());
+            }
+            let node_egress = self.egress.as_ref().ok_or_else(|| {
+                RuntimeError::Egress(
+                    "this node cannot give sandboxes internet access (see its start log)".into(),
+                )
+            })?;
+            let (Some(base), Some(slot)) = (handle.id_base, handle.id_slot) else {
+                return Err(RuntimeError::Egress("the sandbox has no id range".into()));
+            };
+            // The launcher holds the sandbox's namespaces; make sure the pid
+            // is still it before slirp4netns joins them.
+            if procs::stat(handle.pid).map(|s| s.start_time) != Some(handle.start_time) {
+                return Err(RuntimeError::Egress(
+                    "the sandbox's launcher is gone; it cannot be given a network".into(),
+                ));
+            }
+            *egress = Some(
+                node_egress
+                    .attach(handle.pid, base, slot, policy)
+                    .await
+                    .map_err(RuntimeError::Egress)?,
+            );
+            Ok(())
         })
     }
 

@@ -375,6 +375,26 @@ pub trait Runtime: Send + Sync + 'static {
             self.kind().as_str()
         )))
     }
+    /// Replaces a running sandbox's egress policy; `egress` is its egress
+    /// so far (None: it has none yet) and is what it has afterwards, also
+    /// when the update fails. The default: the runtime has no network
+    /// isolation to change (see [`RuntimeError::Unsupported`]).
+    fn update_network<'a>(
+        &'a self,
+        handle: &'a Handle,
+        egress: &'a mut Option<egress::EgressHandle>,
+        policy: &'a egress::NetworkPolicy,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = (handle, egress, policy);
+        Box::pin(async move {
+            Err(RuntimeError::Unsupported(format!(
+                "the {} runtime has no network isolation: its sandboxes share the \
+                 node's network, so there are no egress rules to change; use the \
+                 isolated runtime",
+                self.kind().as_str()
+            )))
+        })
+    }
     /// After every sandbox is gone (node shutdown): removes what the
     /// runtime made for the node as a whole.
     fn shutdown(&self) {}

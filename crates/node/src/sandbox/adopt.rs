@@ -43,7 +43,12 @@ impl Registry {
                         metadata: rec.metadata.clone(),
                         timeout_secs: rec.timeout_secs,
                         ids: None,
-                        network: Default::default(),
+                        network: std::sync::Mutex::new(
+                            rec.network
+                                .clone()
+                                .unwrap_or_else(crate::runtime::egress::NetworkPolicy::open),
+                        ),
+                        access: rec.access.clone(),
                         egress: std::sync::Mutex::new(None),
                         // Only `process` sandboxes are adopted, and they cannot pause.
                         paused: std::sync::atomic::AtomicBool::new(false),

@@ -9,11 +9,14 @@
 //! # Layout
 //! - [`state`]: API types and `sandbox.json`.
 //! - [`files`]: the `base` template, fork copies, removal.
+//! - [`network`]: replacing a running sandbox's egress policy; the traffic
+//!   access token and Host mask its ports are reached with.
 //! - `adopt`: what happens at node start (adopt or clean up what a previous
 //!   node process left) and at node shutdown (kill everything).
 
 mod adopt;
 pub mod files;
+pub mod network;
 pub mod state;
 
 use crate::envd;
@@ -79,8 +82,11 @@ pub struct Sandbox {
     pub handle: Handle,
     pub metadata: BTreeMap<String, String>,
     pub timeout_secs: Option<u64>,
-    /// Its egress policy (a fork inherits it).
-    pub network: runtime::egress::NetworkPolicy,
+    /// Its egress policy now (a fork inherits it; replaced by
+    /// [`Registry::update_network`] under the sandbox id's lock).
+    pub network: Mutex<runtime::egress::NetworkPolicy>,
+    /// Who may reach its ports, and with which Host (fixed at create).
+    pub access: network::PortAccess,
     /// Its egress (slirp4netns and nftables table), stopped at delete.
     /// Declared before `ids`: fields drop in order, and the range must stay
     /// held until the egress that names it is gone.
@@ -158,12 +164,19 @@ impl Registry {
             .cloned()
     }
 
-    /// Every hosted sandbox, sorted by id.
+    /// Every hosted sandbox, sorted by id, with its network now.
     pub fn list(&self) -> Vec<SandboxInfo> {
         let mut v: Vec<SandboxInfo> = self
             .hosted
             .read()
-            .map(|h| h.values().map(|s| s.info.clone()).collect())
+            .map(|h| {
+                h.values()
+                    .map(|s| SandboxInfo {
+                        network: Some(s.network_info()),
+                        ..s.info.clone()
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         v.sort_by(|a, b| a.sandbox_id.cmp(&b.sandbox_id));
         v
@@ -217,6 +230,10 @@ impl Registry {
         if let Some(n) = &req.network {
             n.validate().map_err(NodeError::BadRequest)?;
         }
+        network::PortAccess::new(
+            req.traffic_access_token.as_deref(),
+            req.mask_request_host.as_deref(),
+        )?;
         warren_core::env::check_vars(&req.env_vars).map_err(NodeError::BadRequest)?;
         Ok(())
     }
@@ -325,8 +342,13 @@ impl Registry {
         let network = req
             .network
             .clone()
-            .or_else(|| parent.map(|p| p.network.clone()))
+            .or_else(|| parent.map(|p| p.policy()))
             .unwrap_or_else(runtime::egress::NetworkPolicy::open);
+        // Checked by `validate` already: this cannot fail after the launch.
+        let access = network::PortAccess::new(
+            req.traffic_access_token.as_deref(),
+            req.mask_request_host.as_deref(),
+        )?;
         let spec = LaunchSpec {
             sandbox_id: &req.sandbox_id,
             generation: req.generation,
@@ -413,12 +435,15 @@ impl Registry {
             node_id: self.cfg.node_id.clone(),
             started_at_ms: warren_core::time::now_ms(),
             envd_version: warren_core::node_api::ENVD_VERSION.to_string(),
+            network: None,
         };
         let record = Record {
             info: info.clone(),
             metadata: req.metadata.clone(),
             timeout_secs: req.timeout_secs,
             handle: handle.clone(),
+            network: Some(network.clone()),
+            access: access.clone(),
         };
         if let Err(e) = record.save(&paths.state) {
             self.cleanup(&paths, Some(&handle), &req.sandbox_id).await;
@@ -433,7 +458,8 @@ impl Registry {
             metadata: req.metadata.clone(),
             timeout_secs: req.timeout_secs,
             ids,
-            network: network.clone(),
+            network: Mutex::new(network.clone()),
+            access,
             egress: Mutex::new(egress),
             paused: std::sync::atomic::AtomicBool::new(false),
         });
