@@ -231,7 +231,10 @@ def network_given_later():
 
 @case
 def private_traffic():
-    sbx = Sandbox.create(timeout=300, network={"allow_public_traffic": False})
+    # auto_resume: the pause below is woken by traffic (the SDK allows it
+    # only with on_timeout=pause).
+    sbx = Sandbox.create(timeout=300, network={"allow_public_traffic": False},
+                         lifecycle={"on_timeout": "pause", "auto_resume": True})
     token = sbx.traffic_access_token
     assert token, "a private sandbox has a traffic access token"
 

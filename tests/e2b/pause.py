@@ -2,8 +2,12 @@
 through a gateway, on the `isolated` runtime: a paused sandbox's processes
 stop (a counter a background process writes stops advancing, read from the
 host side), listings say `paused`, it outlives its timeout while paused,
-and `Sandbox.connect` (or any data-plane request) resumes it with its memory
-intact (the same process goes on counting from where it stopped).
+and `Sandbox.connect` resumes it with its memory intact (the same process
+goes on counting from where it stopped). A data-plane request resumes it
+only when it was created with `lifecycle={"auto_resume": True}`; otherwise
+`is_running()` is False and requests fail without resuming it. With
+`lifecycle={"on_timeout": "pause"}` the timeout pauses it instead of
+killing it.
 
 Run by `crates/warren/tests/pause.rs`, one case per invocation:
 
@@ -87,6 +91,48 @@ def api(method, path, body=None):
     return status, (json.loads(raw) if raw else None)
 
 
+def state_of(sbx_id):
+    status, got = api("GET", f"/sandboxes/{sbx_id}")
+    assert status == 200, (status, got)
+    return got["state"]
+
+
+def start_counter(sbx):
+    sbx.commands.run(COUNTER, background=True)
+    eventually(lambda: run(sbx, "test -s /tmp/count")[0] == 0, "the counter starts")
+    pid, _ = in_sandbox(sbx)
+    eventually(lambda: in_sandbox(sbx)[1] >= 10, "the counter counts")
+    return pid
+
+
+def stands_still(sbx):
+    """The counter, read from the host, does not move for 1.5 s (75 writes'
+    worth while running)."""
+    frozen = from_host(sbx)
+    time.sleep(1.5)
+    assert from_host(sbx) == frozen, (from_host(sbx), frozen)
+    return frozen
+
+
+def refused_while_paused(sbx):
+    """A data-plane request fails with the SDK's error for E2B's 502
+    "paused"; the message names the pause and the way out."""
+    try:
+        sbx.files.read("/tmp/count")
+    except Exception as e:  # noqa: BLE001 - the SDK's error type varies by call
+        msg = str(e)
+        assert "paused" in msg and "resume" in msg, msg
+        return msg
+    raise AssertionError("a data-plane request to a paused sandbox succeeded")
+
+
+def wait_paused(sbx_id):
+    """Waits for the timeout to pause the sandbox (no timed assertion: the
+    heartbeat and the node's freeze take what they take)."""
+    return eventually(lambda: state_of(sbx_id) == "paused", "paused at its timeout",
+                      tries=600, pause=0.1)
+
+
 def listed_state(sbx_id):
     """The sandbox's state in each listing: v1 (running ones only), v2
     ?state=paused, v2 ?state=running."""
@@ -106,13 +152,15 @@ def case(fn):
     return fn
 
 
+# Auto-resume is off by default (E2B's default); the SDK allows it only with
+# on_timeout=pause.
+AUTO_RESUME = {"on_timeout": "pause", "auto_resume": True}
+
+
 @case
 def freeze_and_resume():
-    sbx = Sandbox.create(timeout=300)
-    sbx.commands.run(COUNTER, background=True)
-    eventually(lambda: run(sbx, "test -s /tmp/count")[0] == 0, "the counter starts")
-    pid, _ = in_sandbox(sbx)
-    eventually(lambda: in_sandbox(sbx)[1] >= 10, "the counter counts")
+    sbx = Sandbox.create(timeout=300, lifecycle=AUTO_RESUME)
+    pid = start_counter(sbx)
 
     assert sbx.pause() is True
     # v1 lists running sandboxes only (as E2B's does).
@@ -167,6 +215,94 @@ def freeze_and_resume():
     sbx.kill()
     result(sandbox=sbx.sandbox_id, pid=pid, frozen=frozen[1], after=after[1],
            resume_ms=round(resume_ms, 1))
+
+
+@case
+def no_auto_resume_by_default():
+    """Without auto_resume: is_running() is False while paused, a data-plane
+    request does not resume it, connect() does (E2B's conformance test)."""
+    sbx = Sandbox.create(timeout=300)
+    info = sbx.get_info()
+    assert info.lifecycle == {"on_timeout": "kill", "auto_resume": False}, info.lifecycle
+    pid = start_counter(sbx)
+    assert sbx.is_running() is True
+    assert sbx.pause() is True
+    assert sbx.is_running() is False
+    message = refused_while_paused(sbx)
+    assert state_of(sbx.sandbox_id) == "paused"
+    frozen = stands_still(sbx)
+    # Many at once: none resumes it.
+    errs = []
+    threads = [threading.Thread(target=lambda: errs.append(refused_while_paused(sbx)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errs) == 4, errs
+    assert state_of(sbx.sandbox_id) == "paused"
+    assert from_host(sbx) == frozen, (from_host(sbx), frozen)
+
+    again = Sandbox.connect(sbx.sandbox_id, timeout=300)
+    assert again.is_running() is True
+    assert state_of(sbx.sandbox_id) == "running"
+    after = eventually(lambda: (lambda v: v if v[1] > frozen[1] else None)(in_sandbox(again)),
+                       "the counter continues")
+    assert after[0] == pid, (after, pid)
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id, message=message)
+
+
+@case
+def paused_at_timeout_then_auto_resumed():
+    """on_timeout=pause + auto_resume: the timeout pauses it (frozen, not
+    killed); its files and a background process survive; a data-plane
+    request resumes it."""
+    sbx = Sandbox.create(timeout=300, lifecycle=AUTO_RESUME)
+    assert sbx.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": True}
+    sbx.files.write("/home/user/kept.txt", "still here")
+    pid = start_counter(sbx)
+    # Set up first, then a short timeout: nothing above races its end.
+    sbx.set_timeout(2)
+    wait_paused(sbx.sandbox_id)
+    frozen = stands_still(sbx)
+    assert frozen[0] == pid, (frozen, pid)
+    assert listed_state(sbx.sandbox_id)[1] == ["paused"], listed_state(sbx.sandbox_id)
+
+    # A data-plane request resumes it, memory and files intact.
+    assert sbx.files.read("/home/user/kept.txt") == "still here"
+    assert state_of(sbx.sandbox_id) == "running"
+    after = eventually(lambda: (lambda v: v if v[1] > frozen[1] else None)(in_sandbox(sbx)),
+                       "the counter continues")
+    assert after[0] == pid, (after, pid)
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id, pid=pid, frozen=frozen[1], after=after[1])
+
+
+@case
+def paused_at_timeout_stays_paused():
+    """on_timeout=pause without auto_resume: paused at its end, and
+    data-plane requests leave it paused; connect() resumes it."""
+    sbx = Sandbox.create(timeout=300, lifecycle={"on_timeout": "pause"})
+    assert sbx.get_info().lifecycle == {"on_timeout": "pause", "auto_resume": False}
+    sbx.files.write("/home/user/kept.txt", "still here")
+    pid = start_counter(sbx)
+    # Set up first, then a short timeout: nothing above races its end.
+    sbx.set_timeout(2)
+    wait_paused(sbx.sandbox_id)
+    frozen = stands_still(sbx)
+    assert sbx.is_running() is False
+    refused_while_paused(sbx)
+    assert state_of(sbx.sandbox_id) == "paused"
+    assert from_host(sbx) == frozen, (from_host(sbx), frozen)
+
+    again = Sandbox.connect(sbx.sandbox_id, timeout=300)
+    assert again.files.read("/home/user/kept.txt") == "still here"
+    after = eventually(lambda: (lambda v: v if v[1] > frozen[1] else None)(in_sandbox(again)),
+                       "the counter continues")
+    assert after[0] == pid, (after, pid)
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id)
 
 
 @case

@@ -90,6 +90,24 @@ impl ApiError {
         e
     }
 
+    /// 502 on the data plane for a paused sandbox created without
+    /// auto-resume (E2B's default): the request does not resume it. The
+    /// SDKs read a `502` as "not running" (`is_running()` is false);
+    /// `Should-Retry: false`, since only a resume or connect helps.
+    pub fn sandbox_paused(id: &str) -> Self {
+        let mut e = Self::new(
+            StatusCode::BAD_GATEWAY,
+            "sandbox_paused",
+            format!(
+                "The sandbox is paused: sandbox {id} was paused and is not resumed by \
+                 requests (it was created without auto-resume); resume it \
+                 (POST /sandboxes/{id}/resume, or Sandbox.connect in the SDK) first"
+            ),
+        );
+        e.should_retry = Some(false);
+        e
+    }
+
     /// The same error as the data plane answers it: a sandbox that is not
     /// found there is gone ([`ApiError::sandbox_gone`]).
     pub fn on_data_plane(self, id: &str) -> Self {

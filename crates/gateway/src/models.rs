@@ -20,6 +20,8 @@ pub struct NewSandbox {
     /// `allow_internet_access` and `network.allowOut`/`denyOut`; None when
     /// the request says nothing (open internet).
     pub network: Option<warren_core::network::NetworkPolicy>,
+    /// `autoPause` / `autoResume.enabled` (both default false).
+    pub lifecycle: warren_proto::scheduler::v1::Lifecycle,
     /// `network.allowPublicTraffic` (default true): false makes the
     /// sandbox's ports need its traffic access token.
     pub allow_public_traffic: bool,
@@ -154,6 +156,53 @@ fn network_policy(
     Ok(Some(policy))
 }
 
+/// A boolean at `obj[field]`; None when absent or null.
+fn opt_bool(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(bad(format!("field {field:?} must be a boolean"))),
+    }
+}
+
+/// E2B's `autoPause`, `autoPauseMemory` and `autoResume: {enabled}`.
+fn lifecycle(obj: &Map<String, Value>) -> Result<warren_proto::scheduler::v1::Lifecycle, ApiError> {
+    let auto_pause = opt_bool(obj, "autoPause")?.unwrap_or(false);
+    let keep_memory = opt_bool(obj, "autoPauseMemory")?.unwrap_or(true);
+    let auto_resume = match obj.get("autoResume") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(r)) => match r.get("enabled") {
+            Some(Value::Bool(b)) => *b,
+            None | Some(Value::Null) => false,
+            Some(_) => return Err(bad("field \"autoResume.enabled\" must be a boolean".into())),
+        },
+        Some(_) => {
+            return Err(bad(
+                "field \"autoResume\" must be an object {\"enabled\": bool}".into(),
+            ))
+        }
+    };
+    if auto_pause && !keep_memory {
+        if auto_resume {
+            return Err(bad(
+                "\"autoResume\" cannot be enabled with \"autoPauseMemory\": false (a \
+                 filesystem-only pause must be resumed explicitly)"
+                    .into(),
+            ));
+        }
+        return Err(ApiError::new(
+            http::StatusCode::NOT_IMPLEMENTED,
+            "not_implemented",
+            "\"autoPauseMemory\": false (a filesystem-only pause at the timeout) is not \
+             supported by warren yet; omit it (or send true) to pause with memory kept",
+        ));
+    }
+    Ok(warren_proto::scheduler::v1::Lifecycle {
+        auto_pause,
+        auto_resume,
+    })
+}
+
 /// `network.allowPublicTraffic` and `network.maskRequestHost` at create.
 fn port_access(obj: &Map<String, Value>) -> Result<(bool, Option<String>), ApiError> {
     let Some(Value::Object(n)) = obj.get("network") else {
@@ -237,6 +286,7 @@ impl NewSandbox {
             timeout_secs: timeout_field(&obj)?.unwrap_or(default_timeout),
             metadata: string_map(&obj, "metadata")?,
             network: network_policy(&obj)?,
+            lifecycle: lifecycle(&obj)?,
             allow_public_traffic: port_access(&obj)?.0,
             mask_request_host: port_access(&obj)?.1,
             env_vars: {
@@ -357,6 +407,19 @@ pub struct SandboxDetail {
     pub allow_internet_access: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkDetail>,
+    /// `SandboxLifecycle` (get only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lifecycle: Option<SandboxLifecycle>,
+}
+
+/// `SandboxLifecycle`: what happens at the timeout and on traffic while paused.
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxLifecycle {
+    #[serde(rename = "autoResume")]
+    pub auto_resume: bool,
+    /// `kill` or `pause`.
+    #[serde(rename = "onTimeout")]
+    pub on_timeout: &'static str,
 }
 
 /// One entry of the fork answer: the child, or why it failed.
@@ -414,6 +477,27 @@ mod tests {
         assert!(e.message.contains("\"timeout\""), "{}", e.message);
         let e = NewSandbox::parse(br#"{"templateID":"base","metadata":{"a":1}}"#, 300).unwrap_err();
         assert!(e.message.contains("metadata"), "{}", e.message);
+        let e = NewSandbox::parse(b"{nope", 300).unwrap_err();
+        assert!(e.message.contains("JSON"), "{}", e.message);
+        // Lifecycle: defaults off; autoPause + autoResume; bad shapes named.
+        assert_eq!(s.lifecycle, Default::default());
+        let s = NewSandbox::parse(
+            br#"{"templateID":"base","autoPause":true,"autoResume":{"enabled":true}}"#,
+            300,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.lifecycle.auto_pause && s.lifecycle.auto_resume);
+        let e = NewSandbox::parse(br#"{"templateID":"base","autoPause":"yes"}"#, 300).unwrap_err();
+        assert!(e.message.contains("autoPause"), "{}", e.message);
+        let e = NewSandbox::parse(br#"{"templateID":"base","autoResume":true}"#, 300).unwrap_err();
+        assert!(e.message.contains("autoResume"), "{}", e.message);
+        let e = NewSandbox::parse(
+            br#"{"templateID":"base","autoPause":true,"autoPauseMemory":false}"#,
+            300,
+        )
+        .unwrap_err();
+        assert_eq!(e.status, http::StatusCode::NOT_IMPLEMENTED);
+        assert!(e.message.contains("autoPauseMemory"), "{}", e.message);
         let e = NewSandbox::parse(b"{nope", 300).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
     }

@@ -1,6 +1,7 @@
 //! The node's link to the scheduler: RegisterNode with a fresh incarnation,
 //! Heartbeat with the roster every interval (killing what the scheduler
-//! answers as `orphans` or `expired`, and heartbeating early when the
+//! answers as `orphans` or `expired`, freezing what it answers as
+//! `to_pause` (auto-pause at the end), and heartbeating early when the
 //! scheduler says a sandbox ends sooner, so a timeout is enforced when it
 //! ends), and ReportSandboxEvent for creates, forks and deletes after the
 //! fact.
@@ -12,7 +13,7 @@
 //! scheduler does not know this node (or this incarnation) any more.
 
 use crate::metrics::Metrics;
-use crate::sandbox::{Event, EventKind, Registry};
+use crate::sandbox::{Event, EventKind, NodeError, Registry};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -148,6 +149,75 @@ impl Link {
         }
     }
 
+    /// Freezes the auto-pause sandboxes the scheduler says reached their
+    /// end and reports each PAUSE (EXPIRING -> PAUSED), each in its own
+    /// task. One that cannot be frozen (the `process` runtime, a freezer
+    /// error) must not run on past its end: it is killed, as without
+    /// auto-pause, and the reason logged. A PAUSE the scheduler does not
+    /// apply (the sandbox went, or a duplicate answer raced a resume) is
+    /// undone: the node keeps what the scheduler has. A lost report is
+    /// repaired by the next heartbeat, which answers the sandbox again.
+    fn pause_at_end(self: &Arc<Self>, refs: Vec<pb::SandboxRef>) {
+        for r in refs {
+            let link = self.clone();
+            tokio::spawn(async move {
+                let (id, gen) = (r.sandbox_id.as_str(), r.generation);
+                match link.registry.set_paused(id, gen, true).await {
+                    Ok(_) => {}
+                    Err(NodeError::NotHosted { .. } | NodeError::Conflict { .. }) => {
+                        tracing::debug!(sandbox_id = %id, "nothing to pause at its end");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(sandbox_id = %id, generation = gen, error = %e,
+                            "cannot pause the sandbox at its end (auto-pause); killing it instead");
+                        if let Err(e) = link
+                            .registry
+                            .delete(id, Some(gen), "expired (auto-pause failed)")
+                            .await
+                        {
+                            tracing::debug!(sandbox_id = %id, error = %e, "nothing to kill");
+                        }
+                        return;
+                    }
+                }
+                let req = pb::ReportSandboxEventRequest {
+                    node_id: link.me.node_id.clone(),
+                    events: vec![pb::SandboxEvent {
+                        sandbox_id: id.to_string(),
+                        generation: gen,
+                        r#type: pb::EventType::Pause as i32,
+                    }],
+                };
+                let result = link
+                    .scheduler
+                    .call("ReportSandboxEvent", |mut c| {
+                        let req = req.clone();
+                        async move { c.report_sandbox_event(req).await }
+                    })
+                    .await;
+                match result {
+                    Ok(resp) => match resp.results.iter().find(|r| !r.applied) {
+                        None => {
+                            tracing::info!(sandbox_id = %id, generation = gen, "sandbox paused at its end (auto-pause)")
+                        }
+                        Some(miss) => {
+                            tracing::info!(sandbox_id = %id, generation = gen, reason = %miss.reason,
+                                "the scheduler did not take the pause at the end; thawing");
+                            let _ = link.registry.set_paused(id, gen, false).await;
+                        }
+                    },
+                    Err(s) => {
+                        // Frozen but still EXPIRING: the next heartbeat
+                        // answers it again and this runs once more.
+                        link.metrics.scheduler_errors.inc();
+                        tracing::warn!(sandbox_id = %id, status = %s, "cannot report the pause at the end; retried on the next heartbeat");
+                    }
+                }
+            });
+        }
+    }
+
     /// Registers, then heartbeats until `shutdown` turns true.
     pub async fn run_heartbeats(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
         let mut backoff = Backoff::new(FIRST_BACKOFF, backoff::MAX);
@@ -163,6 +233,7 @@ impl Link {
                         backoff.reset();
                         self.kill(resp.orphans, "orphan (scheduler)");
                         self.kill(resp.expired, "expired (scheduler)");
+                        self.pause_at_end(resp.to_pause);
                         next_wait(interval, resp.next_end_in_ms)
                     }
                     Err(s) if matches!(s.code(), Code::FailedPrecondition | Code::NotFound) => {

@@ -65,6 +65,16 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
             );
         }
     }
+    // Frozen (paused): nothing in it can answer. Registered before the
+    // check, so a freeze from here on wakes it (see the answer below).
+    let frozen = sandbox.frozen.notified();
+    tokio::pin!(frozen);
+    frozen.as_mut().enable();
+    if sandbox.is_paused() {
+        shared.metrics.request(Outcome::UpstreamError);
+        discard_later(req.into_body());
+        return paused(&id);
+    }
     let stream = if port == wh::ENVD_PORT {
         envd::connect_api(&sandbox.paths.envd_sock)
             .await
@@ -129,7 +139,18 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
             tracing::debug!(error = %e, "upstream connection ended with an error");
         }
     });
-    let mut resp = match sender.send_request(Request::from_parts(parts, body)).await {
+    // A pause that freezes the sandbox before it answers (its timeout
+    // pausing it, or a pause through the API) ends the wait: E2B's pause
+    // drops what is in flight too. (An answer already streaming stalls
+    // until a resume.)
+    let answer = tokio::select! {
+        r = sender.send_request(Request::from_parts(parts, body)) => r,
+        () = &mut frozen => {
+            shared.metrics.request(Outcome::UpstreamError);
+            return paused(&id);
+        }
+    };
+    let mut resp = match answer {
         Ok(r) => r,
         Err(e) => {
             shared.metrics.request(Outcome::UpstreamError);
@@ -153,6 +174,18 @@ pub async fn handle(shared: &Shared, mut req: Request<Incoming>) -> Response<Bod
     // stale-route marker above all) is the node's alone to send.
     strip_hop_by_hop(resp.headers_mut(), true);
     resp.map(warren_core::body::boxed)
+}
+
+/// 502 for a frozen (paused) sandbox, the gateway's "paused" answer in
+/// E2B's shape: the SDKs read a 502 as "not running".
+fn paused(id: &str) -> Response<Body> {
+    error(
+        StatusCode::BAD_GATEWAY,
+        format!(
+            "The sandbox is paused: sandbox {id} was paused while the request waited; \
+             resume it (POST /sandboxes/{id}/resume, or Sandbox.connect in the SDK)"
+        ),
+    )
 }
 
 /// How much of an unwanted request body is read and thrown away after an

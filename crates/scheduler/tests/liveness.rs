@@ -354,7 +354,146 @@ async fn sandboxes_past_their_end_expire_and_are_handed_to_their_node(store: Tes
     s.stop().await;
 }
 
+/// A sandbox created with auto-pause is handed to its node at its end to be
+/// frozen (`to_pause`, not `expired`), again on every heartbeat until the
+/// node reports the PAUSE, which takes it EXPIRING -> PAUSED with a change
+/// row (gateways learn it by the watch); it then never expires. The same
+/// PAUSE for a sandbox without auto-pause that reached its end is refused
+/// (it is killed), and the lifecycle is in every read, forks included.
+async fn an_auto_pause_sandbox_is_paused_at_its_end_not_killed(store: TestStore) {
+    let s = Sched::start(&store, &["--sweep-interval=20ms"]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let place_with = |auto_pause: bool, auto_resume: bool| {
+        let mut req = place_req("t");
+        req.timeout_secs = 1;
+        req.lifecycle = Some(pb::Lifecycle {
+            auto_pause,
+            auto_resume,
+        });
+        req
+    };
+    let mut made = Vec::new();
+    for (pause, resume) in [(true, true), (false, false)] {
+        let p = c
+            .place(place_with(pause, resume))
+            .await
+            .unwrap()
+            .into_inner();
+        c.record_assignment(pb::RecordAssignmentRequest {
+            sandbox_id: p.sandbox_id.clone(),
+            node_id: p.node_id.clone(),
+            generation: p.generation,
+        })
+        .await
+        .unwrap();
+        made.push(p);
+    }
+    let (auto, plain) = (&made[0], &made[1]);
+    let l = get(&mut c, &auto.sandbox_id)
+        .await
+        .unwrap()
+        .lifecycle
+        .unwrap();
+    assert!(l.auto_pause && l.auto_resume, "{l:?}");
+    assert!(lookup(&mut c, &auto.sandbox_id).await.unwrap().auto_resume);
+    assert!(!lookup(&mut c, &plain.sandbox_id).await.unwrap().auto_resume);
+    let roster = vec![
+        sref(&auto.sandbox_id, auto.generation),
+        sref(&plain.sandbox_id, plain.generation),
+    ];
+    let hb = |c: &mut Client| {
+        let mut c = c.clone();
+        let roster = roster.clone();
+        async move {
+            c.heartbeat(pb::HeartbeatRequest {
+                node_id: "node-a".into(),
+                incarnation: inc,
+                roster,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    let mut w = watch(&mut c, 0).await;
+    let r = eventually("both reach their end", || {
+        let mut c = c.clone();
+        let hb = hb(&mut c);
+        async move {
+            let r = hb.await;
+            (!r.to_pause.is_empty() && !r.expired.is_empty()).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(r.to_pause, vec![sref(&auto.sandbox_id, auto.generation)]);
+    assert_eq!(r.expired, vec![sref(&plain.sandbox_id, plain.generation)]);
+    // Not reported yet: answered again.
+    assert_eq!(hb(&mut c).await.to_pause, r.to_pause);
+    // The PAUSE report: EXPIRING -> PAUSED, once (a repeat is "already").
+    let e = event(
+        &mut c,
+        "node-a",
+        &auto.sandbox_id,
+        auto.generation,
+        pb::EventType::Pause,
+    )
+    .await;
+    assert!(e.applied, "{e:?}");
+    let e = event(
+        &mut c,
+        "node-a",
+        &auto.sandbox_id,
+        auto.generation,
+        pb::EventType::Pause,
+    )
+    .await;
+    assert!(e.applied, "{e:?}");
+    // Without auto-pause, a PAUSE does not save it from its end.
+    let e = event(
+        &mut c,
+        "node-a",
+        &plain.sandbox_id,
+        plain.generation,
+        pb::EventType::Pause,
+    )
+    .await;
+    assert!(!e.applied, "{e:?}");
+    assert_eq!(
+        get(&mut c, &plain.sandbox_id).await.unwrap().state,
+        BindingState::Expiring as i32
+    );
+    // The watch saw the auto-pause sandbox go PAUSED.
+    loop {
+        let ch = next_change(&mut w).await;
+        if ch.sandbox_id == auto.sandbox_id && ch.state == BindingState::Paused as i32 {
+            break;
+        }
+    }
+    assert_eq!(
+        get(&mut c, &auto.sandbox_id).await.unwrap().state,
+        BindingState::Paused as i32
+    );
+    let r = hb(&mut c).await;
+    assert!(r.to_pause.is_empty(), "{r:?}");
+    // Paused, it is past its end and outlives sweeps.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert_eq!(
+        get(&mut c, &auto.sandbox_id).await.unwrap().state,
+        BindingState::Paused as i32
+    );
+    // A fork copies its parent's lifecycle.
+    let mut req = place_req("t");
+    req.fork_of = auto.sandbox_id.clone();
+    req.require_node_id = "node-a".into();
+    let f = c.place(req).await.unwrap().into_inner();
+    let l = f.binding.unwrap().lifecycle.unwrap();
+    assert!(l.auto_pause && l.auto_resume, "{l:?}");
+    s.stop().await;
+}
+
 on_both_stores!(
+    an_auto_pause_sandbox_is_paused_at_its_end_not_killed,
     lease_expiry_marks_bindings_lost_and_placement_avoids_the_node,
     placement_never_picks_a_down_node,
     a_node_that_comes_back_recovers_what_it_still_hosts,

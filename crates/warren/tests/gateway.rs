@@ -676,6 +676,88 @@ async fn teams_keys_and_malformed_input() {
     assert_eq!(r.status, StatusCode::CONFLICT, "resuming a running sandbox");
 }
 
+/// E2B's lifecycle options at create: shown by GET, bad ones a 400/501
+/// naming the field (nothing created), and on the `process` runtime (which
+/// cannot freeze) an `autoPause` sandbox is killed at its end, as without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_options_and_auto_pause_on_the_process_runtime() {
+    let c = cluster(1).await;
+    let plain = create(&c, json!({"templateID": "base", "timeout": 300}), &[]).await;
+    let id = plain["sandboxID"].as_str().unwrap_or_default().to_string();
+    let r = api(&c, Method::GET, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(
+        r.expect_json()["lifecycle"],
+        json!({"autoResume": false, "onTimeout": "kill"})
+    );
+    for (body, status, needle) in [
+        (
+            json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false}),
+            StatusCode::NOT_IMPLEMENTED,
+            "autoPauseMemory",
+        ),
+        (
+            json!({"templateID": "base", "autoResume": true}),
+            StatusCode::BAD_REQUEST,
+            "autoResume",
+        ),
+        (
+            json!({"templateID": "base", "autoResume": {"enabled": "yes"}}),
+            StatusCode::BAD_REQUEST,
+            "autoResume.enabled",
+        ),
+        (
+            json!({"templateID": "base", "autoPause": 1}),
+            StatusCode::BAD_REQUEST,
+            "autoPause",
+        ),
+    ] {
+        let r = api(&c, Method::POST, "/v2/sandboxes", Some(body.clone())).await;
+        assert_eq!(r.status, status, "{body}");
+        assert!(r.message().contains(needle), "{body}: {}", r.message());
+    }
+    let r = api(&c, Method::GET, "/v2/sandboxes?state=running,paused", None).await;
+    assert_eq!(
+        r.expect_json().as_array().map(Vec::len),
+        Some(1),
+        "nothing else created"
+    );
+
+    let auto = create(
+        &c,
+        json!({"templateID": "base", "timeout": 300, "autoPause": true,
+               "autoResume": {"enabled": true}}),
+        &[],
+    )
+    .await;
+    let id = auto["sandboxID"].as_str().unwrap_or_default().to_string();
+    let r = api(&c, Method::GET, &format!("/sandboxes/{id}"), None).await;
+    assert_eq!(
+        r.expect_json()["lifecycle"],
+        json!({"autoResume": true, "onTimeout": "pause"})
+    );
+    let r = api(
+        &c,
+        Method::POST,
+        &format!("/sandboxes/{id}/timeout"),
+        Some(json!({"timeout": 1})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    // The process runtime cannot freeze it: its node kills it at its end.
+    wait_until(
+        "the auto-pause sandbox to be killed at its end",
+        Duration::from_secs(30),
+        || {
+            let (c, id) = (&c, id.clone());
+            async move {
+                let r = api(c, Method::GET, &format!("/sandboxes/{id}"), None).await;
+                (r.status == StatusCode::NOT_FOUND).then_some(())
+            }
+        },
+    )
+    .await;
+}
+
 /// A tiny WebSocket echo server (RFC 6455 handshake and framing) for inside
 /// a sandbox, without third-party Python packages.
 const WS_ECHO: &str = r#"

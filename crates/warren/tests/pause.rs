@@ -1,9 +1,13 @@
 //! Pause and resume through a gateway with the real `e2b` SDK
 //! (`tests/e2b/pause.py`) on the `isolated` runtime: a paused sandbox's
 //! processes stand still (read from the host), listings say `paused`, a
-//! paused sandbox outlives its timeout, and `connect` or a data-plane
-//! request resumes it with its memory intact. On the `process` runtime a
-//! pause is a clear 501 that changes nothing.
+//! paused sandbox outlives its timeout, and `connect` resumes it with its
+//! memory intact; a data-plane request does too, but only for a sandbox
+//! created with auto-resume (without, E2B's 502 "paused", and it stays
+//! paused). A sandbox created with `on_timeout: pause` is paused (frozen,
+//! files and processes kept) when its timeout ends instead of killed. On
+//! the `process` runtime a pause is a clear 501 that changes nothing, and
+//! an auto-pause sandbox is killed at its end.
 //!
 //! Needs what the security suite needs (root, cgroups, slirp4netns,
 //! nftables, the `base` template in `/var/lib/warren/templates`).
@@ -54,4 +58,25 @@ async fn a_paused_sandbox_stands_still_and_resumes_with_its_memory() {
 async fn a_paused_sandbox_outlives_its_timeout() {
     let c = cluster("isolated").await;
     run(&c, "paused_outlives_its_timeout").await;
+}
+
+#[tokio::test]
+async fn without_auto_resume_a_request_does_not_resume_a_paused_sandbox() {
+    let c = cluster("isolated").await;
+    let r = run(&c, "no_auto_resume_by_default").await;
+    eprintln!("facts: {r}");
+}
+
+#[tokio::test]
+async fn on_timeout_pause_pauses_at_the_end_and_a_request_resumes_with_auto_resume() {
+    let c = cluster("isolated").await;
+    let r = run(&c, "paused_at_timeout_then_auto_resumed").await;
+    eprintln!("facts: {r}");
+    assert!(r["after"].as_u64() > r["frozen"].as_u64(), "{r}");
+}
+
+#[tokio::test]
+async fn on_timeout_pause_without_auto_resume_stays_paused_on_requests() {
+    let c = cluster("isolated").await;
+    run(&c, "paused_at_timeout_stays_paused").await;
 }

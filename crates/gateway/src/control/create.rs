@@ -79,6 +79,7 @@ pub(super) async fn create(
         env_vars: new.env_vars.clone(),
         require_node_id: target.node_id,
         fork_of: String::new(),
+        lifecycle: Some(new.lifecycle),
     };
     // A template with a start command: the node answers once it is ready.
     let extra = defaults.as_ref().map_or(Duration::ZERO, ready_time);
@@ -232,6 +233,8 @@ async fn fork_one(
             env_vars: Default::default(),
             require_node_id: parent.node_id.clone(),
             fork_of: parent.sandbox_id.clone(),
+            // The scheduler copies the parent's lifecycle.
+            lifecycle: None,
         },
     )
     .await?;
@@ -385,6 +388,11 @@ async fn finish(
                 .as_ref()
                 .map(|b| b.team_id.clone())
                 .unwrap_or_default(),
+            auto_resume: placement
+                .binding
+                .as_ref()
+                .and_then(|b| b.lifecycle)
+                .is_some_and(|l| l.auto_resume),
         }))
         .await;
     Ok(info)

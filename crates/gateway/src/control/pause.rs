@@ -5,6 +5,13 @@
 //! `ReportSandboxEvent` a node would send, so the change is in the scheduler
 //! (and every gateway's routes) before the answer. A paused sandbox never
 //! expires; resuming gives it a new timeout.
+//!
+//! A data-plane request for a paused sandbox resumes it ([`wake`]) only
+//! when it was created with E2B's `autoResume.enabled`; otherwise it is
+//! answered 502 "paused" ([`ApiError::sandbox_paused`]) and the sandbox
+//! stays paused. A sandbox created with `autoPause` is paused by its node
+//! at its end instead of killed (the scheduler's heartbeat answer
+//! `to_pause`; the node's `link`).
 
 use super::owned;
 use crate::auth::Team;
@@ -91,7 +98,10 @@ pub(super) async fn resume_endpoint(
 /// Resumes the sandbox a data-plane request found paused at `route`, once
 /// however many requests wait: concurrent callers for the same
 /// `id@generation` share one resume (and its outcome). The route to proxy
-/// to after.
+/// to after. A sandbox without auto-resume is not resumed: a 502
+/// "paused", unless the scheduler says it was resumed meanwhile (the
+/// cached route was behind). Only the paused path pays for this: a cache
+/// hit on a running sandbox never gets here.
 pub(crate) async fn wake(app: &App, route: &Route) -> Result<Arc<Route>, ApiError> {
     let key = format!("{}@{}", route.sandbox_id, route.generation);
     let id = route.sandbox_id.as_str();
@@ -109,12 +119,19 @@ pub(crate) async fn wake(app: &App, route: &Route) -> Result<Arc<Route>, ApiErro
                 app.resolver.learn(fresh.clone()).await;
                 return Ok::<_, ApiError>(fresh);
             }
+            if !fresh.auto_resume {
+                return Err(ApiError::sandbox_paused(id));
+            }
             let b = Binding {
                 sandbox_id: fresh.sandbox_id.clone(),
                 node_id: fresh.node_id.clone(),
                 endpoint: fresh.endpoint.clone(),
                 generation: fresh.generation,
                 team_id: fresh.team_id.clone(),
+                lifecycle: Some(warren_proto::scheduler::v1::Lifecycle {
+                    auto_pause: false,
+                    auto_resume: true,
+                }),
                 ..Default::default()
             };
             resume(app, id, &b, Some(WAKE_TIMEOUT_SECS)).await?;
@@ -232,6 +249,7 @@ async fn change(app: &App, id: &str, b: &Binding, pause: bool) -> Result<(), Api
                 BindingState::Running
             },
             team_id: b.team_id.clone(),
+            auto_resume: b.lifecycle.is_some_and(|l| l.auto_resume),
         }))
         .await;
     Ok(())

@@ -4,7 +4,7 @@
 use super::{access_token, owned, reply};
 use crate::auth::Team;
 use crate::error::ApiError;
-use crate::models::{parse_metadata_filter, Sandbox, SandboxDetail, Timeout};
+use crate::models::{parse_metadata_filter, Sandbox, SandboxDetail, SandboxLifecycle, Timeout};
 use crate::node_client::NodeError;
 use crate::state::App;
 use http::{header, HeaderValue, Response, StatusCode};
@@ -59,6 +59,13 @@ fn detail(app: &App, b: &Binding, envd_version: String, full: bool) -> SandboxDe
         metadata: b.metadata.clone(),
         envd_access_token: (full && !b.access_token.is_empty()).then(|| b.access_token.clone()),
         domain: full.then(|| app.settings.domain.clone()),
+        lifecycle: full.then(|| {
+            let l = b.lifecycle.unwrap_or_default();
+            SandboxLifecycle {
+                auto_resume: l.auto_resume,
+                on_timeout: if l.auto_pause { "pause" } else { "kill" },
+            }
+        }),
         allow_internet_access: None,
         network: None,
     }
@@ -341,6 +348,7 @@ async fn forget(app: &App, id: &str, generation: u64) {
         generation,
         state: BindingState::Unspecified,
         team_id: String::new(),
+        auto_resume: false,
     };
     app.resolver
         .evict(&gone, crate::resolver::EvictReason::Delete)

@@ -269,6 +269,7 @@ mod tests {
             generation,
             state: warren_proto::scheduler::v1::BindingState::Running,
             team_id: "t".into(),
+            auto_resume: false,
         };
         Outgoing::new(
             req.into_parts().0,

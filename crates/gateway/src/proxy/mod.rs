@@ -37,7 +37,8 @@
 //! A route in state PAUSED is resumed first (`control::pause::wake`: one
 //! resume however many requests wait), then proxied; a private sandbox's
 //! port only for a request with its traffic access token
-//! (`control::network::admit_before_wake`).
+//! (`control::network::admit_before_wake`). Only a sandbox created with
+//! auto-resume is: any other answers 502 "paused" and stays paused.
 
 mod headers;
 mod replay;
@@ -102,7 +103,11 @@ async fn forward(
     let id = target.sandbox_id.as_str();
     let mut route = app.resolver.resolve(id).await?;
     if route.state == BindingState::Paused {
-        crate::control::network::admit_before_wake(app, &route, target.port, req.headers()).await?;
+        // Without auto-resume (fixed at create) nothing wakes it: no token to check.
+        if route.auto_resume {
+            crate::control::network::admit_before_wake(app, &route, target.port, req.headers())
+                .await?;
+        }
         route = crate::control::pause::wake(app, &route).await?;
     }
     let upgrade = warren_core::upgrade::protocol(&req);

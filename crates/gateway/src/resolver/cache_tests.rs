@@ -61,6 +61,7 @@ fn route(id: &str, node: &str, generation: u64) -> Route {
         generation,
         state: BindingState::Running,
         team_id: "team".into(),
+        auto_resume: false,
     }
 }
 
@@ -261,6 +262,16 @@ async fn watch_changes_evict_what_they_make_wrong() {
     assert_eq!(rev, 46);
     // The first HELLO's flush, then moved, removed and lost.
     assert_eq!(m.evictions(EvictReason::Watch), 4);
+    // Same place, another state (paused by its node at its end, or through
+    // another gateway): the cached RUNNING route is wrong now.
+    let paused = BindingChange {
+        state: BindingState::Paused as i32,
+        ..change(ChangeKind::State, "a", "n1", 5, rev + 1)
+    };
+    rev = watch::apply(&cache, &paused, rev).await;
+    assert!(cache.cached("a").await.is_none(), "paused in place");
+    assert_eq!(m.evictions(EvictReason::Watch), 5);
+    learn("a", "n1", 5).await;
 
     // A plain reconnect HELLO keeps the cache and the revision...
     let again = BindingChange {

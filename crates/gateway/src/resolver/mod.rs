@@ -44,6 +44,9 @@ pub struct Route {
     pub state: BindingState,
     /// Owning team.
     pub team_id: String,
+    /// Whether a data-plane request may resume it while PAUSED (E2B's
+    /// `autoResume`; `control::pause::wake`).
+    pub auto_resume: bool,
 }
 
 impl Route {
@@ -225,6 +228,7 @@ impl RouteSource for LookupNode {
                 generation: route.generation,
                 state: BindingState::try_from(route.state).unwrap_or(BindingState::Unspecified),
                 team_id: route.team_id,
+                auto_resume: route.auto_resume,
             })
         })
     }

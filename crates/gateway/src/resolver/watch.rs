@@ -5,8 +5,9 @@
 //! (0 the first time: "from now"), so a reconnect replays what it missed.
 //! Each change evicts the cached route it makes wrong (`reason="watch"`):
 //! REMOVED, MOVED and LOST always (unless the cache already holds a newer
-//! generation), ASSIGNED and STATE when their generation differs from the
-//! cached one. A HELLO with `resync_required` (the scheduler no longer has
+//! generation), ASSIGNED and STATE when their generation, node or state
+//! differs from the cached one (a sandbox paused in place by its node at
+//! its end is no longer routed to as running). A HELLO with `resync_required` (the scheduler no longer has
 //! the changes since our revision) flushes the whole cache, and so does the
 //! first HELLO of the process: anything cached before the watch was live
 //! was never covered by it.
@@ -22,7 +23,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use warren_core::backoff::Backoff;
 use warren_proto::client::Scheduler;
-use warren_proto::scheduler::v1::{BindingChange, ChangeKind, WatchBindingsRequest};
+use warren_proto::scheduler::v1::{BindingChange, BindingState, ChangeKind, WatchBindingsRequest};
 
 /// First pause before reconnecting.
 const BACKOFF_FIRST: Duration = Duration::from_millis(100);
@@ -119,9 +120,15 @@ pub(crate) async fn apply(cache: &CachedResolver, change: &BindingChange, revisi
             |cached: &Route, _| {
                 match kind {
                     ChangeKind::Removed | ChangeKind::Lost => cached.generation <= generation,
+                    // A state change in place matters too: a sandbox
+                    // paused (by its node at its end, or through another
+                    // gateway) must not be proxied to as running, nor a
+                    // resumed one answered as paused.
                     ChangeKind::Moved | ChangeKind::Assigned | ChangeKind::State => {
                         cached.generation != generation
                             || (!node.is_empty() && cached.node_id != node)
+                            || (change.state != BindingState::Unspecified as i32
+                                && change.state != cached.state as i32)
                     }
                     // Unknown kinds from a newer scheduler: drop the entry to be safe.
                     ChangeKind::Unspecified | ChangeKind::Hello => true,

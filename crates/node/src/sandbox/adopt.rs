@@ -52,6 +52,7 @@ impl Registry {
                         egress: std::sync::Mutex::new(None),
                         // Only `process` sandboxes are adopted, and they cannot pause.
                         paused: std::sync::atomic::AtomicBool::new(false),
+                        frozen: tokio::sync::Notify::new(),
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
                     true

@@ -95,6 +95,9 @@ pub struct Sandbox {
     pub ids: Option<runtime::ids::IdRange>,
     /// Frozen in place by a pause (changed under the sandbox id's lock).
     pub paused: std::sync::atomic::AtomicBool,
+    /// Woken when a pause froze it: requests waiting for its answer are
+    /// answered 502 "paused" instead of hanging until a resume.
+    pub frozen: tokio::sync::Notify,
 }
 
 impl Sandbox {
@@ -462,6 +465,7 @@ impl Registry {
             access,
             egress: Mutex::new(egress),
             paused: std::sync::atomic::AtomicBool::new(false),
+            frozen: tokio::sync::Notify::new(),
         });
         self.insert(sandbox);
         if let Some(child) = child {
@@ -573,6 +577,9 @@ impl Registry {
                     match done {
                         Ok(Ok(())) => {
                             sb.paused.store(pause, std::sync::atomic::Ordering::SeqCst);
+                            if pause {
+                                sb.frozen.notify_waiters();
+                            }
                             tracing::info!(sandbox_id = %id, generation, paused = pause, "sandbox frozen state changed");
                             Ok(sb.info.clone())
                         }

@@ -1,6 +1,8 @@
 //! Store values → protobuf messages.
 
-use crate::store::{BindingRow, Change, ChangeKind, NodeRow, RouteRow, SandboxRef, State};
+use crate::store::{
+    BindingRow, Change, ChangeKind, Lifecycle, NodeRow, RouteRow, SandboxRef, State,
+};
 use warren_proto::scheduler::v1 as pb;
 
 pub(crate) fn state(s: State) -> pb::BindingState {
@@ -63,6 +65,17 @@ fn binding_with_secrets(b: &BindingRow) -> pb::Binding {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         updated_at_ms: b.updated_at_ms,
+        lifecycle: Some(pb::Lifecycle {
+            auto_pause: b.lifecycle.auto_pause,
+            auto_resume: b.lifecycle.auto_resume,
+        }),
+    }
+}
+
+pub(crate) fn lifecycle(l: pb::Lifecycle) -> Lifecycle {
+    Lifecycle {
+        auto_pause: l.auto_pause,
+        auto_resume: l.auto_resume,
     }
 }
 
@@ -86,6 +99,7 @@ pub(crate) fn route(b: RouteRow) -> pb::Route {
         generation: b.generation,
         state: state(b.state) as i32,
         team_id: b.team_id,
+        auto_resume: b.auto_resume,
     }
 }
 

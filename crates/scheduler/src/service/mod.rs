@@ -175,6 +175,7 @@ impl SchedulerService {
             lease_ms: self.lease_ms(),
             orphans: convert::refs(out.orphans),
             expired: convert::refs(out.expired),
+            to_pause: convert::refs(out.to_pause),
             next_end_in_ms: out.next_end_in.map_or(0, |d| {
                 u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
             }),
@@ -218,6 +219,7 @@ impl SchedulerService {
                     Some(id.to_string())
                 }
             },
+            lifecycle: r.lifecycle.map(convert::lifecycle).unwrap_or_default(),
             quota: self.quotas.of(&r.team_id),
             team_id: r.team_id,
         };

@@ -22,6 +22,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/0004_node_sandbox_counts.sql"),
     ),
+    (5, include_str!("../../migrations/0005_lifecycle.sql")),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

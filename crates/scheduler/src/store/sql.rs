@@ -10,7 +10,7 @@ macro_rules! binding_columns {
     () => {
         "sandbox_id, node_id, endpoint, generation, state, team_id, template_id, \
          started_at_ms, end_at_ms, metadata, env_vars, access_token, cpu_count, memory_mb, \
-         assigned_at_ms, updated_at_ms"
+         assigned_at_ms, updated_at_ms, auto_pause, auto_resume"
     };
 }
 
@@ -56,7 +56,8 @@ pub const RENEW_NODE: &str = "UPDATE nodes SET lease_expires_at_ms = $3, state =
 /// A gateway could not connect to the node; kept until its next heartbeat.
 pub const MARK_NODE_UNREACHABLE: &str = "UPDATE nodes SET unreachable_since_ms = $2 \
      WHERE node_id = $1 AND unreachable_since_ms IS NULL";
-pub const NODE_BINDINGS: &str = "SELECT sandbox_id, generation, state, endpoint, missing_since_ms \
+pub const NODE_BINDINGS: &str =
+    "SELECT sandbox_id, generation, state, endpoint, missing_since_ms, auto_pause \
      FROM bindings WHERE node_id = $1";
 pub const NODE_FOR_PLACEMENT: &str =
     "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes \
@@ -93,7 +94,8 @@ pub const BINDING_BY_ID: &str = concat!(
 /// every gateway's cache misses (no metadata, environment or token to
 /// fetch and decode).
 pub const ROUTE_BY_ID: &str =
-    "SELECT sandbox_id, node_id, endpoint, generation, state, team_id FROM bindings WHERE sandbox_id = $1";
+    "SELECT sandbox_id, node_id, endpoint, generation, state, team_id, auto_resume \
+     FROM bindings WHERE sandbox_id = $1";
 pub const BINDING_BY_KEY: &str = concat!(
     "SELECT ",
     binding_columns!(),
@@ -104,7 +106,7 @@ pub const INSERT_BINDING: &str = concat!(
     "INSERT INTO bindings (",
     binding_columns!(),
     ", idempotency_key) VALUES \
-     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)"
+     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
 );
 /// The list query before its optional filters; see `sqlstore/bindings.rs`.
 pub const LIST_BINDINGS_PREFIX: &str =
@@ -116,6 +118,11 @@ pub const REASSIGN: &str = "UPDATE bindings SET node_id = $4, endpoint = $5, gen
 /// **fenced** State change from exactly state `$5`.
 pub const SET_STATE: &str = "UPDATE bindings SET state = $4, updated_at_ms = $6 \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3 AND state = $5";
+/// **fenced** An auto-pause sandbox's node froze it at its end: EXPIRING
+/// to PAUSED, only for a binding created with `auto_pause`.
+pub const PAUSE_AT_END: &str = "UPDATE bindings SET state = 'paused', updated_at_ms = $4 \
+     WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3 \
+     AND state = 'expiring' AND auto_pause = 1";
 /// **fenced** Follows a node's new endpoint.
 pub const SET_ENDPOINT: &str = "UPDATE bindings SET endpoint = $4, updated_at_ms = $5 \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";

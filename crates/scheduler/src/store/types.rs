@@ -97,6 +97,17 @@ pub struct SandboxRef {
     pub generation: u64,
 }
 
+/// What happens to a sandbox at its end and to a paused one on traffic
+/// (E2B's autoPause / autoResume); the default kills at the end and resumes
+/// only explicitly.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// Paused instead of killed at its end.
+    pub auto_pause: bool,
+    /// Resumed by a data-plane request while paused.
+    pub auto_resume: bool,
+}
+
 /// Where a sandbox is: the columns of a binding a route needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteRow {
@@ -106,6 +117,8 @@ pub struct RouteRow {
     pub generation: u64,
     pub state: State,
     pub team_id: String,
+    /// `Lifecycle::auto_resume`, for the gateway's data plane.
+    pub auto_resume: bool,
 }
 
 /// One binding row.
@@ -128,6 +141,7 @@ pub struct BindingRow {
     /// When the current generation was assigned.
     pub assigned_at_ms: i64,
     pub updated_at_ms: i64,
+    pub lifecycle: Lifecycle,
 }
 
 /// One node, as `ListNodes` shows it.
@@ -198,6 +212,9 @@ pub struct Reconciled {
     pub orphans: Vec<SandboxRef>,
     /// Assigned to it but past `end_at`: kill, then report DELETE.
     pub expired: Vec<SandboxRef>,
+    /// Assigned to it, past `end_at` and `auto_pause`: freeze, then report
+    /// PAUSE (or kill when it cannot).
+    pub to_pause: Vec<SandboxRef>,
     /// How long until the next of its running sandboxes ends, if any.
     pub next_end_in: Option<Duration>,
 }
@@ -215,8 +232,10 @@ pub struct PlaceSpec {
     pub env_vars: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
     pub require_node_id: Option<String>,
-    /// A fork: copy this sandbox's environment (it must be the team's).
+    /// A fork: copy this sandbox's environment and lifecycle (it must be
+    /// the team's).
     pub fork_of: Option<String>,
+    pub lifecycle: Lifecycle,
     /// The team's quotas, checked in the same transaction as the insert.
     pub quota: Quota,
 }

@@ -32,6 +32,7 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
             .filter(|p| p.team_id == spec.team_id)
             .ok_or_else(|| Error::NotFound(format!("sandbox {parent} not found")))?;
         spec.env_vars = parent.env_vars;
+        spec.lifecycle = parent.lifecycle;
     }
     check_quota(&mut tx, &spec.team_id, spec.quota).await?;
     let chosen = nodes::choose(&mut tx, spec.require_node_id.as_deref(), "").await?;
@@ -56,6 +57,7 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         memory_mb: spec.memory_mb,
         assigned_at_ms: now,
         updated_at_ms: now,
+        lifecycle: spec.lifecycle,
     };
     sqlx::query(sql::INSERT_BINDING)
         .bind(&binding.sandbox_id)
@@ -74,6 +76,8 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         .bind(i64::from(binding.memory_mb))
         .bind(binding.assigned_at_ms)
         .bind(binding.updated_at_ms)
+        .bind(i64::from(binding.lifecycle.auto_pause))
+        .bind(i64::from(binding.lifecycle.auto_resume))
         .bind(spec.idempotency_key.as_deref())
         .execute(tx.conn())
         .await?;
@@ -260,6 +264,11 @@ pub(super) async fn apply_event(
                 missed(tx.explain_miss(id, node_id, gen).await?)
             }
         }
+        // An auto-pause sandbox's node froze it at its end (EXPIRING ->
+        // PAUSED), or a gateway paused a running one.
+        EventType::Pause if pause_at_end(&mut tx, (id, node_id, gen)).await? => {
+            applied("paused at its end")
+        }
         EventType::Pause => transition(&mut tx, (id, node_id, gen), State::Running, State::Paused)
             .await?
             .unwrap_or_else(|| applied("paused")),
@@ -280,6 +289,33 @@ fn missed(e: Error) -> EventOutcome {
         applied: false,
         reason: e.to_string(),
     }
+}
+
+/// EXPIRING → PAUSED for a binding with `auto_pause` (one conditional
+/// statement, its change row in the same transaction): true when applied.
+async fn pause_at_end(tx: &mut WriteTx, fence: (&str, &str, u64)) -> Result<bool> {
+    let (sandbox_id, node_id, gen) = fence;
+    let now = tx.now;
+    let done = sqlx::query(sql::PAUSE_AT_END)
+        .bind(sandbox_id)
+        .bind(node_id)
+        .bind(to_i64(gen))
+        .bind(now)
+        .execute(tx.conn())
+        .await?
+        .rows_affected()
+        == 1;
+    if done {
+        tx.emit(
+            ChangeKind::State,
+            sandbox_id,
+            node_id,
+            gen,
+            Some(State::Paused),
+        )
+        .await?;
+    }
+    Ok(done)
 }
 
 /// A fenced `from` → `to` change for PAUSE/RESUME: `None` when applied (now

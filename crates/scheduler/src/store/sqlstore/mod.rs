@@ -311,6 +311,10 @@ fn binding_from_row(r: &AnyRow) -> Result<BindingRow> {
         memory_mb: to_u32(r.try_get("memory_mb")?, "memory_mb")?,
         assigned_at_ms: r.try_get("assigned_at_ms")?,
         updated_at_ms: r.try_get("updated_at_ms")?,
+        lifecycle: Lifecycle {
+            auto_pause: r.try_get::<i64, _>("auto_pause")? != 0,
+            auto_resume: r.try_get::<i64, _>("auto_resume")? != 0,
+        },
     })
 }
 
@@ -433,6 +437,7 @@ impl SqlStore {
                     generation: to_u64(r.try_get("generation")?, "generation")?,
                     state: parse_state(r.try_get("state")?)?,
                     team_id: r.try_get("team_id")?,
+                    auto_resume: r.try_get::<i64, _>("auto_resume")? != 0,
                 })
             })
             .transpose()

@@ -166,6 +166,7 @@ async fn reconcile(
         let mut state = super::parse_state(row.try_get(2)?)?;
         let endpoint: String = row.try_get(3)?;
         let missing_since: Option<i64> = row.try_get(4)?;
+        let auto_pause = row.try_get::<i64, _>(5)? != 0;
         let fence = (sandbox_id.as_str(), node_id, gen);
         let has_it = hosted.contains(&(sandbox_id.as_str(), gen));
         let gone = how.new_incarnation || matches!(state, State::Lost | State::Expiring);
@@ -204,10 +205,15 @@ async fn reconcile(
             }
         }
         if state == State::Expiring {
-            out.expired.push(SandboxRef {
+            let r = SandboxRef {
                 sandbox_id: sandbox_id.clone(),
                 generation: gen,
-            });
+            };
+            if auto_pause {
+                out.to_pause.push(r);
+            } else {
+                out.expired.push(r);
+            }
         }
         assigned.insert((sandbox_id, gen));
     }
