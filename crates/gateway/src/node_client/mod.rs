@@ -138,17 +138,8 @@ impl NodeClient {
         req: &CreateSandbox,
         extra: Duration,
     ) -> Result<SandboxInfo, NodeError> {
-        let body = serde_json::to_vec(req).unwrap_or_default();
-        let (_, bytes) = self
-            .send_within(
-                self.timeout + extra,
-                endpoint,
-                Method::POST,
-                node_api::SANDBOXES.into(),
-                Some(body),
-            )
-            .await?;
-        parse(endpoint, &bytes)
+        self.post_within(endpoint, node_api::SANDBOXES.into(), req, extra)
+            .await
     }
 
     /// `POST /_warren/v1/sandboxes/{parent}/fork`, allowed `extra` time as
@@ -161,22 +152,12 @@ impl NodeClient {
         child: &CreateSandbox,
         extra: Duration,
     ) -> Result<SandboxInfo, NodeError> {
-        let body = serde_json::to_vec(&ForkSandbox {
+        let fork = ForkSandbox {
             generation: parent_generation,
             child: child.clone(),
-        })
-        .unwrap_or_default();
-        let path = node_api::fork_path(parent);
-        let (_, bytes) = self
-            .send_within(
-                self.timeout + extra,
-                endpoint,
-                Method::POST,
-                path,
-                Some(body),
-            )
-            .await?;
-        parse(endpoint, &bytes)
+        };
+        self.post_within(endpoint, node_api::fork_path(parent), &fork, extra)
+            .await
     }
 
     /// `DELETE /_warren/v1/sandboxes/{id}?generation=g`.
@@ -219,18 +200,8 @@ impl NodeClient {
         req: &node_api::CreateSnapshot,
         extra: Duration,
     ) -> Result<node_api::SnapshotMade, NodeError> {
-        let body = serde_json::to_vec(req).unwrap_or_default();
-        let path = node_api::snapshot_path(id);
-        let (_, bytes) = self
-            .send_within(
-                self.timeout + extra,
-                endpoint,
-                Method::POST,
-                path,
-                Some(body),
-            )
-            .await?;
-        parse(endpoint, &bytes)
+        self.post_within(endpoint, node_api::snapshot_path(id), req, extra)
+            .await
     }
 
     /// `GET /_warren/v1/sandboxes`: what the node hosts now.
@@ -250,6 +221,28 @@ impl NodeClient {
     ) -> Result<(StatusCode, Bytes), NodeError> {
         self.send_within(self.timeout, endpoint, method, path, body)
             .await
+    }
+
+    /// POSTs `body` as JSON to `path`, allowed `extra` time on top of the
+    /// request timeout, and parses the JSON answer.
+    async fn post_within<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        endpoint: &str,
+        path: String,
+        body: &B,
+        extra: Duration,
+    ) -> Result<R, NodeError> {
+        let body = serde_json::to_vec(body).unwrap_or_default();
+        let (_, bytes) = self
+            .send_within(
+                self.timeout + extra,
+                endpoint,
+                Method::POST,
+                path,
+                Some(body),
+            )
+            .await?;
+        parse(endpoint, &bytes)
     }
 
     async fn send_within(
