@@ -14,7 +14,7 @@ E2B_API_KEY_B (another team). Prints one JSON line of facts
 import json
 import os
 import sys
-from e2b import Sandbox
+from e2b import Sandbox, Template
 
 from common import http, result, run
 
@@ -124,6 +124,15 @@ def files_listing_and_teams():
         assert Sandbox.delete_snapshot(ref, api_key=KEY_B) is False
     status, _, body = api("DELETE", f"/templates/{sid}", key=KEY_B)
     assert status == 404, (status, body)
+    # Names as `Template.exists` sees them (GET /templates/aliases/{name}):
+    # the operator's templates for every team, a named snapshot for its own.
+    assert Template.exists("base") is True
+    assert Template.exists("base", api_key=KEY_B) is True
+    assert Template.exists("my-snap") is True
+    assert Template.exists("my-snap", api_key=KEY_B) is False
+    assert Template.exists("no-such-template-anywhere") is False
+    status, _, body = api("GET", "/templates/aliases/a%2F..%2Fb%20c")
+    assert status == 400 and "not a template name" in body["message"], (status, body)
     # The other team's own snapshot called "my-snap" is its own.
     other = Sandbox.create("base", timeout=120, api_key=KEY_B)
     theirs = other.create_snapshot(name="my-snap")
@@ -170,6 +179,7 @@ def files_listing_and_teams():
         assert Sandbox.delete_snapshot(s) is True
     assert Sandbox.delete_snapshot("my-snap", api_key=KEY_B) is True
     assert every_snapshot() == [] and every_snapshot(api_key=KEY_B) == []
+    assert Template.exists("my-snap") is False
     result(snapshot=sid, **nodes)
 
 

@@ -75,6 +75,8 @@ enum Endpoint {
     Snapshots,
     /// `/templates/{id}`: delete (a snapshot; the id percent-encoded).
     Template(String),
+    /// `/templates/aliases/{alias}`: whether the team can use that name.
+    TemplateAlias(String),
 }
 
 impl Endpoint {
@@ -108,6 +110,7 @@ impl Endpoint {
             ["sandboxes", s, "snapshots"] => Endpoint::Snapshot(id(s)),
             ["snapshots"] => Endpoint::Snapshots,
             ["templates", t] => Endpoint::Template(id(t)),
+            ["templates", "aliases", a] => Endpoint::TemplateAlias(id(a)),
             _ => return None,
         })
     }
@@ -122,7 +125,8 @@ impl Endpoint {
             | Endpoint::Templates
             | Endpoint::Metrics(_)
             | Endpoint::SandboxesMetrics
-            | Endpoint::Snapshots => &[Method::GET],
+            | Endpoint::Snapshots
+            | Endpoint::TemplateAlias(_) => &[Method::GET],
             Endpoint::Template(_) => &[Method::DELETE],
             Endpoint::Network(_) => &[Method::PUT],
             _ => &[Method::POST],
@@ -137,7 +141,8 @@ impl Endpoint {
             | Endpoint::Templates
             | Endpoint::SandboxesMetrics
             | Endpoint::Snapshots
-            | Endpoint::Template(_) => None,
+            | Endpoint::Template(_)
+            | Endpoint::TemplateAlias(_) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -221,6 +226,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Snapshot(id), _) => snapshots::create(app, &team, &id, &body).await,
         (Endpoint::Snapshots, _) => snapshots::list(app, &team, query),
         (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id),
+        (Endpoint::TemplateAlias(alias), _) => snapshots::alias(app, &team, &alias),
         (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
         (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
@@ -315,6 +321,10 @@ mod tests {
             Some(Endpoint::Route("abc".into()))
         );
         assert_eq!(Endpoint::parse("/templates"), Some(Endpoint::Templates));
+        assert_eq!(
+            Endpoint::parse("/templates/aliases/base"),
+            Some(Endpoint::TemplateAlias("base".into()))
+        );
         assert_eq!(
             Endpoint::parse("/sandboxes/metrics"),
             Some(Endpoint::SandboxesMetrics)

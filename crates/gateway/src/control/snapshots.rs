@@ -389,6 +389,57 @@ pub(super) fn delete(app: &App, team: &Team, raw: &str) -> Result<Response<Body>
     Ok(warren_core::body::status(StatusCode::NO_CONTENT))
 }
 
+/// E2B's `TemplateAliasResponse`.
+#[derive(Debug, serde::Serialize)]
+struct AliasInfo {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    public: bool,
+}
+
+/// `GET /templates/aliases/{alias}` (the SDK's `Template.exists` and
+/// `alias_exists`): 200 for an operator's template (public to every team)
+/// or the team's own named snapshot, else 404, as for any name the team
+/// cannot use.
+pub(super) fn alias(app: &App, team: &Team, raw: &str) -> Result<Response<Body>, ApiError> {
+    let alias = percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map_err(|_| ApiError::bad_request("invalid_alias", "the alias is not UTF-8"))?;
+    let name = bare(&alias);
+    if validate_name(name).is_err() {
+        return Err(ApiError::bad_request(
+            "invalid_alias",
+            format!(
+                "alias {alias:?} is not a template name: 1 to {MAX_NAME} of A-Z a-z 0-9 . _ -, \
+                 starting with a letter or digit"
+            ),
+        ));
+    }
+    let store = store(app)?;
+    if let Some(t) = find(&store, team, name)? {
+        let info = SnapshotInfo::of(&t);
+        let template_id = info.snapshot_id;
+        return reply(
+            StatusCode::OK,
+            &AliasInfo {
+                template_id,
+                public: false,
+            },
+        );
+    }
+    match store.get(name) {
+        Ok(t) if t.snapshot.is_none() => reply(
+            StatusCode::OK,
+            &AliasInfo {
+                template_id: t.name,
+                public: true,
+            },
+        ),
+        Ok(_) | Err(TemplateError::NotFound(_)) => Err(not_found(&alias)),
+        Err(e) => Err(internal(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
