@@ -122,6 +122,22 @@ pub struct CreateSandbox {
     /// ports (other than envd's) arrive with, `${PORT}` replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mask_request_host: Option<String>,
+    /// E2B's `autoPauseMemory: false` with `autoPause`: at its end the node
+    /// pauses it filesystem-only (see [`PauseSandbox`]) instead of
+    /// freezing it. A fork copies its parent's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_pause_filesystem_only: bool,
+}
+
+/// `POST /_warren/v1/sandboxes/{id}/pause?generation=g` body (`{}` and an
+/// absent body pause with memory kept).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PauseSandbox {
+    /// False: a filesystem-only pause — every process is killed and the
+    /// sandbox's files kept; a resume boots it again from them (isolated
+    /// runtime; `501` elsewhere). Absent or true: frozen in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
 }
 
 /// What a sandbox's network looks like now (no secrets): E2B's

@@ -162,7 +162,7 @@ impl Link {
             let link = self.clone();
             tokio::spawn(async move {
                 let (id, gen) = (r.sandbox_id.as_str(), r.generation);
-                match link.registry.set_paused(id, gen, true).await {
+                match link.registry.pause_at_end(id, gen).await {
                     Ok(_) => {}
                     Err(NodeError::NotHosted { .. } | NodeError::Conflict { .. }) => {
                         tracing::debug!(sandbox_id = %id, "nothing to pause at its end");

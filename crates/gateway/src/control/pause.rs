@@ -6,6 +6,13 @@
 //! (and every gateway's routes) before the answer. A paused sandbox never
 //! expires; resuming gives it a new timeout.
 //!
+//!
+//! A filesystem-only pause (`"memory": false`, E2B's `keep_memory=False`)
+//! kills the sandbox's processes on its node and keeps its files; a resume
+//! boots it again there from them (same id, generation, access token and
+//! environment; a fresh boot with a new boot id). The node knows which
+//! kind of pause it holds, so a resume is the same call either way.
+//!
 //! A data-plane request for a paused sandbox resumes it ([`wake`]) only
 //! when it was created with E2B's `autoResume.enabled`; otherwise it is
 //! answered 502 "paused" ([`ApiError::sandbox_paused`]) and the sandbox
@@ -43,14 +50,17 @@ pub(super) async fn pause(
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     let obj = object(body, true)?;
-    if obj.get("memory") == Some(&serde_json::Value::Bool(false)) {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "a filesystem-only pause (\"memory\": false) is not supported by warren yet; \
-             omit \"memory\" (or send true) to pause with memory kept",
-        ));
-    }
+    let keep_memory = match obj.get("memory") {
+        None | Some(serde_json::Value::Null) => true,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_argument",
+                "field \"memory\" must be a boolean",
+            ))
+        }
+    };
     let b = owned(app, team, id).await?;
     match BindingState::try_from(b.state) {
         Ok(BindingState::Running) => {}
@@ -65,7 +75,12 @@ pub(super) async fn pause(
         Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
         _ => return Err(ApiError::sandbox_not_found(id)),
     }
-    change(app, id, &b, true).await?;
+    let how = if keep_memory {
+        Change::Freeze
+    } else {
+        Change::Halt
+    };
+    change(app, id, &b, how).await?;
     Ok(no_content(StatusCode::NO_CONTENT))
 }
 
@@ -164,18 +179,31 @@ pub(super) async fn resume(
     let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS) as i64;
     let end_at_ms = now_ms() + secs * 1000;
     let mut after = super::sandboxes::set_end(app, id, end_at_ms).await?;
-    change(app, id, b, false).await?;
+    change(app, id, b, Change::Resume).await?;
     after.state = BindingState::Running as i32;
     Ok(after)
 }
 
-/// The node freezes (or thaws), then the fenced state change; a change the
-/// scheduler refuses (the sandbox moved or went meanwhile) is undone on the
-/// node and answered as a conflict.
-async fn change(app: &App, id: &str, b: &Binding, pause: bool) -> Result<(), ApiError> {
+/// What [`change`] does on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Pause with memory kept: freeze in place.
+    Freeze,
+    /// Pause filesystem-only: the processes are killed, the files kept.
+    Halt,
+    /// Thaw, or boot again from the kept files (the node knows which).
+    Resume,
+}
+
+/// The node pauses (or resumes), then the fenced state change; a change
+/// the scheduler refuses (the sandbox moved or went meanwhile) is undone on
+/// the node and answered as a conflict.
+async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), ApiError> {
+    let pause = how != Change::Resume;
+    let keep_memory = how != Change::Halt;
     match app
         .nodes
-        .set_paused(&b.endpoint, id, b.generation, pause)
+        .set_paused(&b.endpoint, id, b.generation, pause, keep_memory)
         .await
     {
         Ok(()) => {}
@@ -224,7 +252,7 @@ async fn change(app: &App, id: &str, b: &Binding, pause: bool) -> Result<(), Api
         // Put the node back as the scheduler still has it.
         let _ = app
             .nodes
-            .set_paused(&b.endpoint, id, b.generation, !pause)
+            .set_paused(&b.endpoint, id, b.generation, !pause, true)
             .await;
         return Err(ApiError::new(
             StatusCode::CONFLICT,
