@@ -424,6 +424,34 @@ def filesystem_only_pause_and_reboot():
 
 
 @case
+def filesystem_paused_is_not_auto_resumed():
+    """Created with auto_resume, then paused filesystem-only: requests do
+    not cold-boot it (E2B's rule), they fail and it stays paused; connect()
+    does."""
+    sbx = Sandbox.create(timeout=300, lifecycle=AUTO_RESUME)
+    before = boot_id(sbx)
+    sbx.files.write("/home/user/kept.txt", "still here")
+    assert sbx.pause(keep_memory=False) is True
+    message = refused_while_paused(sbx)
+    assert "filesystem-only" in message, message
+    errs = []
+    threads = [threading.Thread(target=lambda: errs.append(refused_while_paused(sbx)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errs) == 4, errs
+    assert state_of(sbx.sandbox_id) == "paused"
+    assert host_procs(sbx.sandbox_id) == []
+    again = Sandbox.connect(sbx.sandbox_id, timeout=300)
+    assert again.files.read("/home/user/kept.txt") == "still here"
+    assert boot_id(again) != before
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id, message=message)
+
+
+@case
 def kill_a_filesystem_paused_sandbox():
     sbx = Sandbox.create(timeout=300)
     sbx.files.write("/home/user/kept.txt", "still here")

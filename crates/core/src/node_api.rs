@@ -140,6 +140,21 @@ pub struct PauseSandbox {
     pub memory: Option<bool>,
 }
 
+/// `POST /_warren/v1/sandboxes/{id}/resume?generation=g` body (`{}` and an
+/// absent body resume either kind of pause).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResumeSandbox {
+    /// False: a sandbox paused filesystem-only is not booted again (a
+    /// data-plane request's auto-resume, which E2B does not do for such a
+    /// pause): `409` with [`NOT_RESUMABLE`] in the message, still paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_boot: Option<bool>,
+}
+
+/// What a node's `409` says when a resume with `cold_boot: false` found
+/// the sandbox paused filesystem-only.
+pub const NOT_RESUMABLE: &str = "is paused filesystem-only";
+
 /// What a sandbox's network looks like now (no secrets): E2B's
 /// `SandboxDetail.network` and `allowInternetAccess`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

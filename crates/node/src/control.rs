@@ -66,18 +66,24 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
             };
             let id = id.to_string();
             let pausing = *action == "pause";
-            let filesystem_only = if pausing {
+            let (filesystem_only, cold_boot) = if pausing {
                 match read_optional_json::<warren_core::node_api::PauseSandbox>(req).await {
-                    Ok(body) => body.memory == Some(false),
+                    Ok(body) => (body.memory == Some(false), true),
                     Err(r) => return r,
                 }
             } else {
-                false
+                match read_optional_json::<warren_core::node_api::ResumeSandbox>(req).await {
+                    Ok(body) => (false, body.cold_boot != Some(false)),
+                    Err(r) => return r,
+                }
             };
             let done = if filesystem_only {
                 shared.registry.halt(&id, generation).await
             } else {
-                shared.registry.set_paused(&id, generation, pausing).await
+                shared
+                    .registry
+                    .set_paused(&id, generation, pausing, cold_boot)
+                    .await
             };
             match done {
                 Ok(info) => json(StatusCode::OK, &info),
@@ -180,7 +186,9 @@ fn node_error(e: NodeError) -> Response<Body> {
     let status = match &e {
         NodeError::BadRequest(_) => StatusCode::BAD_REQUEST,
         NodeError::NotHosted { .. } => return not_found_marker(e.to_string()),
-        NodeError::Conflict { .. } | NodeError::Paused(_) => StatusCode::CONFLICT,
+        NodeError::Conflict { .. } | NodeError::Paused(_) | NodeError::NotResumable(_) => {
+            StatusCode::CONFLICT
+        }
         NodeError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
         NodeError::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
         NodeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,

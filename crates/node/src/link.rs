@@ -204,7 +204,7 @@ impl Link {
                         Some(miss) => {
                             tracing::info!(sandbox_id = %id, generation = gen, reason = %miss.reason,
                                 "the scheduler did not take the pause at the end; thawing");
-                            let _ = link.registry.set_paused(id, gen, false).await;
+                            let _ = link.registry.set_paused(id, gen, false, true).await;
                         }
                     },
                     Err(s) => {

@@ -87,6 +87,13 @@ async fn a_filesystem_only_pause_ends_the_processes_and_connect_cold_boots() {
 }
 
 #[tokio::test]
+async fn requests_never_cold_boot_a_filesystem_paused_sandbox() {
+    let c = cluster("isolated").await;
+    let r = run(&c, "filesystem_paused_is_not_auto_resumed").await;
+    eprintln!("facts: {r}");
+}
+
+#[tokio::test]
 async fn killing_a_filesystem_paused_sandbox_removes_its_files() {
     let c = cluster("isolated").await;
     run(&c, "kill_a_filesystem_paused_sandbox").await;

@@ -149,7 +149,9 @@ pub(crate) async fn wake(app: &App, route: &Route) -> Result<Arc<Route>, ApiErro
                 }),
                 ..Default::default()
             };
-            resume(app, id, &b, Some(WAKE_TIMEOUT_SECS)).await?;
+            // Never a cold boot: E2B does not auto-resume a sandbox paused
+            // filesystem-only (the node answers so, and it stays paused).
+            resume_as(app, id, &b, Some(WAKE_TIMEOUT_SECS), Change::Wake).await?;
             tracing::info!(
                 sandbox_id = id,
                 generation = fresh.generation,
@@ -173,13 +175,24 @@ pub(super) async fn resume(
     b: &Binding,
     timeout_secs: Option<u64>,
 ) -> Result<Binding, ApiError> {
+    resume_as(app, id, b, timeout_secs, Change::Resume).await
+}
+
+/// [`resume`] as `how` ([`Change::Resume`] or [`Change::Wake`]).
+async fn resume_as(
+    app: &App,
+    id: &str,
+    b: &Binding,
+    timeout_secs: Option<u64>,
+    how: Change,
+) -> Result<Binding, ApiError> {
     // The new end first, while it is still paused (paused sandboxes never
     // expire): resumed with the end it had before its pause, long past, the
     // next heartbeat or sweep would expire it before a later set_end came.
     let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS) as i64;
     let end_at_ms = now_ms() + secs * 1000;
     let mut after = super::sandboxes::set_end(app, id, end_at_ms).await?;
-    change(app, id, b, Change::Resume).await?;
+    change(app, id, b, how).await?;
     after.state = BindingState::Running as i32;
     Ok(after)
 }
@@ -193,23 +206,34 @@ enum Change {
     Halt,
     /// Thaw, or boot again from the kept files (the node knows which).
     Resume,
+    /// A data-plane request's auto-resume: thaw only; a sandbox paused
+    /// filesystem-only stays paused (`502` "paused").
+    Wake,
 }
 
 /// The node pauses (or resumes), then the fenced state change; a change
 /// the scheduler refuses (the sandbox moved or went meanwhile) is undone on
 /// the node and answered as a conflict.
 async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), ApiError> {
-    let pause = how != Change::Resume;
+    let pause = matches!(how, Change::Freeze | Change::Halt);
     let keep_memory = how != Change::Halt;
+    let cold_boot = how != Change::Wake;
     match app
         .nodes
-        .set_paused(&b.endpoint, id, b.generation, pause, keep_memory)
+        .set_paused(&b.endpoint, id, b.generation, pause, keep_memory, cold_boot)
         .await
     {
         Ok(()) => {}
         Err(NodeError::Status {
             not_hosted: true, ..
         }) => return Err(ApiError::sandbox_not_found(id)),
+        Err(NodeError::Status {
+            status, message, ..
+        }) if status == StatusCode::CONFLICT
+            && message.contains(warren_core::node_api::NOT_RESUMABLE) =>
+        {
+            return Err(ApiError::sandbox_paused_filesystem_only(id))
+        }
         Err(NodeError::Status {
             status, message, ..
         }) if status == StatusCode::NOT_IMPLEMENTED || status == StatusCode::CONFLICT => {
@@ -252,7 +276,7 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
         // Put the node back as the scheduler still has it.
         let _ = app
             .nodes
-            .set_paused(&b.endpoint, id, b.generation, !pause, true)
+            .set_paused(&b.endpoint, id, b.generation, !pause, true, true)
             .await;
         return Err(ApiError::new(
             StatusCode::CONFLICT,

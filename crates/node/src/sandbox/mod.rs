@@ -60,6 +60,10 @@ pub enum NodeError {
     /// The sandbox is paused and the operation needs it running (409).
     #[error("sandbox {0} is paused; resume it first")]
     Paused(String),
+    /// Paused filesystem-only, and the caller may not boot it (409 with
+    /// the not-resumable marker).
+    #[error("sandbox {0} is paused filesystem-only; only a resume or connect boots it again")]
+    NotResumable(String),
     /// The runtime cannot do this (501).
     #[error("{0}")]
     Unsupported(String),
@@ -636,12 +640,16 @@ impl Registry {
     }
 
     /// Freezes (`pause: true`) or thaws the sandbox hosted at `generation`
-    /// in place; doing what is already done is a success.
+    /// in place; doing what is already done is a success. Resuming a
+    /// sandbox paused filesystem-only boots it again, unless `cold_boot`
+    /// is false: then it stays paused and the answer is
+    /// [`NodeError::NotResumable`].
     pub async fn set_paused(
         self: &Arc<Self>,
         id: &str,
         generation: u64,
         pause: bool,
+        cold_boot: bool,
     ) -> Result<SandboxInfo, NodeError> {
         let lock = self.lock_for(id);
         let result = {
@@ -649,6 +657,7 @@ impl Registry {
             match self.get(id, generation) {
                 None => Err(self.not_hosted(id, Some(generation))),
                 Some(sb) if sb.is_paused() == pause => Ok(sb.info.clone()),
+                Some(sb) if sb.halted && !cold_boot => Err(NodeError::NotResumable(id.into())),
                 Some(sb) if sb.halted => self.reboot_locked(&sb).await,
                 Some(sb) => {
                     let rt = self.runtime.clone();
@@ -794,7 +803,7 @@ impl Registry {
     ) -> Result<SandboxInfo, NodeError> {
         match self.get(id, generation) {
             Some(sb) if sb.pauses_filesystem_only() => self.halt(id, generation).await,
-            _ => self.set_paused(id, generation, true).await,
+            _ => self.set_paused(id, generation, true, true).await,
         }
     }
 
