@@ -7,7 +7,10 @@ goes on counting from where it stopped). A data-plane request resumes it
 only when it was created with `lifecycle={"auto_resume": True}`; otherwise
 `is_running()` is False and requests fail without resuming it. With
 `lifecycle={"on_timeout": "pause"}` the timeout pauses it instead of
-killing it.
+killing it. A filesystem-only pause (`pause(keep_memory=False)`, or
+`on_timeout={"action": "pause", "keep_memory": False}`) ends its processes
+(gone from the host) and keeps its files; `connect()` cold-boots it: files
+kept, a new boot id, the old processes gone; a kill removes its files.
 
 Run by `crates/warren/tests/pause.rs`, one case per invocation:
 
@@ -317,6 +320,174 @@ def paused_outlives_its_timeout():
     assert body["sandboxID"] == sbx.sandbox_id, body
     code, out, _, _ = run(sbx, "echo alive")
     assert code == 0 and out.strip() == "alive", (code, out)
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id)
+
+
+# Filesystem-only pauses (keep_memory=False): processes stop and are gone,
+# files stay, a resume cold-boots the sandbox.
+
+def boot_id(sbx):
+    got = sbx.files.read("/proc/sys/kernel/random/boot_id").strip()
+    assert len(got) == 36, got
+    return got
+
+
+def host_procs(sbx_id):
+    """Host pids of the sandbox's processes: those in its cgroups."""
+    found = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            groups = open(f"/proc/{p}/cgroup").read()
+        except OSError:
+            continue
+        if sbx_id in groups:
+            found.append(int(p))
+    return found
+
+
+def counters(sbx):
+    """The counter's processes inside the sandbox (by their command line)."""
+    code, out, err, _ = run(sbx, "grep -l 'count[.]new' /proc/[0-9]*/cmdline || true")
+    assert code == 0, (code, out, err)
+    return out.split()
+
+
+def kept_dir(sbx_id):
+    """The sandbox's directory on the node (its kept disk image in it)."""
+    return os.path.join(f"/proc/{node_pid()}/root", NODE_DATA.lstrip("/"), "sandboxes", sbx_id)
+
+
+def cold_booted(sbx, again, before):
+    """After a filesystem-only pause and connect(): same sandbox, same
+    token, its files kept, a new boot id, its old processes gone and new
+    commands run."""
+    assert again.sandbox_id == sbx.sandbox_id
+    assert again.is_running() is True
+    assert state_of(sbx.sandbox_id) == "running"
+    # The old handle works too: the same envd access token.
+    assert sbx.files.read("/home/user/kept.txt") == "still here"
+    assert again.files.read("/tmp/count") != ""
+    after = boot_id(again)
+    assert after != before, (after, before)
+    assert counters(again) == [], counters(again)
+    code, out, _, _ = run(again, "echo alive")
+    assert code == 0 and out.strip() == "alive", (code, out)
+    assert eventually(lambda: host_procs(sbx.sandbox_id), "the rebooted sandbox's processes")
+    return after
+
+
+@case
+def filesystem_only_pause_and_reboot():
+    host_boot = open("/proc/sys/kernel/random/boot_id").read().strip()
+    sbx = Sandbox.create(timeout=300)
+    before = boot_id(sbx)
+    assert before != host_boot, "the sandbox shows the host's boot id"
+    assert boot_id(sbx) == before, "the boot id changed within one boot"
+    sbx.files.write("/home/user/kept.txt", "still here")
+    start_counter(sbx)
+    assert counters(sbx), "the counter runs"
+    assert eventually(lambda: host_procs(sbx.sandbox_id), "the sandbox's processes on the host")
+
+    assert sbx.pause(keep_memory=False) is True
+    assert sbx.is_running() is False
+    assert state_of(sbx.sandbox_id) == "paused"
+    assert listed_state(sbx.sandbox_id) == ([], ["paused"], []), listed_state(sbx.sandbox_id)
+    # Its processes are gone from the host; its disk is kept.
+    eventually(lambda: host_procs(sbx.sandbox_id) == [], "the sandbox's processes end")
+    assert os.path.isfile(os.path.join(kept_dir(sbx.sandbox_id), "disk.img"))
+    message = refused_while_paused(sbx)
+    # Pausing again: 409 (False), either way.
+    assert sbx.pause(keep_memory=False) is False
+    assert sbx.pause() is False
+
+    t0 = time.monotonic()
+    again = Sandbox.connect(sbx.sandbox_id, timeout=300)
+    resume_ms = (time.monotonic() - t0) * 1000
+    after = cold_booted(sbx, again, before)
+
+    # Twice over: each boot its own boot id; then paused with its memory.
+    assert again.pause(keep_memory=False) is True
+    eventually(lambda: host_procs(sbx.sandbox_id) == [], "the sandbox's processes end")
+    status, body = api("POST", f"/sandboxes/{sbx.sandbox_id}/resume", {"timeout": 60})
+    assert status == 201, (status, body)
+    third = boot_id(sbx)
+    assert third not in (before, after), (third, before, after)
+    assert sbx.files.read("/home/user/kept.txt") == "still here"
+    assert sbx.pause() is True
+    assert Sandbox.connect(sbx.sandbox_id, timeout=300).is_running()
+    assert boot_id(sbx) == third, "a memory-kept pause does not reboot"
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id, message=message, resume_ms=round(resume_ms, 1))
+
+
+@case
+def filesystem_paused_is_not_auto_resumed():
+    """Created with auto_resume, then paused filesystem-only: requests do
+    not cold-boot it (E2B's rule), they fail and it stays paused; connect()
+    does."""
+    sbx = Sandbox.create(timeout=300, lifecycle=AUTO_RESUME)
+    before = boot_id(sbx)
+    sbx.files.write("/home/user/kept.txt", "still here")
+    assert sbx.pause(keep_memory=False) is True
+    message = refused_while_paused(sbx)
+    assert "filesystem-only" in message, message
+    errs = []
+    threads = [threading.Thread(target=lambda: errs.append(refused_while_paused(sbx)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errs) == 4, errs
+    assert state_of(sbx.sandbox_id) == "paused"
+    assert host_procs(sbx.sandbox_id) == []
+    again = Sandbox.connect(sbx.sandbox_id, timeout=300)
+    assert again.files.read("/home/user/kept.txt") == "still here"
+    assert boot_id(again) != before
+    sbx.kill()
+    result(sandbox=sbx.sandbox_id, message=message)
+
+
+@case
+def kill_a_filesystem_paused_sandbox():
+    sbx = Sandbox.create(timeout=300)
+    sbx.files.write("/home/user/kept.txt", "still here")
+    assert sbx.pause(keep_memory=False) is True
+    kept = kept_dir(sbx.sandbox_id)
+    assert os.path.isfile(os.path.join(kept, "disk.img"))
+    sbx.kill()
+    status, _ = api("GET", f"/sandboxes/{sbx.sandbox_id}")
+    assert status == 404, status
+    assert not os.path.exists(kept), os.listdir(kept)
+    _, paused = api("GET", "/v2/sandboxes?state=paused")
+    assert [s for s in paused if s["sandboxID"] == sbx.sandbox_id] == [], paused
+    result(sandbox=sbx.sandbox_id)
+
+
+@case
+def auto_pause_filesystem_only_at_timeout():
+    """on_timeout=pause with keep_memory=False: the timeout pauses it
+    filesystem-only; connect() cold-boots it."""
+    sbx = Sandbox.create(timeout=300,
+                         lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
+    assert sbx.get_info().lifecycle["on_timeout"] == "pause", sbx.get_info().lifecycle
+    before = boot_id(sbx)
+    sbx.files.write("/home/user/kept.txt", "still here")
+    start_counter(sbx)
+    assert eventually(lambda: host_procs(sbx.sandbox_id), "the sandbox's processes on the host")
+    # Set up first, then a short timeout: nothing above races its end.
+    sbx.set_timeout(2)
+    wait_paused(sbx.sandbox_id)
+    eventually(lambda: host_procs(sbx.sandbox_id) == [], "the sandbox's processes end")
+    assert sbx.is_running() is False
+    refused_while_paused(sbx)
+    assert state_of(sbx.sandbox_id) == "paused"
+
+    again = Sandbox.connect(sbx.sandbox_id, timeout=300)
+    cold_booted(sbx, again, before)
     sbx.kill()
     result(sandbox=sbx.sandbox_id)
 

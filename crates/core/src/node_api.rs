@@ -122,7 +122,38 @@ pub struct CreateSandbox {
     /// ports (other than envd's) arrive with, `${PORT}` replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mask_request_host: Option<String>,
+    /// E2B's `autoPauseMemory: false` with `autoPause`: at its end the node
+    /// pauses it filesystem-only (see [`PauseSandbox`]) instead of
+    /// freezing it. A fork copies its parent's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub auto_pause_filesystem_only: bool,
 }
+
+/// `POST /_warren/v1/sandboxes/{id}/pause?generation=g` body (`{}` and an
+/// absent body pause with memory kept).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PauseSandbox {
+    /// False: a filesystem-only pause — every process is killed and the
+    /// sandbox's files kept; a resume boots it again from them (isolated
+    /// runtime; `501` elsewhere). Absent or true: frozen in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<bool>,
+}
+
+/// `POST /_warren/v1/sandboxes/{id}/resume?generation=g` body (`{}` and an
+/// absent body resume either kind of pause).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ResumeSandbox {
+    /// False: a sandbox paused filesystem-only is not booted again (a
+    /// data-plane request's auto-resume, which E2B does not do for such a
+    /// pause): `409` with [`NOT_RESUMABLE`] in the message, still paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold_boot: Option<bool>,
+}
+
+/// What a node's `409` says when a resume with `cold_boot: false` found
+/// the sandbox paused filesystem-only.
+pub const NOT_RESUMABLE: &str = "is paused filesystem-only";
 
 /// What a sandbox's network looks like now (no secrets): E2B's
 /// `SandboxDetail.network` and `allowInternetAccess`.

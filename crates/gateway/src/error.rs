@@ -108,6 +108,18 @@ impl ApiError {
         e
     }
 
+    /// [`ApiError::sandbox_paused`] for a sandbox paused filesystem-only,
+    /// which requests never resume, auto-resume or not (as on E2B).
+    pub fn sandbox_paused_filesystem_only(id: &str) -> Self {
+        let mut e = Self::sandbox_paused(id);
+        e.message = format!(
+            "The sandbox is paused: sandbox {id} was paused filesystem-only, which \
+             requests do not resume; resume it (POST /sandboxes/{id}/resume, or \
+             Sandbox.connect in the SDK) first"
+        );
+        e
+    }
+
     /// The same error as the data plane answers it: a sandbox that is not
     /// found there is gone ([`ApiError::sandbox_gone`]).
     pub fn on_data_plane(self, id: &str) -> Self {

@@ -22,6 +22,9 @@ pub struct NewSandbox {
     pub network: Option<warren_core::network::NetworkPolicy>,
     /// `autoPause` / `autoResume.enabled` (both default false).
     pub lifecycle: warren_proto::scheduler::v1::Lifecycle,
+    /// `autoPauseMemory: false` with `autoPause`: paused filesystem-only at
+    /// the end (the node does it; it copies to forks).
+    pub auto_pause_filesystem_only: bool,
     /// `network.allowPublicTraffic` (default true): false makes the
     /// sandbox's ports need its traffic access token.
     pub allow_public_traffic: bool,
@@ -165,8 +168,11 @@ fn opt_bool(obj: &Map<String, Value>, field: &str) -> Result<Option<bool>, ApiEr
     }
 }
 
-/// E2B's `autoPause`, `autoPauseMemory` and `autoResume: {enabled}`.
-fn lifecycle(obj: &Map<String, Value>) -> Result<warren_proto::scheduler::v1::Lifecycle, ApiError> {
+/// E2B's `autoPause`, `autoPauseMemory` and `autoResume: {enabled}`; and
+/// whether the auto-pause is filesystem-only.
+fn lifecycle(
+    obj: &Map<String, Value>,
+) -> Result<(warren_proto::scheduler::v1::Lifecycle, bool), ApiError> {
     let auto_pause = opt_bool(obj, "autoPause")?.unwrap_or(false);
     let keep_memory = opt_bool(obj, "autoPauseMemory")?.unwrap_or(true);
     let auto_resume = match obj.get("autoResume") {
@@ -182,25 +188,20 @@ fn lifecycle(obj: &Map<String, Value>) -> Result<warren_proto::scheduler::v1::Li
             ))
         }
     };
-    if auto_pause && !keep_memory {
-        if auto_resume {
-            return Err(bad(
-                "\"autoResume\" cannot be enabled with \"autoPauseMemory\": false (a \
-                 filesystem-only pause must be resumed explicitly)"
-                    .into(),
-            ));
-        }
-        return Err(ApiError::new(
-            http::StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "\"autoPauseMemory\": false (a filesystem-only pause at the timeout) is not \
-             supported by warren yet; omit it (or send true) to pause with memory kept",
+    if auto_pause && !keep_memory && auto_resume {
+        return Err(bad(
+            "\"autoResume\" cannot be enabled with \"autoPauseMemory\": false (a \
+             filesystem-only pause must be resumed explicitly)"
+                .into(),
         ));
     }
-    Ok(warren_proto::scheduler::v1::Lifecycle {
-        auto_pause,
-        auto_resume,
-    })
+    Ok((
+        warren_proto::scheduler::v1::Lifecycle {
+            auto_pause,
+            auto_resume,
+        },
+        auto_pause && !keep_memory,
+    ))
 }
 
 /// `network.allowPublicTraffic` and `network.maskRequestHost` at create.
@@ -286,7 +287,8 @@ impl NewSandbox {
             timeout_secs: timeout_field(&obj)?.unwrap_or(default_timeout),
             metadata: string_map(&obj, "metadata")?,
             network: network_policy(&obj)?,
-            lifecycle: lifecycle(&obj)?,
+            lifecycle: lifecycle(&obj)?.0,
+            auto_pause_filesystem_only: lifecycle(&obj)?.1,
             allow_public_traffic: port_access(&obj)?.0,
             mask_request_host: port_access(&obj)?.1,
             env_vars: {
@@ -491,12 +493,22 @@ mod tests {
         assert!(e.message.contains("autoPause"), "{}", e.message);
         let e = NewSandbox::parse(br#"{"templateID":"base","autoResume":true}"#, 300).unwrap_err();
         assert!(e.message.contains("autoResume"), "{}", e.message);
-        let e = NewSandbox::parse(
+        let s = NewSandbox::parse(
             br#"{"templateID":"base","autoPause":true,"autoPauseMemory":false}"#,
             300,
         )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(s.lifecycle.auto_pause && s.auto_pause_filesystem_only);
+        // Without autoPause, autoPauseMemory says nothing.
+        let s = NewSandbox::parse(br#"{"templateID":"base","autoPauseMemory":false}"#, 300)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!s.lifecycle.auto_pause && !s.auto_pause_filesystem_only);
+        let e = NewSandbox::parse(
+            br#"{"templateID":"base","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":true}}"#,
+            300,
+        )
         .unwrap_err();
-        assert_eq!(e.status, http::StatusCode::NOT_IMPLEMENTED);
+        assert_eq!(e.status.as_u16(), 400);
         assert!(e.message.contains("autoPauseMemory"), "{}", e.message);
         let e = NewSandbox::parse(b"{nope", 300).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);

@@ -64,11 +64,28 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
                 }
                 Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
             };
-            match shared
-                .registry
-                .set_paused(id, generation, *action == "pause")
-                .await
-            {
+            let id = id.to_string();
+            let pausing = *action == "pause";
+            let (filesystem_only, cold_boot) = if pausing {
+                match read_optional_json::<warren_core::node_api::PauseSandbox>(req).await {
+                    Ok(body) => (body.memory == Some(false), true),
+                    Err(r) => return r,
+                }
+            } else {
+                match read_optional_json::<warren_core::node_api::ResumeSandbox>(req).await {
+                    Ok(body) => (false, body.cold_boot != Some(false)),
+                    Err(r) => return r,
+                }
+            };
+            let done = if filesystem_only {
+                shared.registry.halt(&id, generation).await
+            } else {
+                shared
+                    .registry
+                    .set_paused(&id, generation, pausing, cold_boot)
+                    .await
+            };
+            match done {
                 Ok(info) => json(StatusCode::OK, &info),
                 Err(e) => node_error(e),
             }
@@ -169,7 +186,9 @@ fn node_error(e: NodeError) -> Response<Body> {
     let status = match &e {
         NodeError::BadRequest(_) => StatusCode::BAD_REQUEST,
         NodeError::NotHosted { .. } => return not_found_marker(e.to_string()),
-        NodeError::Conflict { .. } | NodeError::Paused(_) => StatusCode::CONFLICT,
+        NodeError::Conflict { .. } | NodeError::Paused(_) | NodeError::NotResumable(_) => {
+            StatusCode::CONFLICT
+        }
         NodeError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
         NodeError::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
         NodeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -191,6 +210,20 @@ fn query_generation(query: Option<&str>) -> Result<Option<u64>, String> {
         }
     }
     Ok(None)
+}
+
+/// [`read_json`], an empty body being `T::default()`.
+async fn read_optional_json<T: serde::de::DeserializeOwned + Default>(
+    req: Request<Incoming>,
+) -> Result<T, Response<Body>> {
+    let bytes = warren_core::body::read_limited(req.into_body(), MAX_BODY)
+        .await
+        .map_err(|e| error(e.status(), e))?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("invalid JSON body: {e}")))
 }
 
 async fn read_json<T: serde::de::DeserializeOwned>(

@@ -162,7 +162,7 @@ impl Link {
             let link = self.clone();
             tokio::spawn(async move {
                 let (id, gen) = (r.sandbox_id.as_str(), r.generation);
-                match link.registry.set_paused(id, gen, true).await {
+                match link.registry.pause_at_end(id, gen).await {
                     Ok(_) => {}
                     Err(NodeError::NotHosted { .. } | NodeError::Conflict { .. }) => {
                         tracing::debug!(sandbox_id = %id, "nothing to pause at its end");
@@ -204,7 +204,7 @@ impl Link {
                         Some(miss) => {
                             tracing::info!(sandbox_id = %id, generation = gen, reason = %miss.reason,
                                 "the scheduler did not take the pause at the end; thawing");
-                            let _ = link.registry.set_paused(id, gen, false).await;
+                            let _ = link.registry.set_paused(id, gen, false, true).await;
                         }
                     },
                     Err(s) => {

@@ -670,13 +670,37 @@ async fn teams_keys_and_malformed_input() {
         r.message()
     );
     assert_eq!(r.expect_json()["code"], 501);
+    // Nor filesystem-only (it keeps no disk to boot again from).
+    let r = api(
+        &c,
+        Method::POST,
+        &format!("/sandboxes/{id}/pause"),
+        Some(json!({"memory": false})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NOT_IMPLEMENTED);
+    assert!(
+        r.message()
+            .contains("cannot pause a sandbox filesystem-only"),
+        "{}",
+        r.message()
+    );
+    let r = api(
+        &c,
+        Method::POST,
+        &format!("/sandboxes/{id}/pause"),
+        Some(json!({"memory": "no"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.message().contains("memory"), "{}", r.message());
     let r = api(&c, Method::GET, &format!("/sandboxes/{id}"), None).await;
     assert_eq!(r.expect_json()["state"], "running");
     let r = api(&c, Method::POST, &format!("/sandboxes/{id}/resume"), None).await;
     assert_eq!(r.status, StatusCode::CONFLICT, "resuming a running sandbox");
 }
 
-/// E2B's lifecycle options at create: shown by GET, bad ones a 400/501
+/// E2B's lifecycle options at create: shown by GET, bad ones a 400
 /// naming the field (nothing created), and on the `process` runtime (which
 /// cannot freeze) an `autoPause` sandbox is killed at its end, as without.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -691,8 +715,9 @@ async fn lifecycle_options_and_auto_pause_on_the_process_runtime() {
     );
     for (body, status, needle) in [
         (
-            json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false}),
-            StatusCode::NOT_IMPLEMENTED,
+            json!({"templateID": "base", "autoPause": true, "autoPauseMemory": false,
+                   "autoResume": {"enabled": true}}),
+            StatusCode::BAD_REQUEST,
             "autoPauseMemory",
         ),
         (

@@ -7,7 +7,11 @@
 //! paused). A sandbox created with `on_timeout: pause` is paused (frozen,
 //! files and processes kept) when its timeout ends instead of killed. On
 //! the `process` runtime a pause is a clear 501 that changes nothing, and
-//! an auto-pause sandbox is killed at its end.
+//! an auto-pause sandbox is killed at its end. A filesystem-only pause
+//! (`keep_memory=False`, or `on_timeout` pause without memory) ends the
+//! sandbox's processes (gone from the host's /proc) and keeps its disk;
+//! `connect` cold-boots it there (files kept, a new boot id, old processes
+//! gone); a kill removes its files.
 //!
 //! Needs what the security suite needs (root, cgroups, slirp4netns,
 //! nftables, the `base` template in `/var/lib/warren/templates`).
@@ -73,6 +77,32 @@ async fn on_timeout_pause_pauses_at_the_end_and_a_request_resumes_with_auto_resu
     let r = run(&c, "paused_at_timeout_then_auto_resumed").await;
     eprintln!("facts: {r}");
     assert!(r["after"].as_u64() > r["frozen"].as_u64(), "{r}");
+}
+
+#[tokio::test]
+async fn a_filesystem_only_pause_ends_the_processes_and_connect_cold_boots() {
+    let c = cluster("isolated").await;
+    let r = run(&c, "filesystem_only_pause_and_reboot").await;
+    eprintln!("facts: {r}");
+}
+
+#[tokio::test]
+async fn requests_never_cold_boot_a_filesystem_paused_sandbox() {
+    let c = cluster("isolated").await;
+    let r = run(&c, "filesystem_paused_is_not_auto_resumed").await;
+    eprintln!("facts: {r}");
+}
+
+#[tokio::test]
+async fn killing_a_filesystem_paused_sandbox_removes_its_files() {
+    let c = cluster("isolated").await;
+    run(&c, "kill_a_filesystem_paused_sandbox").await;
+}
+
+#[tokio::test]
+async fn on_timeout_pause_without_memory_pauses_filesystem_only() {
+    let c = cluster("isolated").await;
+    run(&c, "auto_pause_filesystem_only_at_timeout").await;
 }
 
 #[tokio::test]

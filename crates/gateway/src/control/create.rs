@@ -116,6 +116,7 @@ pub(super) async fn create(
             network: new.network.clone(),
             traffic_access_token: traffic.clone(),
             mask_request_host: new.mask_request_host.clone(),
+            auto_pause_filesystem_only: new.auto_pause_filesystem_only,
         };
         let created = app.nodes.create(&placement.endpoint, &child, extra).await;
         match created {
@@ -262,6 +263,8 @@ async fn fork_one(
         // A fork's ports are public, as E2B's fork request cannot say otherwise.
         traffic_access_token: None,
         mask_request_host: None,
+        // The node copies its parent's.
+        auto_pause_filesystem_only: false,
     };
     // A fork starts its template's start command too.
     let extra = super::templates::resolve(app, &parent.template_id)

@@ -6,6 +6,13 @@
 //! (and every gateway's routes) before the answer. A paused sandbox never
 //! expires; resuming gives it a new timeout.
 //!
+//!
+//! A filesystem-only pause (`"memory": false`, E2B's `keep_memory=False`)
+//! kills the sandbox's processes on its node and keeps its files; a resume
+//! boots it again there from them (same id, generation, access token and
+//! environment; a fresh boot with a new boot id). The node knows which
+//! kind of pause it holds, so a resume is the same call either way.
+//!
 //! A data-plane request for a paused sandbox resumes it ([`wake`]) only
 //! when it was created with E2B's `autoResume.enabled`; otherwise it is
 //! answered 502 "paused" ([`ApiError::sandbox_paused`]) and the sandbox
@@ -43,14 +50,17 @@ pub(super) async fn pause(
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     let obj = object(body, true)?;
-    if obj.get("memory") == Some(&serde_json::Value::Bool(false)) {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_implemented",
-            "a filesystem-only pause (\"memory\": false) is not supported by warren yet; \
-             omit \"memory\" (or send true) to pause with memory kept",
-        ));
-    }
+    let keep_memory = match obj.get("memory") {
+        None | Some(serde_json::Value::Null) => true,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_argument",
+                "field \"memory\" must be a boolean",
+            ))
+        }
+    };
     let b = owned(app, team, id).await?;
     match BindingState::try_from(b.state) {
         Ok(BindingState::Running) => {}
@@ -65,7 +75,12 @@ pub(super) async fn pause(
         Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
         _ => return Err(ApiError::sandbox_not_found(id)),
     }
-    change(app, id, &b, true).await?;
+    let how = if keep_memory {
+        Change::Freeze
+    } else {
+        Change::Halt
+    };
+    change(app, id, &b, how).await?;
     Ok(no_content(StatusCode::NO_CONTENT))
 }
 
@@ -134,7 +149,9 @@ pub(crate) async fn wake(app: &App, route: &Route) -> Result<Arc<Route>, ApiErro
                 }),
                 ..Default::default()
             };
-            resume(app, id, &b, Some(WAKE_TIMEOUT_SECS)).await?;
+            // Never a cold boot: E2B does not auto-resume a sandbox paused
+            // filesystem-only (the node answers so, and it stays paused).
+            resume_as(app, id, &b, Some(WAKE_TIMEOUT_SECS), Change::Wake).await?;
             tracing::info!(
                 sandbox_id = id,
                 generation = fresh.generation,
@@ -158,30 +175,65 @@ pub(super) async fn resume(
     b: &Binding,
     timeout_secs: Option<u64>,
 ) -> Result<Binding, ApiError> {
+    resume_as(app, id, b, timeout_secs, Change::Resume).await
+}
+
+/// [`resume`] as `how` ([`Change::Resume`] or [`Change::Wake`]).
+async fn resume_as(
+    app: &App,
+    id: &str,
+    b: &Binding,
+    timeout_secs: Option<u64>,
+    how: Change,
+) -> Result<Binding, ApiError> {
     // The new end first, while it is still paused (paused sandboxes never
     // expire): resumed with the end it had before its pause, long past, the
     // next heartbeat or sweep would expire it before a later set_end came.
     let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS) as i64;
     let end_at_ms = now_ms() + secs * 1000;
     let mut after = super::sandboxes::set_end(app, id, end_at_ms).await?;
-    change(app, id, b, false).await?;
+    change(app, id, b, how).await?;
     after.state = BindingState::Running as i32;
     Ok(after)
 }
 
-/// The node freezes (or thaws), then the fenced state change; a change the
-/// scheduler refuses (the sandbox moved or went meanwhile) is undone on the
-/// node and answered as a conflict.
-async fn change(app: &App, id: &str, b: &Binding, pause: bool) -> Result<(), ApiError> {
+/// What [`change`] does on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// Pause with memory kept: freeze in place.
+    Freeze,
+    /// Pause filesystem-only: the processes are killed, the files kept.
+    Halt,
+    /// Thaw, or boot again from the kept files (the node knows which).
+    Resume,
+    /// A data-plane request's auto-resume: thaw only; a sandbox paused
+    /// filesystem-only stays paused (`502` "paused").
+    Wake,
+}
+
+/// The node pauses (or resumes), then the fenced state change; a change
+/// the scheduler refuses (the sandbox moved or went meanwhile) is undone on
+/// the node and answered as a conflict.
+async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), ApiError> {
+    let pause = matches!(how, Change::Freeze | Change::Halt);
+    let keep_memory = how != Change::Halt;
+    let cold_boot = how != Change::Wake;
     match app
         .nodes
-        .set_paused(&b.endpoint, id, b.generation, pause)
+        .set_paused(&b.endpoint, id, b.generation, pause, keep_memory, cold_boot)
         .await
     {
         Ok(()) => {}
         Err(NodeError::Status {
             not_hosted: true, ..
         }) => return Err(ApiError::sandbox_not_found(id)),
+        Err(NodeError::Status {
+            status, message, ..
+        }) if status == StatusCode::CONFLICT
+            && message.contains(warren_core::node_api::NOT_RESUMABLE) =>
+        {
+            return Err(ApiError::sandbox_paused_filesystem_only(id))
+        }
         Err(NodeError::Status {
             status, message, ..
         }) if status == StatusCode::NOT_IMPLEMENTED || status == StatusCode::CONFLICT => {
@@ -224,7 +276,7 @@ async fn change(app: &App, id: &str, b: &Binding, pause: bool) -> Result<(), Api
         // Put the node back as the scheduler still has it.
         let _ = app
             .nodes
-            .set_paused(&b.endpoint, id, b.generation, !pause)
+            .set_paused(&b.endpoint, id, b.generation, !pause, true, true)
             .await;
         return Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -176,17 +176,35 @@ impl NodeClient {
     }
 
     /// `POST /_warren/v1/sandboxes/{id}/pause|resume?generation=g`: freezes
-    /// or thaws the sandbox in place.
+    /// or thaws the sandbox in place; `keep_memory: false` pauses it
+    /// filesystem-only (body [`node_api::PauseSandbox`]), and the resume of
+    /// such a sandbox boots it again unless `cold_boot` is false (body
+    /// [`node_api::ResumeSandbox`]; then a `409`).
     pub async fn set_paused(
         &self,
         endpoint: &str,
         id: &str,
         generation: u64,
         pause: bool,
+        keep_memory: bool,
+        cold_boot: bool,
     ) -> Result<(), NodeError> {
         let action = if pause { "pause" } else { "resume" };
         let path = node_api::freeze_path(id, action, generation);
-        self.send(endpoint, Method::POST, path, Some(b"{}".to_vec()))
+        let body = if pause && !keep_memory {
+            serde_json::to_vec(&node_api::PauseSandbox {
+                memory: Some(false),
+            })
+            .unwrap_or_default()
+        } else if !pause && !cold_boot {
+            serde_json::to_vec(&node_api::ResumeSandbox {
+                cold_boot: Some(false),
+            })
+            .unwrap_or_default()
+        } else {
+            b"{}".to_vec()
+        };
+        self.send(endpoint, Method::POST, path, Some(body))
             .await
             .map(|_| ())
     }

@@ -122,8 +122,10 @@ impl Isolated {
         // A fork copies its parent's root and settings, which need not be
         // in the store any more (a deleted snapshot's); a create reads the
         // template's record.
-        let (digest, layers, defaults) = match spec.parent {
-            Some((_, ph)) if ph.defaults.is_some() => (
+        // A boot from kept files reads them from the sandbox's own handle.
+        let source = spec.parent.map(|(_, ph)| ph).or(spec.kept);
+        let (digest, layers, defaults) = match source {
+            Some(ph) if ph.defaults.is_some() => (
                 ph.template.clone().ok_or_else(|| {
                     RuntimeError::Template("the parent sandbox has no template".into())
                 })?,
@@ -136,7 +138,7 @@ impl Isolated {
                     .get(name)
                     .map_err(|e| RuntimeError::Template(e.to_string()))?;
                 match parent {
-                    Some((_, ph)) => (
+                    Some(ph) => (
                         ph.template.clone().ok_or_else(|| {
                             RuntimeError::Template("the parent sandbox has no template".into())
                         })?,
@@ -166,13 +168,15 @@ impl Isolated {
             .map_err(|e| RuntimeError::Template(e.to_string()))?
         };
         {
-            let (paths, parent) = (
+            let (paths, parent, kept) = (
                 p.clone(),
                 spec.parent.map(|(pp, ph)| (pp.clone(), ph.clone())),
+                spec.kept.cloned(),
             );
             let (bytes, base) = (disk_bytes, ids.base);
-            tokio::task::spawn_blocking(move || {
-                prepare_disk(&paths, parent.as_ref().map(|(p, h)| (p, h)), bytes, base)
+            tokio::task::spawn_blocking(move || match kept {
+                Some(k) => mount_kept_disk(&paths, &k, base),
+                None => prepare_disk(&paths, parent.as_ref().map(|(p, h)| (p, h)), bytes, base),
             })
             .await
             .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
@@ -398,7 +402,10 @@ impl Runtime for Isolated {
         spec: &'a LaunchSpec<'a>,
     ) -> BoxFuture<'a, Result<Launched, RuntimeError>> {
         Box::pin(async move {
-            let ids = self.ids.take(None).map_err(RuntimeError::Ids)?;
+            // A boot from kept files takes its old range back when it is
+            // free (else its files move to the new one).
+            let prefer = spec.kept.and_then(|h| h.id_slot);
+            let ids = self.ids.take(prefer).map_err(RuntimeError::Ids)?;
             let mut made = Made::default();
             match self.launch_inner(spec, &ids, &mut made).await {
                 Ok((child, handle, ready_within)) => Ok(Launched {
@@ -410,6 +417,7 @@ impl Runtime for Isolated {
                 }),
                 Err(e) => {
                     let paths = spec.paths.clone();
+                    let kept = spec.kept.is_some();
                     if let Some(eg) = made.egress.take() {
                         eg.detach().await;
                     }
@@ -419,7 +427,12 @@ impl Runtime for Isolated {
                             cg.kill();
                             cg.remove();
                         }
-                        let _ = remove_sandbox_files(&paths);
+                        // Kept files stay for another try (or the delete).
+                        let _ = if kept {
+                            unmount_sandbox_files(&paths)
+                        } else {
+                            remove_sandbox_files(&paths)
+                        };
                     })
                     .await;
                     Err(e)
@@ -550,6 +563,15 @@ impl Runtime for Isolated {
         Ok(template)
     }
 
+    fn halt(&self, paths: &Paths, handle: &Handle) -> Result<(), RuntimeError> {
+        let killed = super::kill(handle);
+        // Flushed before the unmount (which flushes too): what the sandbox
+        // wrote is on its disk image from here.
+        let _ = disk::sync(&paths.disk_mnt);
+        unmount_sandbox_files(paths).map_err(RuntimeError::Files)?;
+        killed
+    }
+
     fn destroy(&self, paths: &Paths, handle: Option<&Handle>) -> Result<(), RuntimeError> {
         let killed = handle.map(super::kill).unwrap_or(Ok(()));
         remove_sandbox_files(paths).map_err(RuntimeError::Files)?;
@@ -560,6 +582,16 @@ impl Runtime for Isolated {
 /// Unmounts the sandbox's root, template view and disk, and removes its
 /// directory. Nothing inside the sandbox's filesystem is walked.
 pub fn remove_sandbox_files(paths: &Paths) -> std::io::Result<()> {
+    unmount_sandbox_files(paths)?;
+    match std::fs::remove_dir_all(&paths.dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// Unmounts the sandbox's root, template view and disk, leaving its
+/// directory (and the disk image in it) in place.
+pub fn unmount_sandbox_files(paths: &Paths) -> std::io::Result<()> {
     disk::unmount(&paths.fs)?;
     disk::unmount(&paths.lower)?;
     // Every layer mount goes before the directory does: removing through
@@ -569,11 +601,30 @@ pub fn remove_sandbox_files(paths: &Paths) -> std::io::Result<()> {
             disk::unmount(&e.path())?;
         }
     }
-    disk::unmount(&paths.disk_mnt)?;
-    match std::fs::remove_dir_all(&paths.dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        r => r,
+    disk::unmount(&paths.disk_mnt)
+}
+
+/// Mounts the disk a filesystem-only pause kept (`kept`: the sandbox's
+/// handle then) for a new boot in the id range at `base`, moving its
+/// files' owners there when the range is another than before. Blocking.
+fn mount_kept_disk(paths: &Paths, kept: &Handle, base: u32) -> Result<(), RuntimeError> {
+    let files = RuntimeError::Files;
+    if !paths.disk.is_file() {
+        return Err(files(std::io::Error::other(format!(
+            "the kept disk {} is missing",
+            paths.disk.display()
+        ))));
     }
+    // Whatever an earlier failed boot left mounted goes first.
+    unmount_sandbox_files(paths).map_err(files)?;
+    disk::mount(&paths.disk, &paths.disk_mnt).map_err(files)?;
+    let from = kept
+        .id_base
+        .ok_or_else(|| files(std::io::Error::other("the kept sandbox has no id range")))?;
+    if from != base {
+        shift_owners(&paths.disk_mnt.join("upper"), from, base).map_err(files)?;
+    }
+    Ok(())
 }
 
 /// Makes the sandbox's directory and disk: fresh (an empty writable

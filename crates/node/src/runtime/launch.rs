@@ -29,7 +29,9 @@
 //! **`warren sandbox-init`** (pid 1): makes the sandbox's root the root of
 //! its mount namespace (a private tmpfs stage, the root bound there from
 //! descriptor 7, envd's binary from 8, a fresh `/dev`, then `pivot_root`
-//! and the old root detached), mounts `/proc` and `/dev/pts`, brings `lo`
+//! and the old root detached), mounts `/proc` (with a fresh random
+//! `/proc/sys/kernel/random/boot_id` bound over the host's: one per boot)
+//! and `/dev/pts`, brings `lo`
 //! up, installs the seccomp filter — without `no_new_privs`, so `sudo`
 //! works inside — closes every descriptor envd must not have, starts envd as
 //! the namespace's root with its listeners and stdin, and reaps orphans
@@ -312,6 +314,22 @@ fn init(args: &[OsString]) -> Result<ExitCode, String> {
         &proc_dir,
         Some("proc"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        None,
+    )?;
+    // A boot id of its own: every boot of the sandbox (a create, a fork,
+    // a resume after a filesystem-only pause) gets a fresh random one
+    // over the kernel's, which is the host's.
+    let boot_id = format!("{STAGE}/boot_id");
+    let uuid = std::fs::read_to_string(format!("{proc_dir}/sys/kernel/random/uuid"))
+        .map_err(|e| format!("cannot read a random uuid: {e}"))?;
+    std::fs::write(&boot_id, uuid).map_err(|e| format!("create {boot_id}: {e}"))?;
+    let boot_id_at = format!("{proc_dir}/sys/kernel/random/boot_id");
+    m(Some(&boot_id), &boot_id_at, None, MsFlags::MS_BIND, None)?;
+    m(
+        None,
+        &boot_id_at,
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
         None,
     )?;
     // A fresh /dev: the usual device nodes bound from the host, nothing else.

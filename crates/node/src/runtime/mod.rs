@@ -140,6 +140,10 @@ pub struct LaunchSpec<'a> {
     pub paths: &'a Paths,
     /// A fork's parent: its files are copied (frozen, isolated).
     pub parent: Option<(&'a Paths, &'a Handle)>,
+    /// A boot from the files a filesystem-only pause kept (see
+    /// [`Runtime::halt`]): the sandbox's own disk at `paths.disk`, and the
+    /// template and settings of this, its handle before the pause.
+    pub kept: Option<&'a Handle>,
     /// The template by name (empty: `base`); a fork uses its parent's.
     pub template_id: &'a str,
     /// Egress policy.
@@ -372,6 +376,18 @@ pub trait Runtime: Send + Sync + 'static {
         Err(RuntimeError::Unsupported(format!(
             "the {} runtime cannot pause a sandbox (it has no cgroup to freeze); \
              use the isolated runtime",
+            self.kind().as_str()
+        )))
+    }
+    /// A filesystem-only pause: kills every process of the sandbox and
+    /// releases what they held, keeping its files (its disk image) for a
+    /// later [`Runtime::launch`] with [`LaunchSpec::kept`] (blocking; run
+    /// it in `spawn_blocking`). The default: the runtime cannot.
+    fn halt(&self, paths: &Paths, handle: &Handle) -> Result<(), RuntimeError> {
+        let _ = (paths, handle);
+        Err(RuntimeError::Unsupported(format!(
+            "the {} runtime cannot pause a sandbox filesystem-only (it keeps no disk \
+             to boot it again from); use the isolated runtime",
             self.kind().as_str()
         )))
     }

@@ -53,6 +53,8 @@ impl Registry {
                         // Only `process` sandboxes are adopted, and they cannot pause.
                         paused: std::sync::atomic::AtomicBool::new(false),
                         frozen: tokio::sync::Notify::new(),
+                        halted: false,
+                        boot: None,
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
                     true

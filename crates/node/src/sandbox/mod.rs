@@ -60,6 +60,10 @@ pub enum NodeError {
     /// The sandbox is paused and the operation needs it running (409).
     #[error("sandbox {0} is paused; resume it first")]
     Paused(String),
+    /// Paused filesystem-only, and the caller may not boot it (409 with
+    /// the not-resumable marker).
+    #[error("sandbox {0} is paused filesystem-only; only a resume or connect boots it again")]
+    NotResumable(String),
     /// The runtime cannot do this (501).
     #[error("{0}")]
     Unsupported(String),
@@ -98,12 +102,37 @@ pub struct Sandbox {
     /// Woken when a pause froze it: requests waiting for its answer are
     /// answered 502 "paused" instead of hanging until a resume.
     pub frozen: tokio::sync::Notify,
+    /// Paused filesystem-only ([`Registry::halt`]): no process runs, its
+    /// files are kept, a resume boots it again. Always with `paused`.
+    pub halted: bool,
+    /// What it was created with, to boot it again after a filesystem-only
+    /// pause (None: adopted after a node restart, cannot be).
+    pub boot: Option<Boot>,
 }
 
 impl Sandbox {
-    /// Frozen by a pause.
+    /// Frozen by a pause, or paused filesystem-only.
     pub fn is_paused(&self) -> bool {
         self.paused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Paused at its end filesystem-only (E2B's `autoPauseMemory: false`).
+    pub fn pauses_filesystem_only(&self) -> bool {
+        self.boot
+            .as_ref()
+            .is_some_and(|b| b.0.auto_pause_filesystem_only)
+    }
+}
+
+/// A sandbox's create request, held in the node's memory only (it carries
+/// its envd access token and environment, never written to disk) for a
+/// boot after a filesystem-only pause.
+#[derive(Clone)]
+pub struct Boot(pub CreateSandbox);
+
+impl std::fmt::Debug for Boot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Boot(..)")
     }
 }
 
@@ -284,7 +313,12 @@ impl Registry {
                 None => Err(self.not_hosted(parent_id, Some(parent_generation))),
                 // Copying freezes and then thaws the parent: never a paused one.
                 Some(parent) if parent.is_paused() => Err(NodeError::Paused(parent_id.into())),
-                Some(parent) => self.create_locked(&child, Some(&parent)).await,
+                Some(parent) => {
+                    // A fork copies its parent's lifecycle.
+                    let mut child = child;
+                    child.auto_pause_filesystem_only |= parent.pauses_filesystem_only();
+                    self.create_locked(&child, Some(&parent)).await
+                }
             }
         };
         self.release_lock(&a, la);
@@ -319,7 +353,7 @@ impl Registry {
                 capacity: self.cfg.capacity,
             });
         }
-        let result = self.start(req, parent).await;
+        let result = self.start(req, parent, None).await;
         match &result {
             Ok(_) => self.metrics.creates.inc(),
             Err(_) => self.metrics.create_failures.inc(),
@@ -334,11 +368,15 @@ impl Registry {
         Ok((true, info))
     }
 
-    /// Files, envd, health, `sandbox.json`, roster — undoing everything on failure.
+    /// Files, envd, health, `sandbox.json`, roster — undoing everything on
+    /// failure. `kept`: a boot from the files a filesystem-only pause kept
+    /// (that sandbox, replaced in the roster on success); a failure then
+    /// stops what started and keeps the files.
     async fn start(
         self: &Arc<Self>,
         req: &CreateSandbox,
         parent: Option<&Sandbox>,
+        kept: Option<&Sandbox>,
     ) -> Result<SandboxInfo, NodeError> {
         let paths = Paths::new(&self.sandboxes_dir, &req.sandbox_id);
         // A fork keeps its parent's policy unless the create says otherwise.
@@ -357,6 +395,7 @@ impl Registry {
             generation: req.generation,
             paths: &paths,
             parent: parent.map(|p| (&p.paths, &p.handle)),
+            kept: kept.map(|k| &k.handle),
             template_id: &req.template_id,
             network: &network,
             env_vars: &req.env_vars,
@@ -370,7 +409,9 @@ impl Registry {
         let launched = match self.runtime.launch(&spec).await {
             Ok(l) => l,
             Err(e) => {
-                self.cleanup(&paths, None, &req.sandbox_id).await;
+                if kept.is_none() {
+                    self.cleanup(&paths, None, &req.sandbox_id).await;
+                }
                 return Err(match e {
                     runtime::RuntimeError::Template(m) => NodeError::BadRequest(m),
                     e => NodeError::Internal(format!("cannot start the sandbox: {e}")),
@@ -417,7 +458,11 @@ impl Registry {
             (r, _) => r,
         };
         if let Err(why) = healthy {
-            self.cleanup(&paths, Some(&handle), &req.sandbox_id).await;
+            if let Some(e) = egress {
+                e.detach().await;
+            }
+            self.undo(&paths, &handle, &req.sandbox_id, kept.is_some())
+                .await;
             if let Some(mut c) = child {
                 let _ = c.wait().await;
             }
@@ -449,7 +494,11 @@ impl Registry {
             access: access.clone(),
         };
         if let Err(e) = record.save(&paths.state) {
-            self.cleanup(&paths, Some(&handle), &req.sandbox_id).await;
+            if let Some(e) = egress {
+                e.detach().await;
+            }
+            self.undo(&paths, &handle, &req.sandbox_id, kept.is_some())
+                .await;
             return Err(NodeError::Internal(format!(
                 "cannot write sandbox.json: {e}"
             )));
@@ -466,10 +515,13 @@ impl Registry {
             egress: Mutex::new(egress),
             paused: std::sync::atomic::AtomicBool::new(false),
             frozen: tokio::sync::Notify::new(),
+            halted: false,
+            boot: Some(Boot(req.clone())),
         });
+        let pid = sandbox.handle.pid;
         self.insert(sandbox);
         if let Some(child) = child {
-            self.watch_envd(child, info.sandbox_id.clone(), info.generation);
+            self.watch_envd(child, info.sandbox_id.clone(), info.generation, pid);
         }
         tracing::info!(sandbox_id = %info.sandbox_id, generation = info.generation, "sandbox started");
         Ok(info)
@@ -482,18 +534,50 @@ impl Registry {
         }
     }
 
-    /// Reaps envd; if it dies while its sandbox is still hosted, the sandbox
-    /// is gone for good: delete it (and tell the scheduler).
-    fn watch_envd(self: &Arc<Self>, mut child: tokio::process::Child, id: String, generation: u64) {
+    /// Reaps envd; if it dies while its sandbox is still hosted and
+    /// running this boot (`pid`: its launcher), the sandbox is gone for
+    /// good: delete it (and tell the scheduler). A filesystem-only pause
+    /// kills it on purpose: that boot is no longer the hosted one.
+    fn watch_envd(
+        self: &Arc<Self>,
+        mut child: tokio::process::Child,
+        id: String,
+        generation: u64,
+        pid: i32,
+    ) {
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
             let status = child.wait().await;
             let Some(me) = me.upgrade() else { return };
-            if me.get(&id, generation).is_some() {
-                tracing::error!(sandbox_id = %id, generation, ?status, "envd exited; removing the sandbox");
-                let _ = me.delete(&id, Some(generation), "envd exited").await;
+            let lock = me.lock_for(&id);
+            {
+                let _held = lock.lock().await;
+                let this_boot = me
+                    .get(&id, generation)
+                    .is_some_and(|s| !s.halted && s.handle.pid == pid);
+                if this_boot {
+                    tracing::error!(sandbox_id = %id, generation, ?status, "envd exited; removing the sandbox");
+                    let _ = me.delete_locked(&id, Some(generation), "envd exited").await;
+                }
             }
+            me.release_lock(&id, lock);
         });
+    }
+
+    /// Stops what a boot started after its launch, and removes its files
+    /// unless they are `kept` ones (which stay for the delete or a retry).
+    async fn undo(&self, paths: &Paths, handle: &Handle, id: &str, kept: bool) {
+        if !kept {
+            return self.cleanup(paths, Some(handle), id).await;
+        }
+        let (p, h, rt) = (paths.clone(), handle.clone(), self.runtime.clone());
+        match tokio::task::spawn_blocking(move || rt.halt(&p, &h)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(sandbox_id = %id, error = %e, "cannot stop a failed boot")
+            }
+            Err(e) => tracing::error!(sandbox_id = %id, error = %e, "the stop task failed"),
+        }
     }
 
     async fn cleanup(&self, paths: &Paths, handle: Option<&Handle>, id: &str) {
@@ -556,12 +640,16 @@ impl Registry {
     }
 
     /// Freezes (`pause: true`) or thaws the sandbox hosted at `generation`
-    /// in place; doing what is already done is a success.
+    /// in place; doing what is already done is a success. Resuming a
+    /// sandbox paused filesystem-only boots it again, unless `cold_boot`
+    /// is false: then it stays paused and the answer is
+    /// [`NodeError::NotResumable`].
     pub async fn set_paused(
         self: &Arc<Self>,
         id: &str,
         generation: u64,
         pause: bool,
+        cold_boot: bool,
     ) -> Result<SandboxInfo, NodeError> {
         let lock = self.lock_for(id);
         let result = {
@@ -569,6 +657,8 @@ impl Registry {
             match self.get(id, generation) {
                 None => Err(self.not_hosted(id, Some(generation))),
                 Some(sb) if sb.is_paused() == pause => Ok(sb.info.clone()),
+                Some(sb) if sb.halted && !cold_boot => Err(NodeError::NotResumable(id.into())),
+                Some(sb) if sb.halted => self.reboot_locked(&sb).await,
                 Some(sb) => {
                     let rt = self.runtime.clone();
                     let handle = sb.handle.clone();
@@ -594,6 +684,127 @@ impl Registry {
         };
         self.release_lock(id, lock);
         result
+    }
+
+    /// Pauses the sandbox hosted at `generation` filesystem-only (E2B's
+    /// `keep_memory=False`): every process is killed and its cgroups, id
+    /// range and egress released; its files stay, and a resume
+    /// ([`Registry::set_paused`] with `false`) boots it again from them —
+    /// same id, generation, access token and environment, a fresh boot.
+    /// Doing what is already done is a success; a sandbox paused with its
+    /// memory kept is a conflict. A runtime that cannot: 501, unchanged.
+    pub async fn halt(
+        self: &Arc<Self>,
+        id: &str,
+        generation: u64,
+    ) -> Result<SandboxInfo, NodeError> {
+        let lock = self.lock_for(id);
+        let result = {
+            let _held = lock.lock().await;
+            self.halt_locked(id, generation).await
+        };
+        self.release_lock(id, lock);
+        result
+    }
+
+    async fn halt_locked(&self, id: &str, generation: u64) -> Result<SandboxInfo, NodeError> {
+        let sb = self
+            .get(id, generation)
+            .ok_or_else(|| self.not_hosted(id, Some(generation)))?;
+        if sb.halted {
+            return Ok(sb.info.clone());
+        }
+        if sb.is_paused() {
+            return Err(NodeError::Paused(id.to_string()));
+        }
+        // Unchanged when the runtime cannot (nothing is killed then).
+        if self.runtime.kind() != runtime::RuntimeKind::Isolated {
+            return Err(NodeError::Unsupported(format!(
+                "the {} runtime cannot pause a sandbox filesystem-only (it keeps no disk \
+                 to boot it again from); use the isolated runtime",
+                self.runtime.kind().as_str()
+            )));
+        }
+        let rt = self.runtime.clone();
+        let (paths, handle) = (sb.paths.clone(), sb.handle.clone());
+        let Some(boot) = sb.boot.clone() else {
+            return Err(NodeError::Unsupported(format!(
+                "sandbox {id} was adopted after a node restart and cannot be booted \
+                 again; pause it with its memory kept"
+            )));
+        };
+        sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
+        sb.frozen.notify_waiters();
+        let egress = sb.egress.lock().ok().and_then(|mut e| e.take());
+        if let Some(e) = egress {
+            e.detach().await;
+        }
+        let done = tokio::task::spawn_blocking(move || rt.halt(&paths, &handle)).await;
+        let failed = match done {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(format!("the stop task failed: {e}")),
+        };
+        if let Some(why) = failed {
+            // Half-stopped is no state to keep: it is deleted (and the
+            // scheduler told), and the answer says so.
+            let _ = self
+                .delete_locked(id, Some(generation), "filesystem-only pause failed")
+                .await;
+            return Err(NodeError::Internal(format!(
+                "cannot pause sandbox {id} filesystem-only: {why} (the sandbox was deleted)"
+            )));
+        }
+        let halted = Arc::new(Sandbox {
+            info: sb.info.clone(),
+            paths: sb.paths.clone(),
+            handle: sb.handle.clone(),
+            metadata: sb.metadata.clone(),
+            timeout_secs: sb.timeout_secs,
+            network: Mutex::new(sb.policy()),
+            access: sb.access.clone(),
+            egress: Mutex::new(None),
+            // The old boot's range is released with it: a new boot takes
+            // one again (this one when still free).
+            ids: None,
+            paused: std::sync::atomic::AtomicBool::new(true),
+            frozen: tokio::sync::Notify::new(),
+            halted: true,
+            boot: Some(boot),
+        });
+        self.insert(halted);
+        tracing::info!(sandbox_id = %id, generation, "sandbox paused filesystem-only");
+        Ok(sb.info.clone())
+    }
+
+    /// Boots a filesystem-paused sandbox again from its kept files, with
+    /// its create's access token, environment and lifecycle and its
+    /// egress policy now. On failure it stays paused.
+    async fn reboot_locked(self: &Arc<Self>, sb: &Arc<Sandbox>) -> Result<SandboxInfo, NodeError> {
+        let Some(Boot(mut req)) = sb.boot.clone() else {
+            return Err(NodeError::Internal(format!(
+                "sandbox {} has nothing to boot from",
+                sb.info.sandbox_id
+            )));
+        };
+        req.network = Some(sb.policy());
+        req.timeout_secs = sb.timeout_secs;
+        let info = self.start(&req, None, Some(sb)).await?;
+        tracing::info!(sandbox_id = %info.sandbox_id, generation = info.generation, "sandbox booted again after a filesystem-only pause");
+        Ok(info)
+    }
+
+    /// Pauses a sandbox at its end (auto-pause): filesystem-only when it
+    /// was created so (`autoPauseMemory: false`), else frozen in place.
+    pub async fn pause_at_end(
+        self: &Arc<Self>,
+        id: &str,
+        generation: u64,
+    ) -> Result<SandboxInfo, NodeError> {
+        match self.get(id, generation) {
+            Some(sb) if sb.pauses_filesystem_only() => self.halt(id, generation).await,
+            _ => self.set_paused(id, generation, true, true).await,
+        }
     }
 
     /// Makes a snapshot of the sandbox hosted at `generation` (see
