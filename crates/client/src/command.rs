@@ -14,6 +14,7 @@
 use crate::control::{Client, Health, Sandbox};
 use crate::error::ClientError;
 use crate::headers;
+use base64::Engine;
 use connectrpc::client::{ClientConfig, ClientTransport, HttpClient, ServerStream};
 use connectrpc::{ConnectError, ErrorCode};
 use std::collections::{HashMap, VecDeque};
@@ -33,6 +34,9 @@ pub struct Command {
     pub args: Vec<String>,
     pub envs: HashMap<String, String>,
     pub cwd: Option<String>,
+    /// The user it runs as (envd's `Authorization: Basic`, as the SDKs
+    /// send it); unset: the sandbox's default user.
+    pub user: Option<String>,
     /// envd's process tag; one is generated when unset (the stream needs it
     /// to find a process whose start it did not see).
     pub tag: Option<String>,
@@ -444,6 +448,16 @@ impl CommandStream {
                 headers::E2B_SANDBOX_PORT,
                 http::HeaderValue::from(headers::ENVD_PORT),
             );
+        if let Some(u) = &self.command.user {
+            let basic = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{u}:"))
+            );
+            config = config.with_default_header(
+                http::header::AUTHORIZATION,
+                http::HeaderValue::from_str(&basic).map_err(|_| bad("the user"))?,
+            );
+        }
         if let Some(t) = &self.sandbox.envd_access_token {
             config = config.with_default_header(
                 headers::ACCESS_TOKEN,

@@ -313,6 +313,21 @@ impl Client {
         parse(&a)
     }
 
+    /// `POST path` with a JSON body, answered with JSON (`null` for an
+    /// empty answer); retried through the next entry point like every call
+    /// (set [`ClientBuilder::attempts`] to 1 for one that must not repeat).
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<serde_json::Value, ClientError> {
+        let body = serde_json::to_vec(body).map_err(|e| ClientError::Invalid(e.to_string()))?;
+        let a = self
+            .call(Method::POST, path, &[], Some(Bytes::from(body)))
+            .await?;
+        parse(&a)
+    }
+
     /// `GET /health` on the sandbox's envd through the data plane: tells a
     /// lost node (`node_down`) from one that cannot be reached right now.
     pub async fn health(&self, sandbox: &Sandbox) -> Result<Health, ClientError> {
