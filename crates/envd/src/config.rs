@@ -112,6 +112,14 @@ pub struct StdinSettings {
     /// The template's start command, if it has one.
     #[serde(default)]
     pub start: Option<crate::start::StartCommand>,
+    /// The template's user: who a request naming nobody acts as (default
+    /// `user`).
+    #[serde(default)]
+    pub default_user: Option<String>,
+    /// The template's working directory: where the default user's
+    /// processes start when a request names none (default: their home).
+    #[serde(default)]
+    pub default_workdir: Option<String>,
 }
 
 /// Where the envd API listens.
@@ -145,6 +153,9 @@ pub struct Settings {
     pub switch_users: bool,
     /// The template's start command, run once at start (see [`crate::start`]).
     pub start: Option<crate::start::StartCommand>,
+    /// The template's user and working directory (see [`StdinSettings`]).
+    pub default_user: Option<String>,
+    pub default_workdir: Option<String>,
     /// The API listener's timeouts and connection limit; the relay socket
     /// has the same connection limit.
     pub listener: Limits,
@@ -170,11 +181,19 @@ impl Settings {
         config: &Config,
         stdin: Option<StdinSettings>,
     ) -> Result<Settings, ConfigError> {
-        let (token, env_vars, start) = match stdin {
-            Some(s) => (s.access_token, s.env_vars, s.start),
+        let (token, env_vars, start, user, workdir) = match stdin {
+            Some(s) => (
+                s.access_token,
+                s.env_vars,
+                s.start,
+                s.default_user,
+                s.default_workdir,
+            ),
             None => (
                 std::env::var(ACCESS_TOKEN_ENV).ok(),
                 Default::default(),
+                None,
+                None,
                 None,
             ),
         };
@@ -189,6 +208,8 @@ impl Settings {
         s.env_vars = env_vars;
         s.switch_users = config.switch_users;
         s.start = start;
+        s.default_user = user.filter(|u| !u.is_empty());
+        s.default_workdir = workdir.filter(|w| w.starts_with('/'));
         s.listener = Limits::from_flags(
             config.header_read_timeout,
             config.idle_timeout,
@@ -241,6 +262,8 @@ impl Settings {
             env_vars: Default::default(),
             switch_users: false,
             start: None,
+            default_user: None,
+            default_workdir: None,
             listener: Limits::new(DEFAULT_MAX_CONNECTIONS, DRAIN),
         })
     }

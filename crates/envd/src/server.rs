@@ -80,7 +80,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let users = if settings.switch_users {
-        crate::users::Users::switching(&settings.root)
+        crate::users::Users::switching(&settings.root).with_defaults(
+            settings.default_user.clone(),
+            settings.default_workdir.clone(),
+        )
     } else {
         crate::users::Users::default()
     };

@@ -19,6 +19,11 @@ pub const DEFAULT_USER: &str = "user";
 pub struct Users {
     /// `Some(<root>/etc/passwd)` when envd switches identities.
     passwd: Option<PathBuf>,
+    /// The template's user, when not [`DEFAULT_USER`].
+    default_user: Option<String>,
+    /// The template's working directory, where the default user's
+    /// processes start when a request names none.
+    default_workdir: Option<String>,
 }
 
 /// A user from the sandbox's `/etc/passwd`.
@@ -41,7 +46,31 @@ impl Users {
     pub fn switching(root: &Path) -> Users {
         Users {
             passwd: Some(root.join("etc/passwd")),
+            ..Users::default()
         }
+    }
+
+    /// Who a request naming nobody acts as.
+    pub fn default_name(&self) -> &str {
+        self.default_user.as_deref().unwrap_or(DEFAULT_USER)
+    }
+
+    /// The template's user and working directory (see the fields).
+    pub fn with_defaults(mut self, user: Option<String>, workdir: Option<String>) -> Users {
+        self.default_user = user;
+        self.default_workdir = workdir;
+        self
+    }
+
+    /// Where a process of the user `name` (`None`: the default) starts
+    /// when the request names no directory: the template's working
+    /// directory for the template's user, else `None` (their home).
+    pub fn default_cwd(&self, name: Option<&str>) -> Option<&str> {
+        let default = self.default_user.as_deref().unwrap_or(DEFAULT_USER);
+        let named = name.filter(|n| !n.is_empty()).unwrap_or(default);
+        (named == default)
+            .then_some(self.default_workdir.as_deref())
+            .flatten()
     }
 
     /// Whether requests run as the users they name.
@@ -55,7 +84,10 @@ impl Users {
         let Some(passwd) = &self.passwd else {
             return Ok(None);
         };
-        let name = name.filter(|n| !n.is_empty()).unwrap_or(DEFAULT_USER);
+        let name = name
+            .filter(|n| !n.is_empty())
+            .or(self.default_user.as_deref())
+            .unwrap_or(DEFAULT_USER);
         let text = std::fs::read_to_string(passwd).unwrap_or_default();
         for line in text.lines() {
             let f: Vec<&str> = line.split(':').collect();
@@ -138,5 +170,29 @@ mod tests {
         );
         assert!(users.lookup(Some("mallory")).is_err());
         assert_eq!(Users::default().lookup(Some("x")).expect("none"), None);
+        assert_eq!(users.default_cwd(None), None, "no template workdir: home");
+    }
+
+    #[test]
+    fn the_templates_user_and_workdir_are_the_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("etc")).expect("etc");
+        std::fs::write(
+            dir.path().join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/bash\nguest:x:1001:1001::/home/guest:/bin/bash\n",
+        )
+        .expect("passwd");
+        let users = Users::switching(dir.path())
+            .with_defaults(Some("guest".into()), Some("/srv/app".into()));
+        let who = users.lookup(None).expect("guest").expect("switching");
+        assert_eq!((who.name.as_str(), who.uid), ("guest", 1001));
+        assert_eq!(users.default_name(), "guest");
+        assert_eq!(users.default_cwd(None), Some("/srv/app"));
+        assert_eq!(users.default_cwd(Some("guest")), Some("/srv/app"));
+        assert_eq!(
+            users.default_cwd(Some("root")),
+            None,
+            "another user: its home"
+        );
     }
 }

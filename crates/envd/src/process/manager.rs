@@ -437,8 +437,14 @@ impl Manager {
     ) -> Result<(tokio::process::Command, Option<crate::users::Identity>), ProcError> {
         check_spec(spec)?;
         let identity = self.jail.users().lookup(spec.user.as_deref())?;
-        // A user's own home is the default directory, as on a login.
-        let default_cwd = identity.as_ref().map_or("", |i| i.home.as_str());
+        // The template's working directory for its user; otherwise a
+        // user's own home, as on a login.
+        let default_cwd = self
+            .jail
+            .users()
+            .default_cwd(spec.user.as_deref())
+            .or(identity.as_ref().map(|i| i.home.as_str()))
+            .unwrap_or("");
         let cwd = self
             .jail
             .resolve(spec.cwd.as_deref().unwrap_or(default_cwd), Follow::All)?;
@@ -630,7 +636,10 @@ impl Manager {
             env.insert(SANDBOX_MARK.to_string(), mark);
         }
         env.extend(self.base_env.clone());
-        let user = spec.user.clone().unwrap_or_else(|| "user".to_string());
+        let user = spec
+            .user
+            .clone()
+            .unwrap_or_else(|| self.jail.users().default_name().to_string());
         env.insert("HOME".to_string(), home.to_string_lossy().into_owned());
         env.insert("USER".to_string(), user.clone());
         env.insert("LOGNAME".to_string(), user);

@@ -323,6 +323,8 @@ impl Isolated {
                 access_token: spec.access_token,
                 env_vars: &env,
                 start,
+                default_user: Some(&defaults.user),
+                default_workdir: Some(&defaults.workdir),
             },
         )
         .await?;

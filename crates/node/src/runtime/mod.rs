@@ -234,6 +234,12 @@ pub struct EnvdStdin<'a> {
     pub env_vars: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start: Option<StartCommand<'a>>,
+    /// The template's user and working directory: the defaults of requests
+    /// naming none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_user: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_workdir: Option<&'a str>,
 }
 
 /// A template's start command as envd takes it (envd's

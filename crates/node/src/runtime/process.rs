@@ -124,6 +124,8 @@ impl Process {
                 env_vars: spec.env_vars,
                 // Only `base`, which starts nothing.
                 start: None,
+                default_user: None,
+                default_workdir: None,
             },
         )
         .await?;
