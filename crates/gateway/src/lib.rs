@@ -136,6 +136,17 @@ pub async fn run(
         settings, scheduler, resolver, http, metrics,
     ));
 
+    {
+        let mut at = listener.local_addr()?;
+        if at.ip().is_unspecified() {
+            at.set_ip(if at.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        let _ = app.self_url.set(format!("http://{at}"));
+    }
     warren_core::announce("gateway", "http", listener.local_addr()?);
     warren_core::announce("gateway", "admin", admin_listener.local_addr()?);
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -33,6 +33,11 @@ pub struct App {
     /// Data-plane resumes in flight, by `id@generation`: every request that
     /// finds the sandbox paused joins the one resume (see `control::pause`).
     pub(crate) resumes: moka::future::Cache<String, Arc<crate::resolver::Route>>,
+    /// Template builds this gateway runs (see `control::builds`).
+    pub(crate) builds: Arc<crate::control::Builds>,
+    /// `http://host:port` of this gateway's own public listener, where a
+    /// template build drives its sandbox (set once the listener is bound).
+    pub self_url: std::sync::OnceLock<String>,
 }
 
 impl App {
@@ -52,6 +57,8 @@ impl App {
             http,
             nodes,
             metrics,
+            builds: Arc::default(),
+            self_url: std::sync::OnceLock::new(),
             resumes: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(1))

@@ -15,10 +15,14 @@
 //!   (the samples on the sandbox's node).
 //! - [`network`]: `PUT /sandboxes/{id}/network`, the traffic access token.
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
+//! - [`builds`]: E2B's template build API (`POST /v3/templates`, `POST
+//!   /v2/templates/{id}/builds/{buildID}`, the build status), each build
+//!   run in a sandbox through this gateway and saved as the team's template.
 //! - [`snapshots`]: `POST /sandboxes/{id}/snapshots`, `GET /snapshots`,
 //!   `DELETE /templates/{id}` (a snapshot), and what a create naming a
 //!   snapshot resolves to.
 
+mod builds;
 mod create;
 mod metrics;
 pub(crate) mod network;
@@ -32,6 +36,7 @@ mod templates;
 use crate::auth::Team;
 use crate::error::ApiError;
 use crate::state::App;
+pub(crate) use builds::Builds;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
@@ -77,6 +82,14 @@ enum Endpoint {
     Template(String),
     /// `/templates/aliases/{alias}`: whether the team can use that name.
     TemplateAlias(String),
+    /// `/v3/templates`: request a template build.
+    TemplateBuilds,
+    /// `/v2/templates/{id}/builds/{buildID}`: start it with its steps.
+    TemplateBuild(String, String),
+    /// `/templates/{id}/builds/{buildID}/status`.
+    TemplateBuildStatus(String, String),
+    /// `/templates/{id}/files/{hash}`: COPY's upload link.
+    TemplateFiles(String, String),
 }
 
 impl Endpoint {
@@ -111,6 +124,10 @@ impl Endpoint {
             ["snapshots"] => Endpoint::Snapshots,
             ["templates", t] => Endpoint::Template(id(t)),
             ["templates", "aliases", a] => Endpoint::TemplateAlias(id(a)),
+            ["v3", "templates"] => Endpoint::TemplateBuilds,
+            ["v2", "templates", t, "builds", b] => Endpoint::TemplateBuild(id(t), id(b)),
+            ["templates", t, "builds", b, "status"] => Endpoint::TemplateBuildStatus(id(t), id(b)),
+            ["templates", t, "files", h] => Endpoint::TemplateFiles(id(t), id(h)),
             _ => return None,
         })
     }
@@ -126,7 +143,9 @@ impl Endpoint {
             | Endpoint::Metrics(_)
             | Endpoint::SandboxesMetrics
             | Endpoint::Snapshots
-            | Endpoint::TemplateAlias(_) => &[Method::GET],
+            | Endpoint::TemplateAlias(_)
+            | Endpoint::TemplateBuildStatus(..)
+            | Endpoint::TemplateFiles(..) => &[Method::GET],
             Endpoint::Template(_) => &[Method::DELETE],
             Endpoint::Network(_) => &[Method::PUT],
             _ => &[Method::POST],
@@ -142,7 +161,11 @@ impl Endpoint {
             | Endpoint::SandboxesMetrics
             | Endpoint::Snapshots
             | Endpoint::Template(_)
-            | Endpoint::TemplateAlias(_) => None,
+            | Endpoint::TemplateAlias(_)
+            | Endpoint::TemplateBuilds
+            | Endpoint::TemplateBuild(..)
+            | Endpoint::TemplateBuildStatus(..)
+            | Endpoint::TemplateFiles(..) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -217,7 +240,13 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Connect { id, v2 }, _) => sandboxes::connect(app, &team, &id, &body, v2).await,
         (Endpoint::Route(id), _) => route::show(app, &team, &id).await,
         (Endpoint::Nodes, _) => nodes::list(app, &team).await,
-        (Endpoint::Templates, _) => templates::list(app),
+        (Endpoint::Templates, _) => templates::list(app, &team),
+        (Endpoint::TemplateBuilds, _) => builds::request(app, &team, &body),
+        (Endpoint::TemplateBuild(t, b), _) => {
+            builds::start(app, &team, &parts.headers, &t, &b, &body)
+        }
+        (Endpoint::TemplateBuildStatus(t, b), _) => builds::status(app, &team, &t, &b, query),
+        (Endpoint::TemplateFiles(..), _) => builds::files(app, &team),
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id), _) => pause::pause(app, &team, &id, &body).await,
         (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,
@@ -344,5 +373,17 @@ mod tests {
             Some(Endpoint::Template("team%2Fs%3Adefault".into()))
         );
         assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);
+        assert_eq!(
+            Endpoint::parse("/v2/templates/t/builds/b"),
+            Some(Endpoint::TemplateBuild("t".into(), "b".into()))
+        );
+        assert_eq!(
+            Endpoint::parse("/templates/t/builds/b/status"),
+            Some(Endpoint::TemplateBuildStatus("t".into(), "b".into()))
+        );
+        assert_eq!(
+            Endpoint::parse("/v3/templates"),
+            Some(Endpoint::TemplateBuilds)
+        );
     }
 }

@@ -62,7 +62,7 @@ impl SnapshotInfo {
 }
 
 /// The store, or a 503 saying the gateway has none.
-fn store(app: &App) -> Result<Store, ApiError> {
+pub(super) fn store(app: &App) -> Result<Store, ApiError> {
     if !app.settings.template_dir.is_dir() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -76,7 +76,7 @@ fn store(app: &App) -> Result<Store, ApiError> {
     Store::open(&app.settings.template_dir).map_err(internal)
 }
 
-fn internal(e: TemplateError) -> ApiError {
+pub(super) fn internal(e: TemplateError) -> ApiError {
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
 }
 
@@ -96,7 +96,7 @@ fn bare(id: &str) -> &str {
 
 /// Checks a snapshot name: 1 to 128 of `[A-Za-z0-9._-]`, starting with a
 /// letter or digit.
-fn validate_name(name: &str) -> Result<(), ApiError> {
+pub(super) fn validate_name(name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
         && name.len() <= MAX_NAME
         && name
@@ -118,7 +118,7 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
 
 /// `team`'s snapshot called `id` (its name or its record's name), if any.
 /// Another team's snapshot is `None`, exactly like an unknown one.
-fn find(store: &Store, team: &Team, id: &str) -> Result<Option<Template>, ApiError> {
+pub(super) fn find(store: &Store, team: &Team, id: &str) -> Result<Option<Template>, ApiError> {
     let id = bare(id);
     let mine = |t: &Template| t.snapshot.as_ref().is_some_and(|s| s.team == team.0);
     if validate_name(id).is_ok() {
@@ -321,6 +321,8 @@ pub(super) fn list(app: &App, team: &Team, query: &str) -> Result<Response<Body>
         Err(_) => Vec::new(),
     }
     .into_iter()
+    // Templates the team built are listed by `GET /templates`.
+    .filter(|t| !super::builds::is_built(t))
     .filter(|t| {
         t.snapshot.as_ref().is_some_and(|s| {
             s.team == team.0

@@ -2,6 +2,7 @@
 //! check, over the template store the nodes read (`--template-dir`).
 
 use super::reply;
+use crate::auth::Team;
 use crate::error::ApiError;
 use crate::state::App;
 use http::{Response, StatusCode};
@@ -49,8 +50,9 @@ fn store(app: &App) -> Option<warren_template::Store> {
         .flatten()
 }
 
-/// `GET /templates`.
-pub fn list(app: &App) -> Result<Response<Body>, ApiError> {
+/// `GET /templates`: the operator's templates (public) and the ones the
+/// team built through the API (its own).
+pub fn list(app: &App, team: &Team) -> Result<Response<Body>, ApiError> {
     let templates = match store(app) {
         Some(s) => s.list().map_err(|e| {
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
@@ -60,18 +62,24 @@ pub fn list(app: &App) -> Result<Response<Body>, ApiError> {
     // Snapshots are their teams' own, listed by `GET /snapshots`.
     let out: Vec<Template> = templates
         .into_iter()
-        .filter(|t| t.snapshot.is_none())
-        .map(|t| {
+        .filter_map(|t| match &t.snapshot {
+            None => Some((t.name.clone(), true, t)),
+            Some(s) if s.team == team.0 && super::builds::is_built(&t) => {
+                Some((s.name.clone().unwrap_or_else(|| t.name.clone()), false, t))
+            }
+            Some(_) => None,
+        })
+        .map(|(name, public, t)| {
             let at = warren_core::time::rfc3339_ms(t.created_at_ms as i64);
             Template {
-                template_id: t.name.clone(),
+                template_id: name.clone(),
                 build_id: t.digest.clone(),
                 cpu_count: t.defaults.cpu_count,
                 memory_mb: t.defaults.memory_mb,
                 disk_size_mb: t.defaults.disk_mb,
-                public: true,
-                aliases: vec![t.name.clone()],
-                names: vec![t.name],
+                public,
+                aliases: vec![name.clone()],
+                names: vec![name],
                 created_at: at.clone(),
                 updated_at: at,
                 created_by: None,

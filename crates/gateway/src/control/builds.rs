@@ -1,0 +1,992 @@
+//! E2B's template build API (the SDK's `Template.build`):
+//! `POST /v3/templates` (a build is requested: template and build ids),
+//! `POST /v2/templates/{id}/builds/{buildID}` (its steps; the build starts),
+//! `GET /templates/{id}/builds/{buildID}/status` (status and logs), and
+//! `GET /templates/{id}/files/{hash}` (COPY's upload link: not supported,
+//! a clear 400).
+//!
+//! A build runs **in a sandbox**, never on the gateway host: the steps are
+//! tenant input, and a sandbox is the boundary warren already puts around
+//! tenant code. The gateway drives it through its own public listener
+//! with the team's API key, exactly as the team could: it creates a
+//! sandbox from the parent template (`fromTemplate`, or E2B's default
+//! image `e2bdev/base`, which is warren's `base`), runs each RUN step with
+//! envd as the current USER in the current WORKDIR with the ENVs so far,
+//! snapshots the sandbox, and records the snapshot's root under the
+//! team's template name with the defaults the steps set (USER, WORKDIR,
+//! ENV, startCmd, readyCmd, cpuCount, memoryMB); the sandbox is killed
+//! either way. So a build needs the `isolated` runtime (snapshots) and the
+//! shared template store, as snapshots do.
+//!
+//! Ownership: a built template is its team's, like a named snapshot (the
+//! two share a team's names): listed in the team's `GET /templates`,
+//! usable by name, deletable with `DELETE /templates/{name}`; for every
+//! other team it does not exist (404). Nothing is cached between builds
+//! (`force` and `skipCache` change nothing: every step always runs).
+//!
+//! A build's status and logs live in the memory of the gateway that
+//! started it (at most [`MAX_BUILDS`], finished ones dropped after
+//! [`KEEP_FINISHED`]); behind a load balancer the status polls must reach
+//! that gateway (a sticky balancer), and a gateway restart forgets builds
+//! in flight (the template keeps its previous build).
+
+use super::reply;
+use crate::auth::Team;
+use crate::error::ApiError;
+use crate::state::App;
+use http::{HeaderMap, Response, StatusCode};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use warren_core::body::Body;
+use warren_template::spec::Defaults;
+use warren_template::{Snapshot, Store, Template, TemplateError};
+
+/// Builds kept at once (running or finished).
+pub const MAX_BUILDS: usize = 1000;
+/// How long a finished build's status stays readable.
+pub const KEEP_FINISHED: Duration = Duration::from_secs(3600);
+/// Most steps one build may have.
+const MAX_STEPS: usize = 500;
+/// Longest step argument (a RUN command line), in bytes.
+const MAX_ARG: usize = 64 * 1024;
+/// Most log lines one build keeps (the rest are dropped, and said so).
+const MAX_LOG_LINES: usize = 10_000;
+/// Most log entries one status answer carries (E2B's `limit` maximum).
+const MAX_PAGE: usize = 100;
+/// How long the build sandbox may live.
+const SANDBOX_TIMEOUT_SECS: u64 = 3600;
+/// What a built template's record says it came from (how it is told from
+/// a snapshot, which is also a team's template record).
+pub(crate) const BUILT_SOURCE: &str = "api build";
+
+/// Whether a record is a template built through this API.
+pub(crate) fn is_built(t: &Template) -> bool {
+    t.source.starts_with(BUILT_SOURCE)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Waiting,
+    Building,
+    Ready,
+    Error,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct LogEntry {
+    timestamp: String,
+    level: &'static str,
+    message: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+struct Reason {
+    message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    step: Option<String>,
+    #[serde(rename = "logEntries")]
+    log_entries: Vec<LogEntry>,
+}
+
+#[derive(Debug)]
+struct Build {
+    team: String,
+    name: String,
+    cpu_count: u32,
+    memory_mb: u64,
+    status: Status,
+    logs: Vec<LogEntry>,
+    reason: Option<Reason>,
+    finished: Option<Instant>,
+}
+
+/// The builds this gateway runs, by build id.
+#[derive(Debug, Default)]
+pub(crate) struct Builds {
+    inner: Mutex<HashMap<String, Build>>,
+}
+
+impl Builds {
+    fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Build>) -> T) -> T {
+        let mut g = match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        f(&mut g)
+    }
+
+    fn log(&self, id: &str, level: &'static str, message: impl Into<String>) {
+        let message = message.into();
+        self.with(|m| {
+            if let Some(b) = m.get_mut(id) {
+                if b.logs.len() < MAX_LOG_LINES {
+                    b.logs.push(entry(level, message));
+                } else if b.logs.len() == MAX_LOG_LINES {
+                    b.logs
+                        .push(entry("warn", "(more output; the rest is not kept)".into()));
+                }
+            }
+        })
+    }
+
+    fn finish(&self, id: &str, result: Result<(), (String, Option<String>)>) {
+        self.with(|m| {
+            if let Some(b) = m.get_mut(id) {
+                b.finished = Some(Instant::now());
+                match result {
+                    Ok(()) => b.status = Status::Ready,
+                    Err((message, step)) => {
+                        let tail = b.logs.len().saturating_sub(20);
+                        b.logs.push(entry("error", message.clone()));
+                        b.status = Status::Error;
+                        b.reason = Some(Reason {
+                            message,
+                            step,
+                            log_entries: b.logs[tail..].to_vec(),
+                        });
+                    }
+                }
+            }
+        })
+    }
+}
+
+fn entry(level: &'static str, message: String) -> LogEntry {
+    LogEntry {
+        timestamp: warren_core::time::rfc3339_ms(now_ms()),
+        level,
+        message,
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn bad(m: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_build", m)
+}
+
+fn build_not_found(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "build_not_found",
+        format!("template build {id:?} not found"),
+    )
+}
+
+fn decode(raw: &str) -> Result<String, ApiError> {
+    percent_encoding::percent_decode_str(raw)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| bad("the path is not UTF-8"))
+}
+
+/// E2B's `TemplateRequestResponseV3`.
+#[derive(Debug, serde::Serialize)]
+struct Requested {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(rename = "buildID")]
+    build_id: String,
+    public: bool,
+    aliases: Vec<String>,
+    names: Vec<String>,
+    tags: Vec<String>,
+}
+
+/// `POST /v3/templates` (E2B's `TemplateBuildRequestV3`): checks the name
+/// and resources and makes a waiting build. The template id is the name.
+pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Body>, ApiError> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON body: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("the body must be a JSON object"))?;
+    let raw = match (obj.get("name"), obj.get("alias")) {
+        (Some(serde_json::Value::String(n)), _) | (None, Some(serde_json::Value::String(n))) => {
+            n.clone()
+        }
+        _ => return Err(bad("field \"name\" (a string) is required")),
+    };
+    let (name, tag) = match raw.split_once(':') {
+        Some((n, t)) => (n.to_string(), Some(t.to_string())),
+        None => (raw.clone(), None),
+    };
+    super::snapshots::validate_name(&name)?;
+    let mut tags: Vec<String> = match obj.get("tags") {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .map(|t| {
+                t.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| bad("field \"tags\" must be an array of strings"))
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("field \"tags\" must be an array of strings")),
+    };
+    tags.extend(tag);
+    if let Some(t) = tags.iter().find(|t| t.as_str() != "default") {
+        return Err(bad(format!(
+            "tag {t:?}: template tags are not supported by warren yet (only \"default\"); \
+             build under a name of its own instead"
+        )));
+    }
+    let number = |k: &str, default: u64, range: std::ops::RangeInclusive<u64>| match obj.get(k) {
+        None | Some(serde_json::Value::Null) => Ok(default),
+        Some(n) => n.as_u64().filter(|n| range.contains(n)).ok_or_else(|| {
+            bad(format!(
+                "field {k:?} must be a whole number from {} to {}",
+                range.start(),
+                range.end()
+            ))
+        }),
+    };
+    let cpu_count = number("cpuCount", 2, 1..=64)? as u32;
+    let memory_mb = number("memoryMB", 512, 64..=1024 * 1024)?;
+    let store = super::snapshots::store(app)?;
+    if matches!(store.get(&name), Ok(t) if t.snapshot.is_none()) {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "template_name_taken",
+            format!("{name:?} is the name of an operator's template; choose another name"),
+        ));
+    }
+    let build_id = warren_core::id::random_token(24);
+    app.builds.with(|m| {
+        if m.len() >= MAX_BUILDS {
+            m.retain(|_, b| b.finished.is_none_or(|at| at.elapsed() < KEEP_FINISHED));
+        }
+        if m.len() >= MAX_BUILDS {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_builds",
+                format!("this gateway keeps {MAX_BUILDS} builds at most; try again later"),
+            ));
+        }
+        m.insert(
+            build_id.clone(),
+            Build {
+                team: team.0.clone(),
+                name: name.clone(),
+                cpu_count,
+                memory_mb,
+                status: Status::Waiting,
+                logs: Vec::new(),
+                reason: None,
+                finished: None,
+            },
+        );
+        Ok(())
+    })?;
+    tracing::info!(template = %name, build = %build_id, team = %team.0, "template build requested");
+    reply(
+        StatusCode::ACCEPTED,
+        &Requested {
+            template_id: name.clone(),
+            build_id,
+            public: false,
+            aliases: vec![name.clone()],
+            names: vec![name],
+            tags: Vec::new(),
+        },
+    )
+}
+
+/// One build step, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Run { cmd: String, user: Option<String> },
+    Env(Vec<(String, String)>),
+    Workdir(String),
+    User(String),
+}
+
+impl Step {
+    fn describe(&self) -> String {
+        match self {
+            Step::Run { cmd, user: None } => format!("RUN {cmd}"),
+            Step::Run { cmd, user: Some(u) } => format!("RUN (as {u}) {cmd}"),
+            Step::Env(vars) => format!(
+                "ENV {}",
+                vars.iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            Step::Workdir(d) => format!("WORKDIR {d}"),
+            Step::User(u) => format!("USER {u}"),
+        }
+    }
+}
+
+/// A checked `TemplateBuildStartV2`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Plan {
+    from: String,
+    steps: Vec<Step>,
+    start_cmd: String,
+    ready_cmd: String,
+}
+
+/// A user name a step may name: 1 to 32 of `A-Z a-z 0-9 . _ -`, not
+/// starting with `-`.
+fn validate_user(u: &str) -> Result<(), ApiError> {
+    let ok = !u.is_empty()
+        && u.len() <= 32
+        && !u.starts_with('-')
+        && u.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "user {u:?} is not a user name (1 to 32 of A-Z a-z 0-9 . _ -, not starting with '-')"
+        )))
+    }
+}
+
+fn text(v: &serde_json::Value, what: &str) -> Result<String, ApiError> {
+    let s = v
+        .as_str()
+        .ok_or_else(|| bad(format!("{what} must be a string")))?;
+    if s.len() > MAX_ARG {
+        return Err(bad(format!("{what} is longer than {MAX_ARG} bytes")));
+    }
+    if s.contains('\0') {
+        return Err(bad(format!("{what} contains a NUL byte")));
+    }
+    Ok(s.to_string())
+}
+
+/// Reads E2B's `TemplateBuildStartV2`; every problem is a 400 naming it.
+fn parse_plan(body: &[u8]) -> Result<Plan, ApiError> {
+    let v: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON body: {e}")))?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("the body must be a JSON object"))?;
+    let opt = |k: &str| -> Result<Option<String>, ApiError> {
+        match obj.get(k) {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(v) => text(v, &format!("field {k:?}")).map(Some),
+        }
+    };
+    let no_registry = |image: &str| {
+        bad(format!(
+            "image {image:?}: warren's machines cannot reach an image registry; build from \
+             the `base` template instead (Template().from_template(\"base\"), or \
+             from_base_image(), which is warren's base)"
+        ))
+    };
+    if obj.get("fromImageRegistry").is_some_and(|r| !r.is_null()) {
+        return Err(no_registry(&opt("fromImage")?.unwrap_or_default()));
+    }
+    let from = match (opt("fromTemplate")?, opt("fromImage")?) {
+        (Some(t), _) => {
+            super::snapshots::validate_name(&t)?;
+            t
+        }
+        (None, Some(image)) => match image.as_str() {
+            "e2bdev/base"
+            | "e2bdev/base:latest"
+            | "docker.io/e2bdev/base"
+            | "docker.io/e2bdev/base:latest" => "base".to_string(),
+            _ => return Err(no_registry(&image)),
+        },
+        (None, None) => return Err(bad("give \"fromTemplate\" or \"fromImage\"")),
+    };
+    let raw_steps = match obj.get("steps") {
+        None | Some(serde_json::Value::Null) => Vec::new(),
+        Some(serde_json::Value::Array(a)) => a.clone(),
+        Some(_) => return Err(bad("field \"steps\" must be an array")),
+    };
+    if raw_steps.len() > MAX_STEPS {
+        return Err(bad(format!("a build has at most {MAX_STEPS} steps")));
+    }
+    let mut steps = Vec::with_capacity(raw_steps.len());
+    for (i, s) in raw_steps.iter().enumerate() {
+        let n = i + 1;
+        let kind = s
+            .get("type")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| bad(format!("step {n}: \"type\" (a string) is required")))?;
+        let args: Vec<String> = match s.get("args") {
+            None | Some(serde_json::Value::Null) => Vec::new(),
+            Some(serde_json::Value::Array(a)) => a
+                .iter()
+                .map(|a| text(a, &format!("step {n}: an argument")))
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(bad(format!("step {n}: \"args\" must be an array"))),
+        };
+        let step = match (kind, args.as_slice()) {
+            ("RUN", [cmd]) if !cmd.trim().is_empty() => Step::Run {
+                cmd: cmd.clone(),
+                user: None,
+            },
+            ("RUN", [cmd, user]) if !cmd.trim().is_empty() => {
+                validate_user(user)?;
+                Step::Run {
+                    cmd: cmd.clone(),
+                    user: Some(user.clone()),
+                }
+            }
+            ("RUN", _) => {
+                return Err(bad(format!(
+                    "step {n}: RUN takes a command line and optionally a user"
+                )))
+            }
+            ("ENV", a) if !a.is_empty() && a.len() % 2 == 0 => {
+                let mut vars = Vec::new();
+                for kv in a.chunks(2) {
+                    let k = &kv[0];
+                    let ok = k
+                        .bytes()
+                        .next()
+                        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                        && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                    if !ok {
+                        return Err(bad(format!(
+                            "step {n}: {k:?} is not an environment variable name"
+                        )));
+                    }
+                    vars.push((k.clone(), kv[1].clone()));
+                }
+                Step::Env(vars)
+            }
+            ("ENV", _) => return Err(bad(format!("step {n}: ENV takes name and value pairs"))),
+            ("WORKDIR", [d]) if !d.is_empty() && d.len() <= 4096 => Step::Workdir(d.clone()),
+            ("WORKDIR", _) => return Err(bad(format!("step {n}: WORKDIR takes one path"))),
+            ("USER", [u]) => {
+                validate_user(u)?;
+                Step::User(u.clone())
+            }
+            ("USER", _) => return Err(bad(format!("step {n}: USER takes one user name"))),
+            ("COPY", _) => {
+                return Err(bad(format!(
+                    "step {n}: COPY (uploading files) is not supported by warren's template \
+                     builds yet; write files with RUN steps, or have the operator build the \
+                     template with `warren template build`"
+                )))
+            }
+            (other, _) => {
+                return Err(bad(format!(
+                    "step {n}: unknown step type {other:?} (known: RUN, ENV, WORKDIR, USER)"
+                )))
+            }
+        };
+        steps.push(step);
+    }
+    let start_cmd = opt("startCmd")?.unwrap_or_default();
+    let ready_cmd = opt("readyCmd")?.unwrap_or_default();
+    if !ready_cmd.is_empty() && start_cmd.is_empty() {
+        return Err(bad(
+            "\"readyCmd\" needs a \"startCmd\" (it says when that is ready)",
+        ));
+    }
+    Ok(Plan {
+        from,
+        steps,
+        start_cmd,
+        ready_cmd,
+    })
+}
+
+/// `POST /v2/templates/{id}/builds/{buildID}`: checks the steps and
+/// starts the build; 202.
+pub(super) fn start(
+    app: &App,
+    team: &Team,
+    headers: &HeaderMap,
+    template_raw: &str,
+    build_id: &str,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let template_id = decode(template_raw)?;
+    let plan = parse_plan(body)?;
+    let store = super::snapshots::store(app)?;
+    // The parent, as this team may use it: its defaults are where the
+    // steps start.
+    let parent = match super::snapshots::find(&store, team, &plan.from)? {
+        Some(t) => t,
+        None => match store.get(&plan.from) {
+            Ok(t) if t.snapshot.is_none() => t,
+            Ok(_) | Err(TemplateError::NotFound(_)) => {
+                return Err(bad(format!(
+                    "template {:?} (fromTemplate) not found",
+                    plan.from
+                )))
+            }
+            Err(e) => return Err(super::snapshots::internal(e)),
+        },
+    };
+    let self_url = app.self_url.get().cloned().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_ready",
+            "the gateway is still starting",
+        )
+    })?;
+    let key = headers
+        .get(warren_client::headers::API_KEY)
+        .and_then(|v| v.to_str().ok())
+        .map(|k| k.trim().to_string())
+        .unwrap_or_default();
+    let (name, cpu_count, memory_mb) = app.builds.with(|m| {
+        let Some(b) = m
+            .get_mut(build_id)
+            .filter(|b| b.team == team.0 && b.name == template_id)
+        else {
+            return Err(build_not_found(build_id));
+        };
+        if b.status != Status::Waiting {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "build_started",
+                format!("template build {build_id} has already started"),
+            ));
+        }
+        b.status = Status::Building;
+        Ok((b.name.clone(), b.cpu_count, b.memory_mb))
+    })?;
+    let job = Job {
+        builds: app.builds.clone(),
+        build_id: build_id.to_string(),
+        team: team.0.clone(),
+        name,
+        store,
+        self_url,
+        key,
+        parent,
+        cpu_count,
+        memory_mb,
+        plan,
+    };
+    tracing::info!(template = %job.name, build = %build_id, team = %team.0, "template build started");
+    tokio::spawn(job.run());
+    Ok(warren_core::body::status(StatusCode::ACCEPTED))
+}
+
+/// E2B's `TemplateBuildInfo`.
+#[derive(Debug, serde::Serialize)]
+struct BuildInfo {
+    #[serde(rename = "templateID")]
+    template_id: String,
+    #[serde(rename = "buildID")]
+    build_id: String,
+    status: Status,
+    logs: Vec<String>,
+    #[serde(rename = "logEntries")]
+    log_entries: Vec<LogEntry>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<Reason>,
+}
+
+/// `GET /templates/{id}/builds/{buildID}/status?logsOffset=&limit=&level=`.
+pub(super) fn status(
+    app: &App,
+    team: &Team,
+    template_raw: &str,
+    build_id: &str,
+    query: &str,
+) -> Result<Response<Body>, ApiError> {
+    let template_id = decode(template_raw)?;
+    let (mut offset, mut limit, mut level) = (0usize, MAX_PAGE, None::<String>);
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        let q = |m: String| ApiError::bad_request("invalid_query", m);
+        match k.as_ref() {
+            "logsOffset" => {
+                offset = v
+                    .parse()
+                    .map_err(|_| q(format!("logsOffset {v:?} is not a whole number")))?
+            }
+            "limit" => {
+                limit = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n <= MAX_PAGE)
+                    .ok_or_else(|| q(format!("limit must be between 0 and {MAX_PAGE}")))?
+            }
+            "level" => match v.as_ref() {
+                "debug" | "info" | "warn" | "error" => level = Some(v.into_owned()),
+                _ => return Err(q(format!("level {v:?} is not debug, info, warn or error"))),
+            },
+            _ => {}
+        }
+    }
+    let info = app.builds.with(|m| {
+        let b = m
+            .get(build_id)
+            .filter(|b| b.team == team.0 && b.name == template_id)
+            .ok_or_else(|| build_not_found(build_id))?;
+        let rank = |l: &str| {
+            ["debug", "info", "warn", "error"]
+                .iter()
+                .position(|x| *x == l)
+        };
+        let min = level.as_deref().and_then(rank).unwrap_or(0);
+        let entries: Vec<LogEntry> = b
+            .logs
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .filter(|e| rank(e.level).unwrap_or(0) >= min)
+            .cloned()
+            .collect();
+        Ok::<_, ApiError>(BuildInfo {
+            template_id: b.name.clone(),
+            build_id: build_id.to_string(),
+            status: b.status,
+            logs: entries.iter().map(|e| e.message.clone()).collect(),
+            log_entries: entries,
+            reason: b.reason.clone(),
+        })
+    })?;
+    reply(StatusCode::OK, &info)
+}
+
+/// `GET /templates/{id}/files/{hash}`: COPY's upload link; not supported.
+pub(super) fn files(_app: &App, _team: &Team) -> Result<Response<Body>, ApiError> {
+    Err(bad(
+        "COPY (uploading files) is not supported by warren's template builds yet; write \
+         files with RUN steps, or have the operator build the template with \
+         `warren template build`",
+    ))
+}
+
+/// A started build, run to its end in the background.
+struct Job {
+    builds: Arc<Builds>,
+    build_id: String,
+    team: String,
+    name: String,
+    store: Store,
+    self_url: String,
+    key: String,
+    parent: Template,
+    cpu_count: u32,
+    memory_mb: u64,
+    plan: Plan,
+}
+
+/// Why a build failed: the message and the step (1-based) it failed at.
+type Failure = (String, Option<String>);
+
+impl Job {
+    async fn run(self) {
+        let client = match warren_client::ClientBuilder::new(&[self.self_url.as_str()])
+            .api_key(self.key.clone())
+            .attempts(1)
+            .timeout(Duration::from_secs(600))
+            .build()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                self.builds
+                    .finish(&self.build_id, Err((format!("cannot start: {e}"), None)));
+                return;
+            }
+        };
+        let new = warren_client::NewSandbox {
+            template_id: self.plan.from.clone(),
+            timeout: SANDBOX_TIMEOUT_SECS,
+            ..Default::default()
+        };
+        self.log(
+            "info",
+            format!("starting a build sandbox from {}", self.plan.from),
+        );
+        let sandbox = match client.create(&new, &self.build_id).await {
+            Ok(c) => c.sandbox,
+            Err(e) => {
+                self.builds.finish(
+                    &self.build_id,
+                    Err((format!("cannot start the build sandbox: {e}"), None)),
+                );
+                return;
+            }
+        };
+        let result = self.steps(&client, &sandbox).await;
+        if let Err(e) = client.kill(&sandbox.sandbox_id).await {
+            tracing::warn!(sandbox = %sandbox.sandbox_id, error = %e, "cannot kill a build sandbox");
+        }
+        match &result {
+            Ok(()) => {
+                self.log("info", format!("template {} built", self.name));
+                tracing::info!(template = %self.name, build = %self.build_id, "template built");
+            }
+            Err((m, _)) => {
+                tracing::info!(template = %self.name, build = %self.build_id, error = %m, "template build failed")
+            }
+        }
+        self.builds.finish(&self.build_id, result);
+    }
+
+    fn log(&self, level: &'static str, m: String) {
+        self.builds.log(&self.build_id, level, m);
+    }
+
+    /// Runs `cmd` in the sandbox; its output goes to the log.
+    async fn exec(
+        &self,
+        client: &warren_client::Client,
+        sandbox: &warren_client::Sandbox,
+        command: warren_client::Command,
+    ) -> Result<i32, String> {
+        let out = client
+            .run_to_end(sandbox, command)
+            .await
+            .map_err(|e| e.to_string())?;
+        for line in String::from_utf8_lossy(&out.all).lines() {
+            self.log("info", line.to_string());
+        }
+        if let Some(e) = out.exit.error.filter(|e| !e.is_empty()) {
+            if out.exit.exit_code == 0 {
+                return Err(e);
+            }
+        }
+        Ok(out.exit.exit_code)
+    }
+
+    /// `script` with `args` as `$1...`, as root (the bookkeeping steps).
+    fn as_root(script: &str, args: &[&str]) -> warren_client::Command {
+        let mut a = vec!["-c".to_string(), script.to_string(), "sh".to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        warren_client::Command {
+            cmd: "/bin/sh".into(),
+            args: a,
+            user: Some("root".into()),
+            cwd: Some("/".into()),
+            ..Default::default()
+        }
+    }
+
+    async fn steps(
+        &self,
+        client: &warren_client::Client,
+        sandbox: &warren_client::Sandbox,
+    ) -> Result<(), Failure> {
+        let d = &self.parent.defaults;
+        let (mut user, mut workdir, mut env) = (d.user.clone(), d.workdir.clone(), d.env.clone());
+        let total = self.plan.steps.len();
+        for (i, step) in self.plan.steps.iter().enumerate() {
+            let n = i + 1;
+            let at = Some(n.to_string());
+            self.log("info", format!("[{n}/{total}] {}", step.describe()));
+            match step {
+                Step::Run { cmd, user: as_user } => {
+                    let u = as_user.clone().unwrap_or_else(|| user.clone());
+                    let known = self
+                        .exec(
+                            client,
+                            sandbox,
+                            Self::as_root("id -u -- \"$1\" >/dev/null 2>&1", &[&u]),
+                        )
+                        .await
+                        .map_err(|e| (format!("step {n}: {e}"), at.clone()))?;
+                    if known != 0 {
+                        // E2B's words, which its SDK tests look for.
+                        return Err((
+                            format!(
+                                "failed to run command '{cmd}': command failed: unauthenticated: \
+                                 invalid username: '{u}'"
+                            ),
+                            at,
+                        ));
+                    }
+                    let command = warren_client::Command {
+                        cmd: "/bin/bash".into(),
+                        args: vec!["-c".into(), cmd.clone()],
+                        envs: env.clone().into_iter().collect(),
+                        cwd: Some(workdir.clone()),
+                        user: Some(u),
+                        ..Default::default()
+                    };
+                    let code = self
+                        .exec(client, sandbox, command)
+                        .await
+                        .map_err(|e| (format!("failed to run command '{cmd}': {e}"), at.clone()))?;
+                    if code != 0 {
+                        return Err((
+                            format!("failed to run command '{cmd}': exit status {code}"),
+                            at,
+                        ));
+                    }
+                }
+                Step::Env(vars) => env.extend(vars.iter().cloned()),
+                Step::Workdir(dir) => {
+                    let dir = if dir.starts_with('/') {
+                        dir.clone()
+                    } else {
+                        format!("{}/{dir}", workdir.trim_end_matches('/'))
+                    };
+                    // Made (and given to the current user) when missing.
+                    let code = self
+                        .exec(
+                            client,
+                            sandbox,
+                            Self::as_root(
+                                "[ -d \"$1\" ] || { mkdir -p -- \"$1\" && chown -- \"$2\" \"$1\"; }",
+                                &[&dir, &user],
+                            ),
+                        )
+                        .await
+                        .map_err(|e| (format!("step {n}: {e}"), at.clone()))?;
+                    if code != 0 {
+                        return Err((format!("cannot make the workdir {dir:?}"), at));
+                    }
+                    workdir = dir;
+                }
+                Step::User(u) => {
+                    // E2B's USER makes the user when the image lacks it.
+                    let code = self
+                        .exec(
+                            client,
+                            sandbox,
+                            Self::as_root(
+                                "id -u -- \"$1\" >/dev/null 2>&1 || useradd -m -s /bin/bash -- \"$1\"",
+                                &[u],
+                            ),
+                        )
+                        .await
+                        .map_err(|e| (format!("step {n}: {e}"), at.clone()))?;
+                    if code != 0 {
+                        return Err((format!("cannot make the user {u:?}"), at));
+                    }
+                    user = u.clone();
+                }
+            }
+        }
+        self.log("info", "saving the template".into());
+        self.record(client, sandbox, user, workdir, env)
+            .await
+            .map_err(|m| (m, None))
+    }
+
+    /// Snapshots the sandbox and records its root under the team's name
+    /// with the defaults the steps set.
+    async fn record(
+        &self,
+        client: &warren_client::Client,
+        sandbox: &warren_client::Sandbox,
+        user: String,
+        workdir: String,
+        env: BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        let answer = client
+            .post_json(
+                &format!("/sandboxes/{}/snapshots", sandbox.sandbox_id),
+                &serde_json::json!({}),
+            )
+            .await
+            .map_err(|e| format!("cannot save the build sandbox's files: {e}"))?;
+        let snap_id = answer["snapshotID"]
+            .as_str()
+            .ok_or_else(|| format!("the snapshot answer has no snapshotID: {answer}"))?
+            .to_string();
+        let snap = self
+            .store
+            .get(&snap_id)
+            .map_err(|e| format!("cannot read the build's snapshot {snap_id}: {e}"))?;
+        let defaults = Defaults {
+            user,
+            workdir,
+            env,
+            start_cmd: self.plan.start_cmd.clone(),
+            ready_cmd: self.plan.ready_cmd.clone(),
+            cpu_count: self.cpu_count,
+            memory_mb: self.memory_mb,
+            ..self.parent.defaults.clone()
+        };
+        let template = Template {
+            name: warren_template::named_snapshot_key(&self.team, &self.name),
+            digest: snap.digest.clone(),
+            defaults,
+            created_at_ms: now_ms() as u64,
+            source: format!("{BUILT_SOURCE} {} (from {})", self.build_id, self.plan.from),
+            layers: snap.layers.clone(),
+            snapshot: Some(Snapshot {
+                team: self.team.clone(),
+                name: Some(self.name.clone()),
+                source_sandbox: sandbox.sandbox_id.clone(),
+                node_id: snap
+                    .snapshot
+                    .as_ref()
+                    .map(|s| s.node_id.clone())
+                    .unwrap_or_default(),
+            }),
+        };
+        let put = self.store.put(&template).map_err(|e| e.to_string());
+        let _ = self.store.remove(&snap_id);
+        put
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans() {
+        let p = parse_plan(
+            br#"{"fromImage":"e2bdev/base","force":true,"steps":[
+                {"type":"RUN","args":["echo hi > /tmp/x"],"force":false},
+                {"type":"RUN","args":["whoami","root"]},
+                {"type":"ENV","args":["A","1","B_2","two"]},
+                {"type":"WORKDIR","args":["/app"]},
+                {"type":"USER","args":["guest"]}],
+                "startCmd":"sleep 1","readyCmd":"true"}"#,
+        )
+        .unwrap();
+        assert_eq!(p.from, "base");
+        assert_eq!(p.steps.len(), 5);
+        assert_eq!(
+            p.steps[1],
+            Step::Run {
+                cmd: "whoami".into(),
+                user: Some("root".into())
+            }
+        );
+        for (body, needle) in [
+            (
+                r#"{"fromImage":"ubuntu:22.04"}"#,
+                "cannot reach an image registry",
+            ),
+            (r#"{}"#, "fromTemplate"),
+            (r#"{"fromTemplate":"../x"}"#, "snapshot name"),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","b"]}]}"#,
+                "COPY",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"ENV","args":["A=B","1"]}]}"#,
+                "not an environment",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"USER","args":["-x"]}]}"#,
+                "not a user name",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"RUN","args":["ls","a","b"]}]}"#,
+                "RUN takes",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"NOPE"}]}"#,
+                "unknown step type",
+            ),
+            (r#"{"fromTemplate":"base","readyCmd":"true"}"#, "needs a"),
+            (r#"{"fromTemplate":"base","startCmd":"a\u0000"}"#, "NUL"),
+            (r#"[1]"#, "JSON object"),
+        ] {
+            let e = format!("{:?}", parse_plan(body.as_bytes()).unwrap_err());
+            assert!(e.contains(needle), "{body}: {e}");
+        }
+    }
+}

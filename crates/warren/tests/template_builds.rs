@@ -1,0 +1,124 @@
+//! E2B's template build API through a gateway with the real `e2b` SDK's
+//! `Template.build` (`tests/e2b/template_builds.py`): a RUN step's file is
+//! in a sandbox made from the built template; RUN steps run as the current
+//! USER in the current WORKDIR with the ENVs so far, and the last of each
+//! are the sandbox's defaults; the template is its team's (listed, aliased,
+//! deletable by it; 404 for another team). A failing RUN fails the build
+//! with its output in the log; an unknown user, an image from a registry,
+//! a COPY step and hostile bodies are refused with messages naming them.
+//!
+//! Each cluster gets a template store of its own holding only `base` (its
+//! root linked from the shared store), so builds never land in the store
+//! other tests and `warren dev` read.
+//!
+//! Needs what the snapshot suite needs (root, cgroups, slirp4netns,
+//! nftables, the `base` template in `/var/lib/warren/templates`).
+
+use std::path::Path;
+use std::time::Duration;
+use warren_test_support::cluster::{Cluster, Spec};
+use warren_test_support::sdk::run_case;
+
+const KEY: &str = "e2b_5a7c9e1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c";
+const KEY_B: &str = "e2b_b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a1c3e5b7d9";
+const SHARED: &str = warren_test_support::templates::TEMPLATE_DIR;
+
+/// A store at `dir` with the shared store's `base` record, its root linked.
+fn private_store(dir: &Path) {
+    for sub in ["blobs", "rootfs", "templates", "tmp"] {
+        std::fs::create_dir_all(dir.join(sub)).expect("store dirs");
+    }
+    let record = std::fs::read(format!("{SHARED}/templates/base.json"))
+        .expect("the base template is built (see docs/templates.md)");
+    let base: serde_json::Value = serde_json::from_slice(&record).expect("base.json parses");
+    let hex = base["digest"]
+        .as_str()
+        .expect("a digest")
+        .trim_start_matches("sha256-")
+        .to_string();
+    std::os::unix::fs::symlink(
+        format!("{SHARED}/rootfs/{hex}"),
+        dir.join("rootfs").join(&hex),
+    )
+    .expect("link base's root");
+    std::fs::write(dir.join("templates/base.json"), &record).expect("base record");
+}
+
+async fn cluster(store: &Path) -> Cluster {
+    let dir = vec!["--template-dir".to_string(), store.display().to_string()];
+    Cluster::start(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        Spec {
+            nodes: 1,
+            runtime: "isolated".into(),
+            keys: vec![
+                (KEY.into(), "team-a".into()),
+                (KEY_B.into(), "team-b".into()),
+            ],
+            node_args: dir.clone(),
+            gateway_args: dir,
+            ..Spec::default()
+        },
+    )
+    .await
+    .expect("a cluster starts (needs root, cgroups, slirp4netns, nftables and the base template)")
+}
+
+async fn run(c: &Cluster, case: &str) -> serde_json::Value {
+    let gateway = format!("http://{}", c.gateway(0));
+    run_case(
+        &gateway,
+        "template_builds.py",
+        case,
+        KEY,
+        &[("E2B_API_KEY_B", KEY_B.to_string())],
+        Duration::from_secs(900),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_built_template_has_its_steps_files_user_workdir_and_env_and_stays_with_its_team() {
+    let store = tempfile::tempdir().expect("tempdir");
+    private_store(store.path());
+    let c = cluster(store.path()).await;
+    let r = run(&c, "build_use_and_teams").await;
+    assert_eq!(r["run"], "built-by-run", "{r}");
+    assert_eq!(
+        r["default_user"], "user",
+        "RUN runs as the base's user: {r}"
+    );
+    assert_eq!(r["root_user"], "root", "RUN's own user: {r}");
+    assert_eq!(
+        r["env_file"], "hello from env",
+        "ENV reaches later RUNs: {r}"
+    );
+    assert_eq!(r["run_cwd"], "/srv/app", "RUN runs in the WORKDIR: {r}");
+    assert_eq!(r["guest"], "guest", "RUN runs as the USER: {r}");
+    assert_eq!(r["whoami"], "guest", "the last USER is the default: {r}");
+    assert_eq!(r["pwd"], "/srv/app", "the last WORKDIR is the default: {r}");
+    assert_eq!(r["env"], "hello from env", "ENV is the default: {r}");
+    // Deleted at the end: only base is recorded; the build sandbox's
+    // snapshot record is gone too.
+    let records: Vec<String> = std::fs::read_dir(store.path().join("templates"))
+        .expect("records")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(records, vec!["base.json".to_string()]);
+    drop(c);
+}
+
+#[tokio::test]
+async fn failed_and_refused_builds_say_why_and_record_nothing() {
+    let store = tempfile::tempdir().expect("tempdir");
+    private_store(store.path());
+    let c = cluster(store.path()).await;
+    let r = run(&c, "failures").await;
+    eprintln!("facts: {r}");
+    let records = std::fs::read_dir(store.path().join("templates"))
+        .expect("records")
+        .count();
+    assert_eq!(records, 1, "nothing but base recorded");
+    drop(c);
+}

@@ -1,0 +1,166 @@
+"""Template builds as a user of the unmodified `e2b` Python SDK sees them
+through a gateway: `Template.build` with RUN, ENV, WORKDIR, USER, a start
+command; a sandbox from the result; the build's logs; a failing step; an
+image warren cannot pull; another team.
+
+Run by `crates/warren/tests/template_builds.rs`, one case per invocation:
+
+    python template_builds.py CASE
+
+with E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (team A) and
+E2B_API_KEY_B (another team). Prints one JSON line of facts
+(`RESULT {...}`); exits non-zero on a failed assertion.
+"""
+
+import json
+import os
+import sys
+
+from e2b import Sandbox, Template
+
+from common import http, result, run
+
+KEY_B = os.environ.get("E2B_API_KEY_B", "")
+
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def api(method, path, body=None, key=None):
+    headers = {"X-API-Key": key or os.environ["E2B_API_KEY"]}
+    data = None
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+        data = json.dumps(body).encode()
+    status, hdrs, raw = http(method, path, headers, data)
+    try:
+        return status, hdrs, json.loads(raw) if raw else None
+    except ValueError:
+        return status, hdrs, raw
+
+
+def refused(fn):
+    """`fn()` raises; returns its message."""
+    try:
+        fn()
+    except Exception as e:  # the SDK's classes differ by status
+        return str(e)
+    raise AssertionError("expected a refusal")
+
+
+@case
+def build_use_and_teams():
+    logs = []
+    template = (
+        Template()
+        .from_base_image()
+        .run_cmd("echo built-by-run > /home/user/from-run.txt")
+        .run_cmd("whoami > /tmp/run-as-default.txt")
+        .run_cmd("apt-get --version > /dev/null && whoami > /tmp/run-as-root.txt", user="root")
+        .set_envs({"GREETING": "hello from env"})
+        .run_cmd('echo "$GREETING" > /home/user/env.txt')
+        .set_workdir("/srv/app")
+        .run_cmd("pwd > /tmp/run-cwd.txt")
+        .set_user("guest")
+        .run_cmd("whoami > /tmp/run-as-guest.txt")
+        .set_start_cmd("sleep 300", "true")
+    )
+    info = Template.build(template, "tb-app", cpu_count=1, memory_mb=512,
+                          on_build_logs=lambda e: logs.append(e.message))
+    assert info.template_id == "tb-app", info
+    assert any("[1/" in m and "from-run.txt" in m for m in logs), logs
+    assert any("built" in m for m in logs), logs
+
+    sbx = Sandbox.create("tb-app", timeout=120)
+    facts = {}
+    for key, path in [("run", "/home/user/from-run.txt"),
+                      ("default_user", "/tmp/run-as-default.txt"),
+                      ("root_user", "/tmp/run-as-root.txt"),
+                      ("env_file", "/home/user/env.txt"),
+                      ("run_cwd", "/tmp/run-cwd.txt"),
+                      ("guest", "/tmp/run-as-guest.txt")]:
+        facts[key] = sbx.files.read(path).strip()
+    # The last USER, WORKDIR and ENV are the sandbox's defaults.
+    _, whoami, _, _ = run(sbx, "whoami")
+    _, pwd, _, _ = run(sbx, "pwd")
+    _, env, _, _ = run(sbx, 'echo "$GREETING"')
+    facts.update(whoami=whoami.strip(), pwd=pwd.strip(), env=env.strip())
+    sbx.kill()
+
+    # Listed and aliased for its team.
+    assert Template.exists("tb-app")
+    status, _, listed = api("GET", "/templates")
+    assert status == 200, (status, listed)
+    mine = [t for t in listed if t["templateID"] == "tb-app"]
+    assert len(mine) == 1 and mine[0]["public"] is False, listed
+    # Another team: not listed, not found, not usable, not deletable.
+    status, _, listed_b = api("GET", "/templates", key=KEY_B)
+    assert status == 200 and all(t["templateID"] != "tb-app" for t in listed_b), listed_b
+    status, _, body = api("GET", "/templates/aliases/tb-app", key=KEY_B)
+    assert status == 404, (status, body)
+    status, _, body = api("POST", "/sandboxes", {"templateID": "tb-app"}, key=KEY_B)
+    assert status == 404, (status, body)
+    status, _, body = api("DELETE", "/templates/tb-app", key=KEY_B)
+    assert status == 404, (status, body)
+    # Not a snapshot.
+    status, _, snaps = api("GET", "/snapshots")
+    assert status == 200 and snaps == [], snaps
+    # Its team deletes it.
+    status, _, body = api("DELETE", "/templates/tb-app")
+    assert status == 204, (status, body)
+    assert not Template.exists("tb-app")
+    result(**facts)
+
+
+@case
+def failures():
+    # A failing RUN: a failed build, its output in the log, the reason.
+    logs = []
+    failing = (Template().from_template("base")
+               .run_cmd("echo about-to-fail && exit 3"))
+    msg = refused(lambda: Template.build(failing, "tb-fail", cpu_count=1, memory_mb=512,
+                                         on_build_logs=lambda e: logs.append(e.message)))
+    assert "failed to run command 'echo about-to-fail && exit 3': exit status 3" in msg, msg
+    assert "about-to-fail" in logs, logs
+    assert not Template.exists("tb-fail")
+    # An unknown user: E2B's words.
+    nobody = Template().from_template("base").run_cmd("whoami", user="root123")
+    user_msg = refused(lambda: Template.build(nobody, "tb-nobody", cpu_count=1, memory_mb=512))
+    assert ("failed to run command 'whoami': command failed: unauthenticated: "
+            "invalid username: 'root123'") in user_msg, user_msg
+    # An image from a registry: a 400 before anything runs.
+    image = Template().from_image("ubuntu:22.04").run_cmd("true")
+    image_msg = refused(lambda: Template.build(image, "tb-image", cpu_count=1, memory_mb=512))
+    assert "cannot reach an image registry" in image_msg, image_msg
+    # Hostile bodies: 400 naming the problem.
+    status, _, body = api("POST", "/v3/templates", {"name": "../etc", "cpuCount": 1})
+    assert status == 400 and "snapshot name" in body["message"], (status, body)
+    status, _, body = api("POST", "/v3/templates", {"name": "ok", "cpuCount": 999})
+    assert status == 400 and "cpuCount" in body["message"], (status, body)
+    status, _, req = api("POST", "/v3/templates", {"name": "tb-hostile"})
+    assert status == 202, (status, req)
+    path = f"/v2/templates/tb-hostile/builds/{req['buildID']}"
+    status, _, body = api("POST", path, {"fromTemplate": "base",
+                                         "steps": [{"type": "COPY", "args": ["a", "/b"]}]})
+    assert status == 400 and "COPY" in body["message"], (status, body)
+    # Another team cannot start or read team A's build.
+    status, _, body = api("POST", path, {"fromTemplate": "base", "steps": []}, key=KEY_B)
+    assert status == 404, (status, body)
+    status, _, body = api("GET", f"/templates/tb-hostile/builds/{req['buildID']}/status",
+                          key=KEY_B)
+    assert status == 404, (status, body)
+    result(fail=msg, user=user_msg, image=image_msg)
+
+
+if __name__ == "__main__":
+    try:
+        CASES[sys.argv[1]]()
+    finally:
+        for key in filter(None, (os.environ["E2B_API_KEY"], KEY_B)):
+            status, _, left = api("GET", "/v2/sandboxes?state=running,paused", key=key)
+            for s in left if status == 200 else []:
+                api("DELETE", f"/sandboxes/{s['sandboxID']}", key=key)
