@@ -127,6 +127,14 @@ def failures():
     assert "failed to run command 'echo about-to-fail && exit 3': exit status 3" in msg, msg
     assert "about-to-fail" in logs, logs
     assert not Template.exists("tb-fail")
+    # Output past the bound is read and dropped, and the log says so.
+    flood_logs = []
+    flood = (Template().from_template("base")
+             .run_cmd("head -c 3000000 /dev/zero | tr '\\0' x; echo; echo last-line; exit 1"))
+    refused(lambda: Template.build(flood, "tb-flood", cpu_count=1, memory_mb=512,
+                                   on_build_logs=lambda e: flood_logs.append(e.message)))
+    assert any("more bytes of output not kept" in m for m in flood_logs), flood_logs[-5:]
+    assert max(len(m) for m in flood_logs) <= 4096 + 200, max(len(m) for m in flood_logs)
     # An unknown user: E2B's words.
     nobody = Template().from_template("base").run_cmd("whoami", user="root123")
     user_msg = refused(lambda: Template.build(nobody, "tb-nobody", cpu_count=1, memory_mb=512))

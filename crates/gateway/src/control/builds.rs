@@ -52,6 +52,10 @@ const MAX_STEPS: usize = 500;
 const MAX_ARG: usize = 64 * 1024;
 /// Most log lines one build keeps (the rest are dropped, and said so).
 const MAX_LOG_LINES: usize = 10_000;
+/// Most output of one step kept for the log, in bytes.
+const MAX_STEP_OUTPUT: usize = 1024 * 1024;
+/// Longest log line kept, in bytes.
+const MAX_LINE: usize = 4096;
 /// Most log entries one status answer carries (E2B's `limit` maximum).
 const MAX_PAGE: usize = 100;
 /// How long the build sandbox may live.
@@ -739,19 +743,54 @@ impl Job {
         sandbox: &warren_client::Sandbox,
         command: warren_client::Command,
     ) -> Result<i32, String> {
-        let out = client
-            .run_to_end(sandbox, command)
+        let mut stream = client
+            .run(sandbox, command)
             .await
             .map_err(|e| e.to_string())?;
-        for line in String::from_utf8_lossy(&out.all).lines() {
-            self.log("info", line.to_string());
-        }
-        if let Some(e) = out.exit.error.filter(|e| !e.is_empty()) {
-            if out.exit.exit_code == 0 {
-                return Err(e);
+        // Output goes to the log line by line; a step's output past
+        // MAX_STEP_OUTPUT is read and dropped (the gateway's memory is not
+        // the tenant's to fill).
+        let (mut pending, mut kept, mut dropped) = (Vec::new(), 0usize, 0u64);
+        loop {
+            match stream.next().await.map_err(|e| e.to_string())? {
+                Some(
+                    warren_client::StreamEvent::Stdout(b) | warren_client::StreamEvent::Stderr(b),
+                ) => {
+                    let room = MAX_STEP_OUTPUT.saturating_sub(kept);
+                    let take = b.len().min(room);
+                    pending.extend_from_slice(&b[..take]);
+                    kept += take;
+                    dropped += (b.len() - take) as u64;
+                    while let Some(i) = pending.iter().position(|&c| c == b'\n') {
+                        let line: Vec<u8> = pending.drain(..=i).collect();
+                        self.log_output(&line[..i]);
+                    }
+                }
+                Some(warren_client::StreamEvent::End(exit)) => {
+                    if !pending.is_empty() {
+                        self.log_output(&pending);
+                    }
+                    if dropped > 0 {
+                        self.log("warn", format!("({dropped} more bytes of output not kept)"));
+                    }
+                    if let Some(e) = exit.error.filter(|e| !e.is_empty()) {
+                        if exit.exit_code == 0 {
+                            return Err(e);
+                        }
+                    }
+                    return Ok(exit.exit_code);
+                }
+                Some(_) => {}
+                None => return Err("the command's stream ended without its exit".into()),
             }
         }
-        Ok(out.exit.exit_code)
+    }
+
+    /// One line of a step's output, cut at MAX_LINE bytes.
+    fn log_output(&self, line: &[u8]) {
+        let line = &line[..line.len().min(MAX_LINE)];
+        let text = String::from_utf8_lossy(line);
+        self.log("info", text.trim_end_matches('\r').to_string());
     }
 
     /// `script` with `args` as `$1...`, as root (the bookkeeping steps).
