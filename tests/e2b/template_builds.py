@@ -164,6 +164,44 @@ def failures():
     result(fail=msg, user=user_msg, image=image_msg)
 
 
+@case
+def tags():
+    info = Template.build(Template().from_template("base").run_cmd("echo v1 > /tmp/version"),
+                          "tb-tag:v1", cpu_count=1, memory_mb=512)
+    assert info.tags == ["v1"], info
+    assert Template.exists("tb-tag:v1")
+    assert not Template.exists("tb-tag"), "built with a tag only: no default"
+    sbx = Sandbox.create("tb-tag:v1", timeout=60)
+    v1 = sbx.files.read("/tmp/version").strip()
+    sbx.kill()
+    # More tags for that build; the default one makes the bare name work.
+    got = Template.assign_tags("tb-tag:v1", ["prod", "default"])
+    assert sorted(got.tags) == ["default", "prod"], got
+    for called in ("tb-tag", "tb-tag:prod", "tb-tag:default"):
+        sbx = Sandbox.create(called, timeout=60)
+        assert sbx.files.read("/tmp/version").strip() == "v1", called
+        sbx.kill()
+    # Bad tags: refused, naming them.
+    for bad in (":invalid-tag", "tb-tag:", "a/b"):
+        msg = refused(lambda: Template.assign_tags("tb-tag:v1", bad))
+        assert "tag" in msg, (bad, msg)
+    # Another team: the target does not exist.
+    status, _, body = api("POST", "/templates/tags", {"target": "tb-tag:v1", "tags": ["x"]},
+                          key=KEY_B)
+    assert status == 404, (status, body)
+    status, _, body = api("DELETE", "/templates/tags", {"name": "tb-tag", "tags": ["prod"]},
+                          key=KEY_B)
+    assert status == 404, (status, body)
+    assert Template.exists("tb-tag:prod")
+    # Removing a tag: that name is gone, the others stay.
+    Template.remove_tags("tb-tag", ["prod"])
+    assert not Template.exists("tb-tag:prod")
+    assert Template.exists("tb-tag:v1") and Template.exists("tb-tag")
+    status, _, body = api("POST", "/sandboxes", {"templateID": "tb-tag:prod"})
+    assert status == 404, (status, body)
+    result(v1=v1, tags=sorted(got.tags))
+
+
 if __name__ == "__main__":
     try:
         CASES[sys.argv[1]]()

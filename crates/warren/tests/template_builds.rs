@@ -7,6 +7,9 @@
 //! with its output in the log; an unknown user, an image from a registry,
 //! a COPY step and hostile bodies are refused with messages naming them.
 //!
+//! Tags: `name:tag` names a build; `Template.assign_tags` and
+//! `remove_tags` move names, for the team only; bad tags are refused.
+//!
 //! Each cluster gets a template store of its own holding only `base` (its
 //! root linked from the shared store), so builds never land in the store
 //! other tests and `warren dev` read.
@@ -120,5 +123,21 @@ async fn failed_and_refused_builds_say_why_and_record_nothing() {
         .expect("records")
         .count();
     assert_eq!(records, 1, "nothing but base recorded");
+    drop(c);
+}
+
+#[tokio::test]
+async fn tags_name_builds_and_move_between_names_for_their_team_only() {
+    let store = tempfile::tempdir().expect("tempdir");
+    private_store(store.path());
+    let c = cluster(store.path()).await;
+    let r = run(&c, "tags").await;
+    assert_eq!(r["v1"], "v1", "{r}");
+    assert_eq!(r["tags"], serde_json::json!(["default", "prod"]), "{r}");
+    // base, tb-tag (default) and tb-tag:v1: prod was removed.
+    let records = std::fs::read_dir(store.path().join("templates"))
+        .expect("records")
+        .count();
+    assert_eq!(records, 3, "{r}");
     drop(c);
 }

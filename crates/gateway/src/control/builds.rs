@@ -98,6 +98,8 @@ struct Reason {
 struct Build {
     team: String,
     name: String,
+    /// The tags the build gets (`default` when the request named none).
+    tags: Vec<String>,
     cpu_count: u32,
     memory_mb: u64,
     status: Status,
@@ -236,12 +238,13 @@ pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Bo
         Some(_) => return Err(bad("field \"tags\" must be an array of strings")),
     };
     tags.extend(tag);
-    if let Some(t) = tags.iter().find(|t| t.as_str() != "default") {
-        return Err(bad(format!(
-            "tag {t:?}: template tags are not supported by warren yet (only \"default\"); \
-             build under a name of its own instead"
-        )));
+    for t in &tags {
+        validate_tag(t)?;
     }
+    if tags.is_empty() {
+        tags.push(DEFAULT_TAG.to_string());
+    }
+    tags.dedup();
     let number = |k: &str, default: u64, range: std::ops::RangeInclusive<u64>| match obj.get(k) {
         None | Some(serde_json::Value::Null) => Ok(default),
         Some(n) => n.as_u64().filter(|n| range.contains(n)).ok_or_else(|| {
@@ -262,7 +265,7 @@ pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Bo
             format!("{name:?} is the name of an operator's template; choose another name"),
         ));
     }
-    let build_id = warren_core::id::random_token(24);
+    let build_id = new_build_id();
     app.builds.with(|m| {
         if m.len() >= MAX_BUILDS {
             m.retain(|_, b| b.finished.is_none_or(|at| at.elapsed() < KEEP_FINISHED));
@@ -281,6 +284,7 @@ pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Bo
                 name: name.clone(),
                 cpu_count,
                 memory_mb,
+                tags: tags.clone(),
                 status: Status::Waiting,
                 logs: Vec::new(),
                 reason: None,
@@ -298,7 +302,7 @@ pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Bo
             public: false,
             aliases: vec![name.clone()],
             names: vec![name],
-            tags: Vec::new(),
+            tags,
         },
     )
 }
@@ -337,6 +341,52 @@ struct Plan {
     steps: Vec<Step>,
     start_cmd: String,
     ready_cmd: String,
+}
+
+/// The tag of a template's name without one (`name` is `name:default`).
+pub(crate) const DEFAULT_TAG: &str = "default";
+
+/// A build id: a random UUID (the SDK parses some as UUIDs).
+fn new_build_id() -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(warren_core::id::random_token(32).as_bytes());
+    let x: String = h.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &x[..8],
+        &x[8..12],
+        &x[13..16],
+        &x[17..20],
+        &x[20..32]
+    )
+}
+
+/// Checks a tag: 1 to 64 of `A-Z a-z 0-9 . _ -`, starting with a letter
+/// or digit (so no `:`; `name:tag` is how a name carries one).
+pub(crate) fn validate_tag(t: &str) -> Result<(), ApiError> {
+    let ok = !t.is_empty()
+        && t.len() <= 64
+        && t.as_bytes()[0].is_ascii_alphanumeric()
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(format!(
+            "tag {t:?} must be 1 to 64 of A-Z, a-z, 0-9, '.', '_', '-', starting with a letter \
+             or digit"
+        )))
+    }
+}
+
+/// The name a team's template is found by with `tag`: `name`, or
+/// `name:tag`.
+pub(crate) fn tagged(name: &str, tag: &str) -> String {
+    if tag == DEFAULT_TAG {
+        name.to_string()
+    } else {
+        format!("{name}:{tag}")
+    }
 }
 
 /// A user name a step may name: 1 to 32 of `A-Z a-z 0-9 . _ -`, not
@@ -542,7 +592,7 @@ pub(super) fn start(
         .and_then(|v| v.to_str().ok())
         .map(|k| k.trim().to_string())
         .unwrap_or_default();
-    let (name, cpu_count, memory_mb) = app.builds.with(|m| {
+    let (name, tags, cpu_count, memory_mb) = app.builds.with(|m| {
         let Some(b) = m
             .get_mut(build_id)
             .filter(|b| b.team == team.0 && b.name == template_id)
@@ -557,13 +607,14 @@ pub(super) fn start(
             ));
         }
         b.status = Status::Building;
-        Ok((b.name.clone(), b.cpu_count, b.memory_mb))
+        Ok((b.name.clone(), b.tags.clone(), b.cpu_count, b.memory_mb))
     })?;
     let job = Job {
         builds: app.builds.clone(),
         build_id: build_id.to_string(),
         team: team.0.clone(),
         name,
+        tags,
         store,
         self_url,
         key,
@@ -664,12 +715,131 @@ pub(super) fn files(_app: &App, _team: &Team) -> Result<Response<Body>, ApiError
     ))
 }
 
+/// E2B's `AssignedTemplateTags`.
+#[derive(Debug, serde::Serialize)]
+struct Assigned {
+    tags: Vec<String>,
+    #[serde(rename = "buildID")]
+    build_id: String,
+}
+
+/// The build id a built record names.
+fn build_of(t: &Template) -> String {
+    t.source
+        .strip_prefix(BUILT_SOURCE)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn string_list(
+    obj: &serde_json::Map<String, serde_json::Value>,
+    k: &str,
+) -> Result<Vec<String>, ApiError> {
+    let list: Vec<String> = match obj.get(k) {
+        Some(serde_json::Value::Array(a)) => a
+            .iter()
+            .map(|t| t.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad(format!("field {k:?} must be an array of strings")))?,
+        _ => {
+            return Err(bad(format!(
+                "field {k:?} (an array of strings) is required"
+            )))
+        }
+    };
+    if list.is_empty() || list.len() > 64 {
+        return Err(bad(format!("field {k:?} must name 1 to 64 tags")));
+    }
+    for t in &list {
+        validate_tag(t)?;
+    }
+    Ok(list)
+}
+
+fn object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, ApiError> {
+    match serde_json::from_slice(body) {
+        Ok(serde_json::Value::Object(o)) => Ok(o),
+        Ok(_) => Err(bad("the body must be a JSON object")),
+        Err(e) => Err(bad(format!("invalid JSON body: {e}"))),
+    }
+}
+
+/// The team's built template `called` (`name` or `name:tag`), or 404.
+fn built(store: &Store, team: &Team, called: &str) -> Result<Template, ApiError> {
+    match super::snapshots::find(store, team, called)? {
+        Some(t) if is_built(&t) => Ok(t),
+        _ => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "template_not_found",
+            format!("template {called:?} not found"),
+        )),
+    }
+}
+
+/// `POST /templates/tags` (`Template.assign_tags`): `{target: "name:tag",
+/// tags}`: the target's build gets the tags too (each a record of its own,
+/// moved from any build that had it); 201.
+pub(super) fn assign_tags(app: &App, team: &Team, body: &[u8]) -> Result<Response<Body>, ApiError> {
+    let obj = object(body)?;
+    let target = match obj.get("target") {
+        Some(serde_json::Value::String(t)) => t.clone(),
+        _ => return Err(bad("field \"target\" (a string, name:tag) is required")),
+    };
+    let tags = string_list(&obj, "tags")?;
+    let name = target.split(':').next().unwrap_or_default().to_string();
+    if !super::snapshots::team_name_ok(&target) {
+        return Err(bad(format!(
+            "target {target:?} is not a template name (name or name:tag)"
+        )));
+    }
+    let store = super::snapshots::store(app)?;
+    let mut t = built(&store, team, &target)?;
+    for tag in &tags {
+        let called = tagged(&name, tag);
+        t.name = warren_template::named_snapshot_key(&team.0, &called);
+        if let Some(s) = t.snapshot.as_mut() {
+            s.name = Some(called);
+        }
+        store.put(&t).map_err(super::snapshots::internal)?;
+    }
+    reply(
+        StatusCode::CREATED,
+        &Assigned {
+            tags,
+            build_id: build_of(&t),
+        },
+    )
+}
+
+/// `DELETE /templates/tags` (`Template.remove_tags`): `{name, tags}`: the
+/// tags leave the team's template `name`; 404 if one is not there.
+pub(super) fn remove_tags(app: &App, team: &Team, body: &[u8]) -> Result<Response<Body>, ApiError> {
+    let obj = object(body)?;
+    let name = match obj.get("name") {
+        Some(serde_json::Value::String(n)) => n.split(':').next().unwrap_or_default().to_string(),
+        _ => return Err(bad("field \"name\" (a string) is required")),
+    };
+    super::snapshots::validate_name(&name)?;
+    let tags = string_list(&obj, "tags")?;
+    let store = super::snapshots::store(app)?;
+    let found: Vec<Template> = tags
+        .iter()
+        .map(|tag| built(&store, team, &tagged(&name, tag)))
+        .collect::<Result<_, _>>()?;
+    for t in found {
+        store.remove(&t.name).map_err(super::snapshots::internal)?;
+    }
+    Ok(warren_core::body::status(StatusCode::NO_CONTENT))
+}
+
 /// A started build, run to its end in the background.
 struct Job {
     builds: Arc<Builds>,
     build_id: String,
     team: String,
     name: String,
+    tags: Vec<String>,
     store: Store,
     self_url: String,
     key: String,
@@ -943,8 +1113,8 @@ impl Job {
             memory_mb: self.memory_mb,
             ..self.parent.defaults.clone()
         };
-        let template = Template {
-            name: warren_template::named_snapshot_key(&self.team, &self.name),
+        let mut template = Template {
+            name: String::new(),
             digest: snap.digest.clone(),
             defaults,
             created_at_ms: now_ms() as u64,
@@ -952,7 +1122,7 @@ impl Job {
             layers: snap.layers.clone(),
             snapshot: Some(Snapshot {
                 team: self.team.clone(),
-                name: Some(self.name.clone()),
+                name: None,
                 source_sandbox: sandbox.sandbox_id.clone(),
                 node_id: snap
                     .snapshot
@@ -961,7 +1131,15 @@ impl Job {
                     .unwrap_or_default(),
             }),
         };
-        let put = self.store.put(&template).map_err(|e| e.to_string());
+        let mut put = Ok(());
+        for tag in &self.tags {
+            let called = tagged(&self.name, tag);
+            template.name = warren_template::named_snapshot_key(&self.team, &called);
+            if let Some(s) = template.snapshot.as_mut() {
+                s.name = Some(called);
+            }
+            put = put.and(self.store.put(&template).map_err(|e| e.to_string()));
+        }
         let _ = self.store.remove(&snap_id);
         put
     }

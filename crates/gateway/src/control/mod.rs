@@ -90,6 +90,8 @@ enum Endpoint {
     TemplateBuildStatus(String, String),
     /// `/templates/{id}/files/{hash}`: COPY's upload link.
     TemplateFiles(String, String),
+    /// `/templates/tags`: assign (POST) or remove (DELETE) tags.
+    TemplateTags,
 }
 
 impl Endpoint {
@@ -122,6 +124,8 @@ impl Endpoint {
             ["templates"] => Endpoint::Templates,
             ["sandboxes", s, "snapshots"] => Endpoint::Snapshot(id(s)),
             ["snapshots"] => Endpoint::Snapshots,
+            // Before `/templates/{id}`: "tags" is no template id.
+            ["templates", "tags"] => Endpoint::TemplateTags,
             ["templates", t] => Endpoint::Template(id(t)),
             ["templates", "aliases", a] => Endpoint::TemplateAlias(id(a)),
             ["v3", "templates"] => Endpoint::TemplateBuilds,
@@ -147,6 +151,7 @@ impl Endpoint {
             | Endpoint::TemplateBuildStatus(..)
             | Endpoint::TemplateFiles(..) => &[Method::GET],
             Endpoint::Template(_) => &[Method::DELETE],
+            Endpoint::TemplateTags => &[Method::POST, Method::DELETE],
             Endpoint::Network(_) => &[Method::PUT],
             _ => &[Method::POST],
         }
@@ -163,6 +168,7 @@ impl Endpoint {
             | Endpoint::Template(_)
             | Endpoint::TemplateAlias(_)
             | Endpoint::TemplateBuilds
+            | Endpoint::TemplateTags
             | Endpoint::TemplateBuild(..)
             | Endpoint::TemplateBuildStatus(..)
             | Endpoint::TemplateFiles(..) => None,
@@ -247,6 +253,8 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         }
         (Endpoint::TemplateBuildStatus(t, b), _) => builds::status(app, &team, &t, &b, query),
         (Endpoint::TemplateFiles(..), _) => builds::files(app, &team),
+        (Endpoint::TemplateTags, Method::DELETE) => builds::remove_tags(app, &team, &body),
+        (Endpoint::TemplateTags, _) => builds::assign_tags(app, &team, &body),
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id), _) => pause::pause(app, &team, &id, &body).await,
         (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,
@@ -373,6 +381,10 @@ mod tests {
             Some(Endpoint::Template("team%2Fs%3Adefault".into()))
         );
         assert_eq!(Endpoint::parse("/sandboxes/a/b/c"), None);
+        assert_eq!(
+            Endpoint::parse("/templates/tags"),
+            Some(Endpoint::TemplateTags)
+        );
         assert_eq!(
             Endpoint::parse("/v2/templates/t/builds/b"),
             Some(Endpoint::TemplateBuild("t".into(), "b".into()))

@@ -116,12 +116,21 @@ pub(super) fn validate_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Whether `id` may be a team's name: a snapshot or template name, or a
+/// built template's `name:tag`.
+pub(super) fn team_name_ok(id: &str) -> bool {
+    match id.split_once(':') {
+        Some((n, t)) => validate_name(n).is_ok() && super::builds::validate_tag(t).is_ok(),
+        None => validate_name(id).is_ok(),
+    }
+}
+
 /// `team`'s snapshot called `id` (its name or its record's name), if any.
 /// Another team's snapshot is `None`, exactly like an unknown one.
 pub(super) fn find(store: &Store, team: &Team, id: &str) -> Result<Option<Template>, ApiError> {
     let id = bare(id);
     let mine = |t: &Template| t.snapshot.as_ref().is_some_and(|s| s.team == team.0);
-    if validate_name(id).is_ok() {
+    if team_name_ok(id) {
         match store.get(&warren_template::named_snapshot_key(&team.0, id)) {
             Ok(t) if mine(&t) => return Ok(Some(t)),
             Ok(_) | Err(TemplateError::NotFound(_)) => {}
@@ -408,7 +417,7 @@ pub(super) fn alias(app: &App, team: &Team, raw: &str) -> Result<Response<Body>,
         .decode_utf8()
         .map_err(|_| ApiError::bad_request("invalid_alias", "the alias is not UTF-8"))?;
     let name = bare(&alias);
-    if validate_name(name).is_err() {
+    if !team_name_ok(name) {
         return Err(ApiError::bad_request(
             "invalid_alias",
             format!(
