@@ -8,6 +8,29 @@ use std::time::Duration;
 /// The template store the tests' nodes read.
 pub const TEMPLATE_DIR: &str = "/var/lib/warren/templates";
 
+/// Makes `dir` a template store of its own holding only the shared store's
+/// `base` (its record copied, its root linked), so what a test makes there
+/// (snapshots, API builds) never lands in the store other tests and
+/// `warren dev` read. Returns `base`'s record.
+pub fn private_store(dir: &Path) -> serde_json::Value {
+    for sub in ["blobs", "rootfs", "templates", "tmp"] {
+        std::fs::create_dir_all(dir.join(sub)).expect("store dirs");
+    }
+    let record = std::fs::read(format!("{TEMPLATE_DIR}/templates/base.json")).expect(
+        "the base template is built (scripts/test builds it; docs/sandboxes.md, Templates)",
+    );
+    let base: serde_json::Value = serde_json::from_slice(&record).expect("base.json parses");
+    let digest = base["digest"].as_str().expect("a digest");
+    let hex = digest.trim_start_matches("sha256-");
+    std::os::unix::fs::symlink(
+        format!("{TEMPLATE_DIR}/rootfs/{hex}"),
+        dir.join("rootfs").join(hex),
+    )
+    .expect("link base's root");
+    std::fs::write(dir.join("templates/base.json"), &record).expect("base record");
+    base
+}
+
 /// A template a test made; removed (its name, blob and unpacked root: its
 /// content, and so its digest, is the test's own) when dropped. Declare it
 /// before the cluster that uses it, so it is dropped after.

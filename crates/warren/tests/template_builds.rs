@@ -21,31 +21,10 @@ use std::path::Path;
 use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::sdk::run_case;
+use warren_test_support::templates::private_store;
 
 const KEY: &str = "e2b_5a7c9e1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c";
 const KEY_B: &str = "e2b_b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a1c3e5b7d9";
-const SHARED: &str = warren_test_support::templates::TEMPLATE_DIR;
-
-/// A store at `dir` with the shared store's `base` record, its root linked.
-fn private_store(dir: &Path) {
-    for sub in ["blobs", "rootfs", "templates", "tmp"] {
-        std::fs::create_dir_all(dir.join(sub)).expect("store dirs");
-    }
-    let record = std::fs::read(format!("{SHARED}/templates/base.json"))
-        .expect("the base template is built (see docs/templates.md)");
-    let base: serde_json::Value = serde_json::from_slice(&record).expect("base.json parses");
-    let hex = base["digest"]
-        .as_str()
-        .expect("a digest")
-        .trim_start_matches("sha256-")
-        .to_string();
-    std::os::unix::fs::symlink(
-        format!("{SHARED}/rootfs/{hex}"),
-        dir.join("rootfs").join(&hex),
-    )
-    .expect("link base's root");
-    std::fs::write(dir.join("templates/base.json"), &record).expect("base record");
-}
 
 async fn cluster(store: &Path) -> Cluster {
     let dir = vec!["--template-dir".to_string(), store.display().to_string()];
