@@ -56,14 +56,40 @@ impl Query {
     }
 }
 
+/// Why a signed `/files` URL is refused (E2B envd's messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignatureError {
+    /// No `signature` parameter: the request needs the access token.
+    Missing,
+    /// `signature_expiration` is not a number.
+    BadExpiration,
+    /// The signature is not the one the token makes.
+    Invalid,
+    /// The signature matches, but its expiration has passed.
+    Expired,
+}
+
+impl SignatureError {
+    pub fn message(self) -> &'static str {
+        match self {
+            SignatureError::Missing => "missing or invalid access token (X-Access-Token)",
+            SignatureError::BadExpiration => "invalid signature_expiration",
+            SignatureError::Invalid => "invalid signature",
+            SignatureError::Expired => "signature is already expired",
+        }
+    }
+}
+
 /// Whether `query` carries a valid, unexpired signature for `method` made
 /// with `token` (the e2b SDK's `get_signature`: sha256 of
-/// `path:operation:user:token[:expiration]`).
-pub fn signature_ok(query: &Query, method: &Method, token: &str) -> bool {
+/// `path:operation:user:token[:expiration]`). The signature is judged
+/// before its expiration, so a forger never learns whether the expiry
+/// was the problem.
+pub fn check_signature(query: &Query, method: &Method, token: &str) -> Result<(), SignatureError> {
     use base64::Engine;
     use sha2::Digest;
     let Some(signature) = query.signature.as_deref() else {
-        return false;
+        return Err(SignatureError::Missing);
     };
     let operation = if method == Method::GET {
         "read"
@@ -73,24 +99,31 @@ pub fn signature_ok(query: &Query, method: &Method, token: &str) -> bool {
     let path = query.path.as_deref().unwrap_or("");
     let user = query.username.as_deref().unwrap_or("");
     let mut raw = format!("{path}:{operation}:{user}:{token}");
-    if let Some(exp) = query.signature_expiration.as_deref() {
-        let Ok(exp) = exp.parse::<u64>() else {
-            return false;
-        };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        if now > exp {
-            return false;
+    let expiration = match query.signature_expiration.as_deref() {
+        None => None,
+        Some(exp) => {
+            let exp = exp
+                .parse::<i64>()
+                .map_err(|_| SignatureError::BadExpiration)?;
+            raw.push_str(&format!(":{exp}"));
+            Some(exp)
         }
-        raw.push_str(&format!(":{exp}"));
-    }
+    };
     let digest = sha2::Sha256::digest(raw.as_bytes());
     let expected = format!(
         "v1_{}",
         base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest)
     );
-    crate::server::constant_time_eq(expected.as_bytes(), signature.as_bytes())
+    if !crate::server::constant_time_eq(expected.as_bytes(), signature.as_bytes()) {
+        return Err(SignatureError::Invalid);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    match expiration {
+        Some(exp) if now > exp => Err(SignatureError::Expired),
+        _ => Ok(()),
+    }
 }
 
 /// Serves `/files`.

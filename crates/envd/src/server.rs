@@ -188,8 +188,8 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
         return reply::status(StatusCode::NO_CONTENT);
     }
     let is_files = path == "/files";
-    if !authorized(app, &req, is_files) {
-        let answer = unauthorized(&req);
+    if let Err(why) = authorized(app, &req, is_files) {
+        let answer = unauthorized(&req, why.message());
         drain::discard(req.into_body());
         return answer;
     }
@@ -256,21 +256,30 @@ fn oversized_unary(req: &Request<Incoming>) -> Option<Response<Body>> {
     )
 }
 
-fn authorized(app: &App, req: &Request<Incoming>, is_files: bool) -> bool {
+/// Ok when the request carries the access token, or (for `/files`) a
+/// valid signed URL; otherwise why not.
+fn authorized(
+    app: &App,
+    req: &Request<Incoming>,
+    is_files: bool,
+) -> Result<(), files::SignatureError> {
     let Some(token) = app.token.as_deref() else {
-        return true;
+        return Ok(());
     };
     let header_ok = req
         .headers()
         .get("x-access-token")
         .is_some_and(|v| constant_time_eq(v.as_bytes(), token.as_bytes()));
-    header_ok
-        || (is_files
-            && files::signature_ok(&files::Query::parse(req.uri().query()), req.method(), token))
+    if header_ok {
+        return Ok(());
+    }
+    if !is_files {
+        return Err(files::SignatureError::Missing);
+    }
+    files::check_signature(&files::Query::parse(req.uri().query()), req.method(), token)
 }
 
-fn unauthorized(req: &Request<Incoming>) -> Response<Body> {
-    let message = "missing or invalid access token (X-Access-Token)";
+fn unauthorized(req: &Request<Incoming>, message: &str) -> Response<Body> {
     let is_rpc = req
         .headers()
         .get(http::header::CONTENT_TYPE)

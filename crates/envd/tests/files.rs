@@ -613,6 +613,48 @@ async fn access_token_guards_everything_but_health() {
         "a write signature does not read"
     );
 
+    // Expiring signatures: E2B envd's answers, the signature judged first
+    // (a forger never learns whether the expiry was the problem).
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 120;
+    let expired = signature("x", "read", "", &format!("{TOKEN}:{past}"));
+    let future = signature("x", "read", "", &format!("{TOKEN}:{}", past + 3600));
+    for (query, want_status, want_message) in [
+        (
+            format!("signature={expired}&signature_expiration={past}"),
+            StatusCode::UNAUTHORIZED,
+            Some("signature is already expired"),
+        ),
+        (
+            format!("signature=v1_forged&signature_expiration={past}"),
+            StatusCode::UNAUTHORIZED,
+            Some("invalid signature"),
+        ),
+        (
+            format!("signature={expired}&signature_expiration=soon"),
+            StatusCode::UNAUTHORIZED,
+            Some("invalid signature_expiration"),
+        ),
+        (
+            format!("signature={future}&signature_expiration={}", past + 3600),
+            StatusCode::OK,
+            None,
+        ),
+    ] {
+        let (status, _, body) = envd
+            .http("GET", &format!("/files?path=x&{query}"), &[], vec![])
+            .await;
+        assert_eq!(status, want_status, "{query}");
+        if let Some(message) = want_message {
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["message"], message, "{query}");
+            assert_eq!(body["code"], 401, "{query}");
+        }
+    }
+
     // RPCs: Connect `unauthenticated`, unary and streaming, proto and JSON.
     let anonymous = warren_envd_proto::process::ProcessClient::new(
         connectrpc::client::HttpClient::plaintext(),

@@ -129,6 +129,25 @@ fn string_list(obj: &Map<String, Value>, field: &str) -> Result<Vec<String>, Api
     }
 }
 
+/// What warren's egress cannot do is refused by name rather than dropped:
+/// per-domain `rules` (header transforms need a TLS-intercepting egress
+/// proxy, which warren does not run) and an `egressProxy`. `prefix` names
+/// where the fields sit (`"network."` at create).
+fn refuse_unsupported_network(n: &Map<String, Value>, prefix: &str) -> Result<(), ApiError> {
+    for (field, empty) in [("rules", "{}"), ("egressProxy", "null")] {
+        match n.get(field) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(m)) if m.is_empty() => {}
+            Some(_) => {
+                return Err(bad(format!(
+                    "field \"{prefix}{field}\" is not supported by warren (send {empty} or leave it out)"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// E2B's `allow_internet_access` and `network` (allowOut, denyOut).
 fn network_policy(
     obj: &Map<String, Value>,
@@ -144,7 +163,10 @@ fn network_policy(
     };
     let (allow_out, deny_out) = match obj.get("network") {
         None | Some(Value::Null) => (Vec::new(), Vec::new()),
-        Some(Value::Object(n)) => (string_list(n, "allowOut")?, string_list(n, "denyOut")?),
+        Some(Value::Object(n)) => {
+            refuse_unsupported_network(n, "network.")?;
+            (string_list(n, "allowOut")?, string_list(n, "denyOut")?)
+        }
         Some(_) => return Err(bad("field \"network\" must be an object".into())),
     };
     if allow_internet.is_none() && allow_out.is_empty() && deny_out.is_empty() {
@@ -240,17 +262,7 @@ impl NetworkUpdate {
     pub fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
         // Required (E2B's spec): an empty body would open the internet.
         let obj = object(bytes, false)?;
-        for (field, empty) in [("rules", "{}"), ("egressProxy", "null")] {
-            match obj.get(field) {
-                None | Some(Value::Null) => {}
-                Some(Value::Object(m)) if m.is_empty() => {}
-                Some(_) => {
-                    return Err(bad(format!(
-                        "field {field:?} is not supported by warren (send {empty} or leave it out)"
-                    )))
-                }
-            }
-        }
+        refuse_unsupported_network(&obj, "")?;
         let allow_internet = match obj.get("allow_internet_access") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(b)) => *b,
@@ -562,6 +574,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.message.contains("maskRequestHost"), "{}", e.message);
+    }
+
+    #[test]
+    fn unsupported_network_fields_are_refused_at_create() {
+        // A header transform silently dropped would send a request without
+        // the credential it was meant to carry: refused, by name.
+        for (body, names) in [
+            (
+                &br#"{"templateID":"base","network":{"rules":{"a.com":[{"transform":{"headers":{"X":"1"}}}]}}}"#[..],
+                "network.rules",
+            ),
+            (
+                br#"{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}"#,
+                "network.egressProxy",
+            ),
+        ] {
+            let e = NewSandbox::parse(body, 300).unwrap_err();
+            assert_eq!(e.status.as_u16(), 400);
+            assert!(e.message.contains(names), "{}", e.message);
+        }
+        NewSandbox::parse(
+            br#"{"templateID":"base","network":{"rules":{},"egressProxy":null}}"#,
+            300,
+        )
+        .unwrap();
     }
 
     #[test]
