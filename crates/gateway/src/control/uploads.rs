@@ -270,7 +270,9 @@ impl Uploads {
         let team = match self.check(hash, query) {
             Ok(t) => t,
             Err(e) => {
-                drain(&mut body).await;
+                // Little is read for a link that is not one: whoever holds
+                // no link gets the answer for a small body only.
+                drain(&mut body, 1 << 20).await;
                 return Err(e);
             }
         };
@@ -291,7 +293,7 @@ impl Uploads {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > max) {
-            drain(&mut body).await;
+            drain(&mut body, DRAIN).await;
             return Err(too_large());
         }
         let partial = self
@@ -349,7 +351,7 @@ impl Uploads {
         if result.is_err() {
             let _ = std::fs::remove_file(&partial);
             self.with(|s| s.used = s.used.saturating_sub(written));
-            drain(&mut body).await;
+            drain(&mut body, DRAIN).await;
         } else {
             tracing::info!(team = %team, hash, bytes = written, "build files uploaded");
         }
@@ -393,16 +395,18 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// Most of a refused upload read (and dropped) before the answer.
+const DRAIN: usize = 64 << 20;
+
 /// After an error answer to an upload, reads and drops what the client is
-/// still sending (bounded), so it gets the answer instead of a reset that
-/// could swallow it.
-async fn drain(body: &mut Incoming) {
-    const LIMIT: usize = 64 << 20;
+/// still sending (at most `limit` bytes, 10 s), so it gets the answer
+/// instead of a reset that could swallow it.
+async fn drain(body: &mut Incoming, limit: usize) {
     let mut seen = 0usize;
     let _ = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(Ok(frame)) = body.frame().await {
             seen += frame.data_ref().map_or(0, |d| d.len());
-            if seen > LIMIT {
+            if seen > limit {
                 break;
             }
         }
