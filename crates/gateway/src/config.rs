@@ -454,6 +454,30 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--scheduler"), "{err}");
+        let err = parse(&["--api-key", "k:t", "--build-upload-max-bytes", "0"])
+            .validate()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("--build-upload-max-bytes"),
+            "{err}"
+        );
+        let err = parse(&[
+            "--api-key",
+            "k:t",
+            "--build-upload-max-bytes",
+            "100",
+            "--build-upload-total-bytes",
+            "99",
+        ])
+        .validate()
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("--build-upload-total-bytes"),
+            "{err}"
+        );
+        let s = parse(&["--api-key", "k:t"]).validate().unwrap();
+        assert_eq!(s.uploads.max_bytes, 512 * 1024 * 1024);
+        assert_eq!(s.uploads.dir, std::env::temp_dir());
     }
 
     #[test]
