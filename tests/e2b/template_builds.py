@@ -202,6 +202,169 @@ def tags():
     result(v1=v1, tags=sorted(got.tags))
 
 
+def wait_build(template_id, build_id, key=None):
+    """Polls a build started through the raw API to its end; its status body."""
+    import time
+    while True:
+        status, _, body = api("GET", f"/templates/{template_id}/builds/{build_id}/status",
+                              key=key)
+        assert status == 200, (status, body)
+        if body["status"] in ("ready", "error"):
+            return body
+        time.sleep(0.5)
+
+
+def raw_build(name, steps, key=None):
+    """Requests and starts a build with `steps` through the raw API; (status,
+    body) of the start, and the build id."""
+    status, _, req = api("POST", "/v3/templates", {"name": name, "cpuCount": 1}, key=key)
+    assert status == 202, (status, req)
+    status, _, body = api("POST", f"/v2/templates/{name}/builds/{req['buildID']}",
+                          {"fromTemplate": "base", "steps": steps}, key=key)
+    return status, body, req["buildID"]
+
+
+def link(hash_, key=None):
+    status, _, body = api("GET", f"/templates/tb-any/files/{hash_}", key=key)
+    assert status == 201, (status, body)
+    return body
+
+
+def put(url, data):
+    """PUT `data` to an upload link the way the SDK does (no API key)."""
+    base, path = url.split("/_warren/", 1)
+    status, _, body = http("PUT", "/_warren/" + path, {"Content-Type": "application/octet-stream"},
+                           data, base=base)
+    return status, body
+
+
+def tar_of(members):
+    """A gzipped tar of (name, kind, data-or-target) members, written by hand
+    (names as given: `../`, absolute paths)."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, kind, value in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(value)
+                tar.addfile(info, io.BytesIO(value))
+            elif kind == "dir":
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+            else:
+                info.type = tarfile.SYMTYPE
+                info.linkname = value
+                tar.addfile(info)
+    return buf.getvalue()
+
+
+@case
+def copy():
+    import tempfile
+    from e2b.template.utils import calculate_files_hash
+
+    ctx = tempfile.mkdtemp()
+    os.makedirs(f"{ctx}/app/sub")
+    with open(f"{ctx}/app/hello.txt", "w") as f:
+        f.write("hello from copy\n")
+    with open(f"{ctx}/app/sub/run.sh", "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    os.chmod(f"{ctx}/app/sub/run.sh", 0o755)
+    os.symlink("hello.txt", f"{ctx}/app/link.txt")
+    with open(f"{ctx}/single.txt", "w") as f:
+        f.write("single\n")
+
+    # Another team uploads junk under the very hash team A's folder has:
+    # team A's build never sees it.
+    app_hash = calculate_files_hash("app", "/opt/app", ctx, [], False, None)
+    other = link(app_hash, key=KEY_B)
+    junk = tar_of([("app", "dir", None), ("app/hello.txt", "file", b"poisoned\n")])
+    status, body = put(other["url"], junk)
+    assert status == 200, (status, body)
+    assert link(app_hash, key=KEY_B)["present"] is True
+    assert link(app_hash)["present"] is False, "team A does not see team B's upload"
+
+    logs = []
+    template = (
+        Template(file_context_path=ctx)
+        .from_template("base")
+        .copy("app", "/opt/app")
+        .set_workdir("/srv")
+        .copy("single.txt", "data/", user="root", mode=0o600)
+        .run_cmd("cat /opt/app/link.txt > /tmp/read-through-link")
+    )
+    Template.build(template, "tb-copy", cpu_count=1, memory_mb=512,
+                   on_build_logs=lambda e: logs.append(e.message))
+    assert any("COPY" in m and "/opt/app" in m for m in logs), logs
+    assert link(app_hash)["present"] is True, "team A's upload is kept for its next build"
+
+    sbx = Sandbox.create("tb-copy", timeout=120)
+    facts = {}
+    facts["hello"] = sbx.files.read("/opt/app/hello.txt").strip()
+    _, out, _, _ = run(sbx, "readlink /opt/app/link.txt")
+    facts["link"] = out.strip()
+    facts["through_link"] = sbx.files.read("/tmp/read-through-link").strip()
+    _, out, _, _ = run(sbx, "stat -c '%U:%G' /opt/app/hello.txt")
+    facts["hello_owner"] = out.strip()
+    _, out, _, _ = run(sbx, "/opt/app/sub/run.sh")
+    facts["script"] = out.strip()
+    _, out, _, _ = run(sbx, "stat -c '%U:%G %a' /srv/data/single.txt", user="root")
+    facts["single"] = out.strip()
+    _, out, _, _ = run(sbx, "ls -A /tmp | grep -c warren-copy || true", user="root")
+    facts["temp_left"] = out.strip()
+    sbx.kill()
+
+    # A forged link: another team's name, another hash, a changed signature.
+    mine = link(app_hash)["url"]
+    forged = []
+    for bad in (mine.replace("team=team-a", "team=team-b"),
+                mine.replace(app_hash, "f" * 64),
+                mine[:-4] + ("0000" if not mine.endswith("0000") else "1111")):
+        status, body = put(bad, junk)
+        forged.append(status)
+        assert status == 403, (status, body)
+    # Team B cannot build from team A's upload of a hash it never uploaded.
+    single_hash = calculate_files_hash("single.txt", "data/", ctx, [], False, None)
+    status, body, _ = raw_build("tb-steal", [{"type": "COPY", "args": ["single.txt", "/x"],
+                                              "filesHash": single_hash}], key=KEY_B)
+    assert status == 400 and "no upload" in body["message"], (status, body)
+    # An unknown hash, a malformed one.
+    status, body, _ = raw_build("tb-unknown", [{"type": "COPY", "args": ["a", "/x"],
+                                                "filesHash": "e" * 64}])
+    assert status == 400 and "no upload" in body["message"], (status, body)
+    status, _, body = api("GET", "/templates/tb-any/files/..%2Fetc")
+    assert status == 400 and "SHA-256" in body["message"], (status, body)
+    # Past --build-upload-max-bytes (1 MiB in this cluster): 413.
+    big = link("d" * 64)["url"]
+    status, body = put(big, os.urandom(2 * 1024 * 1024))
+    assert status == 413 and b"--build-upload-max-bytes" in body, (status, body[:200])
+    assert link("d" * 64)["present"] is False
+
+    # A hostile archive: `../` names, an absolute name, an absolute symlink
+    # and a write through it. Unpacked in the sandbox, never on this host.
+    escape = tempfile.mktemp(prefix="warren-copy-escape-")
+    members = [("evil", "dir", None), ("evil/ok.txt", "file", b"ok\n"),
+               ("evil/" + "../" * 12 + escape.lstrip("/") + "-dotdot", "file", b"x"),
+               (escape + "-absolute", "file", b"x"),
+               ("evil/abs", "symlink", escape + "-symlink"),
+               ("evil/abs/pwned", "file", b"x")]
+    evil_hash = "c" * 64
+    status, body = put(link(evil_hash)["url"], tar_of(members))
+    assert status == 200, (status, body)
+    status, body, build_id = raw_build("tb-evil", [{"type": "COPY", "args": ["evil", "/opt/evil"],
+                                                   "filesHash": evil_hash}])
+    assert status == 202, (status, body)
+    evil = wait_build("tb-evil", build_id)
+    facts["evil_status"] = evil["status"]
+    facts["evil_reason"] = (evil.get("reason") or {}).get("message", "")
+    facts["escape_paths"] = [escape + s for s in ("-dotdot", "-absolute", "-symlink")]
+    facts["forged"] = forged
+    result(**facts)
+
+
 if __name__ == "__main__":
     try:
         CASES[sys.argv[1]]()

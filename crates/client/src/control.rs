@@ -353,6 +353,31 @@ impl Client {
         }
     }
 
+    /// Writes `data` to `path` in `sandbox` through its envd (`POST /files`,
+    /// `application/octet-stream`), the file and any directory made for it
+    /// belonging to `user`. Parent directories are made; a file there is
+    /// replaced.
+    pub async fn write_file(
+        &self,
+        sandbox: &Sandbox,
+        path: &str,
+        user: &str,
+        data: Bytes,
+    ) -> Result<(), ClientError> {
+        let port = headers::ENVD_PORT.to_string();
+        let mut hs = vec![
+            (headers::E2B_SANDBOX_ID, sandbox.sandbox_id.as_str()),
+            (headers::E2B_SANDBOX_PORT, port.as_str()),
+            ("content-type", "application/octet-stream"),
+        ];
+        if let Some(t) = &sandbox.envd_access_token {
+            hs.push((headers::ACCESS_TOKEN, t.as_str()));
+        }
+        let query = format!("/files?path={}&username={}", encode(path), encode(user));
+        self.call(Method::POST, &query, &hs, Some(data)).await?;
+        Ok(())
+    }
+
     /// Starts `command` in `sandbox`; the stream resumes across entry points.
     pub async fn run(
         &self,
@@ -460,7 +485,11 @@ impl Client {
         for (k, v) in hs {
             req = req.header(*k, *v);
         }
-        if body.is_some() {
+        if body.is_some()
+            && !hs
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
             req = req.header(http::header::CONTENT_TYPE, "application/json");
         }
         let req = req
@@ -495,6 +524,19 @@ impl Client {
             }),
         }
     }
+}
+
+/// `s` percent-encoded for a query value (all but RFC 3986's unreserved
+/// characters and `/`).
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 fn parse<T: serde::de::DeserializeOwned>(a: &Answer) -> Result<T, ClientError> {

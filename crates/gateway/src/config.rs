@@ -101,6 +101,35 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_MAX_BODY", default_value_t = 1024 * 1024)]
     pub max_body: usize,
 
+    /// Where COPY steps' uploaded archives wait for their build: the
+    /// gateway makes a private directory (mode 0700) in this one at start
+    /// and removes it at exit. Archives are opaque blobs here, never
+    /// extracted on this host. Default: the system's temporary directory.
+    #[arg(long, env = "WARREN_GATEWAY_BUILD_UPLOAD_DIR")]
+    pub build_upload_dir: Option<PathBuf>,
+
+    /// Largest COPY archive one upload may be, in bytes (past it: 413).
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_BUILD_UPLOAD_MAX_BYTES",
+        default_value_t = 512 * 1024 * 1024
+    )]
+    pub build_upload_max_bytes: u64,
+
+    /// Most bytes all COPY archives kept at once may take (past it: 507
+    /// until older ones expire or are replaced).
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_BUILD_UPLOAD_TOTAL_BYTES",
+        default_value_t = 4 * 1024 * 1024 * 1024
+    )]
+    pub build_upload_total_bytes: u64,
+
+    /// How long an upload link works, and how long an uploaded archive is
+    /// kept for a build to use (a build started in time keeps it open).
+    #[arg(long, env = "WARREN_GATEWAY_BUILD_UPLOAD_TTL", default_value = "1h", value_parser = parse_duration)]
+    pub build_upload_ttl: Duration,
+
     /// Most sandbox routes the route cache keeps (a few hundred bytes each).
     /// 0 disables the cache: every data-plane request asks the scheduler.
     #[arg(
@@ -208,6 +237,8 @@ pub struct Settings {
     pub template_dir: PathBuf,
     /// Largest control-plane JSON body accepted.
     pub max_body: usize,
+    /// COPY uploads: where they wait, how big they may be, how long kept.
+    pub uploads: crate::control::UploadSettings,
     /// The route cache; `None` with `--route-cache-capacity 0`.
     pub route_cache: Option<crate::resolver::CacheSettings>,
     /// Largest body buffered for a possible replay.
@@ -306,6 +337,26 @@ impl Config {
         if self.max_body == 0 {
             return Err(invalid("--max-body must be greater than zero".into()));
         }
+        if self.build_upload_max_bytes == 0 || self.build_upload_ttl.is_zero() {
+            return Err(invalid(
+                "--build-upload-max-bytes and --build-upload-ttl must be greater than zero".into(),
+            ));
+        }
+        if self.build_upload_total_bytes < self.build_upload_max_bytes {
+            return Err(invalid(format!(
+                "--build-upload-total-bytes {} is less than --build-upload-max-bytes {}",
+                self.build_upload_total_bytes, self.build_upload_max_bytes
+            )));
+        }
+        let uploads = crate::control::UploadSettings {
+            dir: self
+                .build_upload_dir
+                .clone()
+                .unwrap_or_else(std::env::temp_dir),
+            max_bytes: self.build_upload_max_bytes,
+            total_bytes: self.build_upload_total_bytes,
+            ttl: self.build_upload_ttl,
+        };
         let route_cache = if self.route_cache_capacity == 0 {
             None
         } else {
@@ -354,6 +405,7 @@ impl Config {
             admin_teams: self.admin_teams.clone(),
             template_dir: self.template_dir.clone(),
             max_body: self.max_body,
+            uploads,
             route_cache,
             retry_max_body: self.retry_max_body,
             listener,
@@ -402,6 +454,30 @@ mod tests {
             .validate()
             .unwrap_err();
         assert!(err.to_string().contains("--scheduler"), "{err}");
+        let err = parse(&["--api-key", "k:t", "--build-upload-max-bytes", "0"])
+            .validate()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("--build-upload-max-bytes"),
+            "{err}"
+        );
+        let err = parse(&[
+            "--api-key",
+            "k:t",
+            "--build-upload-max-bytes",
+            "100",
+            "--build-upload-total-bytes",
+            "99",
+        ])
+        .validate()
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("--build-upload-total-bytes"),
+            "{err}"
+        );
+        let s = parse(&["--api-key", "k:t"]).validate().unwrap();
+        assert_eq!(s.uploads.max_bytes, 512 * 1024 * 1024);
+        assert_eq!(s.uploads.dir, std::env::temp_dir());
     }
 
     #[test]

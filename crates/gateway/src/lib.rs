@@ -132,9 +132,15 @@ pub async fn run(
     let limits = settings.listener;
     let admin_limits = settings.admin_listener;
     let shutdown_delay = settings.shutdown_delay;
-    let app = Arc::new(state::App::new(
-        settings, scheduler, resolver, http, metrics,
-    ));
+    let upload_dir = settings.uploads.dir.clone();
+    let app = Arc::new(
+        state::App::new(settings, scheduler, resolver, http, metrics).map_err(|e| {
+            warren_core::config::ConfigError::Invalid(format!(
+                "--build-upload-dir {}: cannot make the gateway's upload directory in it: {e}",
+                upload_dir.display()
+            ))
+        })?,
+    );
 
     {
         let mut at = listener.local_addr()?;

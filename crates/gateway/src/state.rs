@@ -35,6 +35,8 @@ pub struct App {
     pub(crate) resumes: moka::future::Cache<String, Arc<crate::resolver::Route>>,
     /// Template builds this gateway runs (see `control::builds`).
     pub(crate) builds: Arc<crate::control::Builds>,
+    /// COPY archives uploaded for template builds (see `control::uploads`).
+    pub(crate) uploads: Arc<crate::control::Uploads>,
     /// `http://host:port` of this gateway's own public listener, where a
     /// template build drives its sandbox (set once the listener is bound).
     pub self_url: std::sync::OnceLock<String>,
@@ -48,9 +50,11 @@ impl App {
         resolver: Arc<dyn Resolver>,
         http: NodeHttp,
         metrics: Metrics,
-    ) -> Self {
+    ) -> std::io::Result<Self> {
+        let uploads = Arc::new(crate::control::Uploads::new(settings.uploads.clone())?);
         let nodes = NodeClient::new(http.clone(), settings.request_timeout);
-        App {
+        Ok(App {
+            uploads,
             settings,
             scheduler,
             resolver,
@@ -67,7 +71,7 @@ impl App {
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(300))
                 .build(),
-        }
+        })
     }
 
     /// Remembers the envd version a node reported.

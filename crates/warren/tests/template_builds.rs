@@ -5,7 +5,15 @@
 //! are the sandbox's defaults; the template is its team's (listed, aliased,
 //! deletable by it; 404 for another team). A failing RUN fails the build
 //! with its output in the log; an unknown user, an image from a registry,
-//! a COPY step and hostile bodies are refused with messages naming them.
+//! and hostile bodies are refused with messages naming them.
+//!
+//! COPY: the SDK uploads a tar of a folder (a file, a script, a relative
+//! symlink) through the signed link; the built template has them, owned
+//! and moded as asked, the symlink a symlink. Another team's upload under
+//! the same hash is never used; a forged link is 403; another team's or an
+//! unknown hash is 400; an upload past `--build-upload-max-bytes` is 413;
+//! an archive with `../` names and absolute symlinks is unpacked in the
+//! sandbox only: the host paths it names stay absent.
 //!
 //! Tags: `name:tag` names a build; `Template.assign_tags` and
 //! `remove_tags` move names, for the team only; bad tags are refused.
@@ -27,7 +35,13 @@ const KEY: &str = "e2b_5a7c9e1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c";
 const KEY_B: &str = "e2b_b2d4f6a8c0e2b4d6f8a0c2e4b6d8f0a1c3e5b7d9";
 
 async fn cluster(store: &Path) -> Cluster {
+    cluster_with(store, &[]).await
+}
+
+async fn cluster_with(store: &Path, gateway: &[&str]) -> Cluster {
     let dir = vec!["--template-dir".to_string(), store.display().to_string()];
+    let mut gateway_args = dir.clone();
+    gateway_args.extend(gateway.iter().map(|s| s.to_string()));
     Cluster::start(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         Spec {
@@ -37,8 +51,8 @@ async fn cluster(store: &Path) -> Cluster {
                 (KEY.into(), "team-a".into()),
                 (KEY_B.into(), "team-b".into()),
             ],
-            node_args: dir.clone(),
-            gateway_args: dir,
+            node_args: dir,
+            gateway_args,
             ..Spec::default()
         },
     )
@@ -118,5 +132,41 @@ async fn tags_name_builds_and_move_between_names_for_their_team_only() {
         .expect("records")
         .count();
     assert_eq!(records, 3, "{r}");
+    drop(c);
+}
+
+#[tokio::test]
+async fn copy_puts_uploaded_files_in_the_template_and_never_unpacks_on_the_host() {
+    let store = tempfile::tempdir().expect("tempdir");
+    private_store(store.path());
+    let c = cluster_with(store.path(), &["--build-upload-max-bytes", "1048576"]).await;
+    let r = run(&c, "copy").await;
+    assert_eq!(
+        r["hello"], "hello from copy",
+        "team B's upload is not used: {r}"
+    );
+    assert_eq!(r["link"], "hello.txt", "a relative symlink stays one: {r}");
+    assert_eq!(r["through_link"], "hello from copy", "{r}");
+    assert_eq!(r["hello_owner"], "user:user", "owned by the USER: {r}");
+    assert_eq!(r["script"], "ran", "modes kept: {r}");
+    assert_eq!(
+        r["single"], "root:root 600",
+        "user and mode arguments; a relative dest is under the WORKDIR: {r}"
+    );
+    assert_eq!(r["temp_left"], "0", "the archive is cleaned up: {r}");
+    assert_eq!(r["forged"], serde_json::json!([403, 403, 403]), "{r}");
+    let paths = r["escape_paths"].as_array().expect("escape paths");
+    assert_eq!(paths.len(), 3, "{r}");
+    for p in paths {
+        let p = p.as_str().expect("a path");
+        assert!(
+            !Path::new(p).exists() && std::fs::symlink_metadata(p).is_err(),
+            "the hostile archive touched the host at {p}: {r}"
+        );
+    }
+    assert!(
+        r["evil_status"] == "ready" || r["evil_reason"].as_str().unwrap_or("").contains("tar"),
+        "the hostile archive reached tar in the sandbox: {r}"
+    );
     drop(c);
 }

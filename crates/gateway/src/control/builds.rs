@@ -2,8 +2,8 @@
 //! `POST /v3/templates` (a build is requested: template and build ids),
 //! `POST /v2/templates/{id}/builds/{buildID}` (its steps; the build starts),
 //! `GET /templates/{id}/builds/{buildID}/status` (status and logs), and
-//! `GET /templates/{id}/files/{hash}` (COPY's upload link: not supported,
-//! a clear 400).
+//! `GET /templates/{id}/files/{hash}` (COPY's upload link; the archive is
+//! kept by `uploads`).
 //!
 //! A build runs **in a sandbox**, never on the gateway host: the steps are
 //! tenant input, and a sandbox is the boundary warren already puts around
@@ -12,11 +12,26 @@
 //! sandbox from the parent template (`fromTemplate`, or E2B's default
 //! image `e2bdev/base`, which is warren's `base`), runs each RUN step with
 //! envd as the current USER in the current WORKDIR with the ENVs so far,
-//! snapshots the sandbox, and records the snapshot's root under the
+//! applies each COPY step's uploaded archive (below), snapshots the
+//! sandbox, and records the snapshot's root under the
 //! team's template name with the defaults the steps set (USER, WORKDIR,
 //! ENV, startCmd, readyCmd, cpuCount, memoryMB); the sandbox is killed
 //! either way. So a build needs the `isolated` runtime (snapshots) and the
 //! shared template store, as snapshots do.
+//!
+//! COPY: the archive the SDK uploaded (a tar, gzipped or not, of paths
+//! relative to its context directory) is written into the build sandbox
+//! through envd in chunks of [`COPY_CHUNK`] bytes, into a fresh directory
+//! belonging to the step's owner (its `user` argument, else the current
+//! USER); `tar` runs **inside the sandbox as that user** to unpack it; as
+//! root (in the sandbox) the source's files get the owner and the `mode`
+//! argument and go to the destination the way E2B's builder moves them: a
+//! file or symlink to the destination path (into it when it ends in `/`),
+//! a directory's contents into the destination directory (merged); a
+//! relative destination is under the current WORKDIR. Symlinks stay
+//! symlinks (the SDK resolves them itself with `resolve_symlinks`). The
+//! temporary directory is removed either way. The gateway host never
+//! unpacks or reads an archive's paths.
 //!
 //! Ownership: a built template is its team's, like a named snapshot (the
 //! two share a team's names): listed in the team's `GET /templates`,
@@ -60,6 +75,9 @@ const MAX_LINE: usize = 4096;
 const MAX_PAGE: usize = 100;
 /// How long the build sandbox may live.
 const SANDBOX_TIMEOUT_SECS: u64 = 3600;
+/// How much of a COPY archive one envd upload carries (the gateway holds
+/// one chunk in memory at a time).
+const COPY_CHUNK: usize = 8 * 1024 * 1024;
 /// What a built template's record says it came from (how it is told from
 /// a snapshot, which is also a team's template record).
 pub(crate) const BUILT_SOURCE: &str = "api build";
@@ -310,10 +328,23 @@ pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Bo
 /// One build step, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Step {
-    Run { cmd: String, user: Option<String> },
+    Run {
+        cmd: String,
+        user: Option<String>,
+    },
     Env(Vec<(String, String)>),
     Workdir(String),
     User(String),
+    /// COPY: the archive of `hash`'s files, `src` in it, to `dest`, owned
+    /// by `owner` (`user` or `user:group`; unset: the current USER), with
+    /// `mode` (octal) when given.
+    Copy {
+        src: String,
+        dest: String,
+        owner: Option<String>,
+        mode: Option<String>,
+        hash: String,
+    },
 }
 
 impl Step {
@@ -330,6 +361,22 @@ impl Step {
             ),
             Step::Workdir(d) => format!("WORKDIR {d}"),
             Step::User(u) => format!("USER {u}"),
+            Step::Copy {
+                src,
+                dest,
+                owner,
+                mode,
+                ..
+            } => {
+                let mut s = String::from("COPY");
+                if let Some(o) = owner {
+                    s.push_str(&format!(" --chown={o}"));
+                }
+                if let Some(m) = mode {
+                    s.push_str(&format!(" --chmod={m}"));
+                }
+                format!("{s} {src} {dest}")
+            }
         }
     }
 }
@@ -522,16 +569,16 @@ fn parse_plan(body: &[u8]) -> Result<Plan, ApiError> {
                 Step::User(u.clone())
             }
             ("USER", _) => return Err(bad(format!("step {n}: USER takes one user name"))),
+            ("COPY", a) if (2..=4).contains(&a.len()) => parse_copy(n, a, s)?,
             ("COPY", _) => {
                 return Err(bad(format!(
-                    "step {n}: COPY (uploading files) is not supported by warren's template \
-                     builds yet; write files with RUN steps, or have the operator build the \
-                     template with `warren template build`"
+                    "step {n}: COPY takes a source, a destination, and optionally a user and \
+                     a mode"
                 )))
             }
             (other, _) => {
                 return Err(bad(format!(
-                    "step {n}: unknown step type {other:?} (known: RUN, ENV, WORKDIR, USER)"
+                    "step {n}: unknown step type {other:?} (known: RUN, ENV, WORKDIR, USER, COPY)"
                 )))
             }
         };
@@ -552,6 +599,78 @@ fn parse_plan(body: &[u8]) -> Result<Plan, ApiError> {
     })
 }
 
+/// A COPY step's arguments (`[src, dest, user, mode]`, the last two may be
+/// empty) and its `filesHash`.
+fn parse_copy(n: usize, a: &[String], step: &serde_json::Value) -> Result<Step, ApiError> {
+    let (src, dest) = (&a[0], &a[1]);
+    if src.trim().is_empty() || dest.is_empty() || dest.len() > 4096 {
+        return Err(bad(format!(
+            "step {n}: COPY needs a source and a destination (at most 4096 bytes)"
+        )));
+    }
+    let owner = match a.get(2).map(String::as_str) {
+        None | Some("") => None,
+        Some(o) => {
+            let (u, g) = o.split_once(':').unwrap_or((o, o));
+            validate_user(u)
+                .and_then(|_| validate_user(g))
+                .map_err(|_| {
+                    bad(format!(
+                        "step {n}: COPY's owner {o:?} is not user or user:group (each 1 to 32 of \
+                     A-Z a-z 0-9 . _ -)"
+                    ))
+                })?;
+            Some(o.to_string())
+        }
+    };
+    let mode = match a.get(3).map(String::as_str) {
+        None | Some("") => None,
+        Some(m) if (1..=4).contains(&m.len()) && m.bytes().all(|b| (b'0'..=b'7').contains(&b)) => {
+            Some(m.to_string())
+        }
+        Some(m) => {
+            return Err(bad(format!(
+                "step {n}: COPY's mode {m:?} is not an octal mode (like 0755)"
+            )))
+        }
+    };
+    let hash = match step.get("filesHash") {
+        Some(serde_json::Value::String(h)) => h.clone(),
+        _ => {
+            return Err(bad(format!(
+                "step {n}: COPY needs \"filesHash\" (the hash its files were uploaded under)"
+            )))
+        }
+    };
+    super::uploads::validate_hash(&hash).map_err(|e| bad(format!("step {n}: {}", e.message)))?;
+    Ok(Step::Copy {
+        src: src.clone(),
+        dest: dest.clone(),
+        owner,
+        mode,
+        hash,
+    })
+}
+
+/// The static start of a COPY source (`dir/*.txt` → `dir`; `./a/b/` →
+/// `a/b`), as E2B's builder finds the source in the unpacked archive (the
+/// SDK resolves globs itself; the archive's paths are relative to its
+/// context directory, like the source). Empty: the archive's top.
+fn copy_base(src: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for c in src.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            c if c.contains(['*', '?', '[', '{']) => break,
+            c => parts.push(c),
+        }
+    }
+    parts.join("/")
+}
+
 /// `POST /v2/templates/{id}/builds/{buildID}`: checks the steps and
 /// starts the build; 202.
 pub(super) fn start(
@@ -564,6 +683,20 @@ pub(super) fn start(
 ) -> Result<Response<Body>, ApiError> {
     let template_id = decode(template_raw)?;
     let plan = parse_plan(body)?;
+    // Every COPY's archive, opened now: an unknown hash is this request's
+    // 400, and an archive that expires mid-build stays readable.
+    let mut files = HashMap::new();
+    for (i, step) in plan.steps.iter().enumerate() {
+        if let Step::Copy { hash, .. } = step {
+            if !files.contains_key(hash) {
+                let (file, size) = app
+                    .uploads
+                    .open(team, hash)
+                    .map_err(|e| bad(format!("step {}: {}", i + 1, e.message)))?;
+                files.insert(hash.clone(), (Arc::new(file), size));
+            }
+        }
+    }
     let store = super::snapshots::store(app)?;
     // The parent, as this team may use it: its defaults are where the
     // steps start.
@@ -622,6 +755,7 @@ pub(super) fn start(
         cpu_count,
         memory_mb,
         plan,
+        files,
     };
     tracing::info!(template = %job.name, build = %build_id, team = %team.0, "template build started");
     tokio::spawn(job.run());
@@ -706,13 +840,20 @@ pub(super) fn status(
     reply(StatusCode::OK, &info)
 }
 
-/// `GET /templates/{id}/files/{hash}`: COPY's upload link; not supported.
-pub(super) fn files(_app: &App, _team: &Team) -> Result<Response<Body>, ApiError> {
-    Err(bad(
-        "COPY (uploading files) is not supported by warren's template builds yet; write \
-         files with RUN steps, or have the operator build the template with \
-         `warren template build`",
-    ))
+/// `GET /templates/{id}/files/{hash}`: whether the team's archive of
+/// those files is here, and where to upload it (201).
+pub(super) fn files(
+    app: &App,
+    team: &Team,
+    headers: &HeaderMap,
+    template_raw: &str,
+    hash: &str,
+) -> Result<Response<Body>, ApiError> {
+    // The archive is the team's, whatever template it is first used for
+    // (E2B keeps them per team too); the id is only checked.
+    super::snapshots::validate_name(decode(template_raw)?.split(':').next().unwrap_or_default())?;
+    let link = app.uploads.link(team, hash, headers)?;
+    reply(StatusCode::CREATED, &link)
 }
 
 /// E2B's `AssignedTemplateTags`.
@@ -847,6 +988,8 @@ struct Job {
     cpu_count: u32,
     memory_mb: u64,
     plan: Plan,
+    /// COPY archives by files hash (opened at the start), with their sizes.
+    files: HashMap<String, (Arc<std::fs::File>, u64)>,
 }
 
 /// Why a build failed: the message and the step (1-based) it failed at.
@@ -1070,12 +1213,188 @@ impl Job {
                     }
                     user = u.clone();
                 }
+                Step::Copy {
+                    src,
+                    dest,
+                    owner,
+                    mode,
+                    hash,
+                } => {
+                    self.copy(
+                        client,
+                        sandbox,
+                        n,
+                        (src, dest),
+                        owner,
+                        mode,
+                        hash,
+                        &user,
+                        &workdir,
+                    )
+                    .await
+                    .map_err(|m| (m, at.clone()))?;
+                }
             }
         }
         self.log("info", "saving the template".into());
         self.record(client, sandbox, user, workdir, env)
             .await
             .map_err(|m| (m, None))
+    }
+
+    /// A COPY step (see the module's doc): the archive into a fresh
+    /// directory, unpacked there by `tar` as the owner, moved into place
+    /// as root; the directory removed either way.
+    #[allow(clippy::too_many_arguments)]
+    async fn copy(
+        &self,
+        client: &warren_client::Client,
+        sandbox: &warren_client::Sandbox,
+        n: usize,
+        (src, dest): (&str, &str),
+        owner: &Option<String>,
+        mode: &Option<String>,
+        hash: &str,
+        user: &str,
+        workdir: &str,
+    ) -> Result<(), String> {
+        let owner = owner.clone().unwrap_or_else(|| user.to_string());
+        let (as_user, group) = match owner.split_once(':') {
+            Some((u, g)) => (u.to_string(), g.to_string()),
+            None => (owner.clone(), owner.clone()),
+        };
+        let step = |e: String| format!("step {n}: {e}");
+        let known = self
+            .exec(
+                client,
+                sandbox,
+                Self::as_root("id -u -- \"$1\" >/dev/null 2>&1", &[&as_user]),
+            )
+            .await
+            .map_err(step)?;
+        if known != 0 {
+            return Err(format!(
+                "failed to copy '{src}': invalid username: '{as_user}'"
+            ));
+        }
+        let tmp = format!("/tmp/.warren-copy-{}-{n}", self.build_id);
+        let result = self
+            .copy_in(
+                client,
+                sandbox,
+                &tmp,
+                (src, dest),
+                &as_user,
+                &group,
+                mode,
+                hash,
+                workdir,
+            )
+            .await;
+        if let Err(e) = self
+            .exec(client, sandbox, Self::as_root("rm -rf -- \"$1\"", &[&tmp]))
+            .await
+        {
+            tracing::warn!(build = %self.build_id, error = %e, "cannot remove a COPY step's temporary directory");
+        }
+        result.map_err(|e| format!("failed to copy '{src}': {e}"))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn copy_in(
+        &self,
+        client: &warren_client::Client,
+        sandbox: &warren_client::Sandbox,
+        tmp: &str,
+        (src, dest): (&str, &str),
+        as_user: &str,
+        group: &str,
+        mode: &Option<String>,
+        hash: &str,
+        workdir: &str,
+    ) -> Result<(), String> {
+        let Some((file, size)) = self.files.get(hash).cloned() else {
+            return Err(format!("no upload of the files with hash {hash}"));
+        };
+        // The archive goes in as opaque bytes, chunk by chunk (read with
+        // pread: the gateway holds one chunk at a time).
+        let (mut at, mut part, mut gzip) = (0u64, 0usize, false);
+        while at < size {
+            let len = (size - at).min(COPY_CHUNK as u64) as usize;
+            let f = file.clone();
+            let chunk = tokio::task::spawn_blocking(move || {
+                use std::os::unix::fs::FileExt;
+                let mut buf = vec![0u8; len];
+                f.read_exact_at(&mut buf, at).map(|_| buf)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot read the uploaded archive: {e}"))?;
+            if at == 0 {
+                gzip = chunk.starts_with(&[0x1f, 0x8b]);
+            }
+            client
+                .write_file(
+                    sandbox,
+                    &format!("{tmp}/p{part:06}"),
+                    as_user,
+                    bytes::Bytes::from(chunk),
+                )
+                .await
+                .map_err(|e| format!("cannot write the archive into the build sandbox: {e}"))?;
+            at += len as u64;
+            part += 1;
+        }
+        if part == 0 {
+            return Err("the uploaded archive is empty".into());
+        }
+        // Unpacked by the owner, in the sandbox.
+        let unpack = warren_client::Command {
+            cmd: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                "mkdir -- \"$1/unpack\" && cat -- \"$1\"/p* | tar -x $2 -p -f - -C \"$1/unpack\""
+                    .into(),
+                "sh".into(),
+                tmp.to_string(),
+                if gzip { "-z" } else { "" }.to_string(),
+            ],
+            user: Some(as_user.to_string()),
+            cwd: Some("/".into()),
+            ..Default::default()
+        };
+        let code = self.exec(client, sandbox, unpack).await?;
+        if code != 0 {
+            return Err(format!(
+                "tar could not unpack the uploaded archive (exit {code})"
+            ));
+        }
+        let target = if dest.starts_with('/') {
+            dest.to_string()
+        } else {
+            format!("{}/{dest}", workdir.trim_end_matches('/'))
+        };
+        let base = copy_base(src);
+        let code = self
+            .exec(
+                client,
+                sandbox,
+                Self::as_root(
+                    MOVE_SCRIPT,
+                    &[
+                        tmp,
+                        &base,
+                        &target,
+                        &format!("{as_user}:{group}"),
+                        mode.as_deref().unwrap_or(""),
+                    ],
+                ),
+            )
+            .await?;
+        if code != 0 {
+            return Err(format!("cannot move the files to {target:?} (exit {code})"));
+        }
+        Ok(())
     }
 
     /// Snapshots the sandbox and records its root under the team's name
@@ -1145,6 +1464,32 @@ impl Job {
     }
 }
 
+/// E2B's COPY move, as root in the build sandbox: `$1` the temporary
+/// directory, `$2` the source in the archive, `$3` the destination, `$4`
+/// `user:group`, `$5` the mode (or empty). A file or symlink goes to the
+/// destination (into it when it ends in `/` or is a directory); a
+/// directory's contents are merged into the destination directory.
+const MOVE_SCRIPT: &str = r#"set -e
+src="$1/unpack${2:+/$2}"
+if [ -L "$src" ] || [ -f "$src" ]; then
+  chown -h -- "$4" "$src"
+  if [ -n "$5" ] && [ ! -L "$src" ]; then chmod -- "$5" "$src"; fi
+  case "$3" in
+    */) mkdir -p -- "$3" ;;
+    *) mkdir -p -- "$(dirname -- "$3")" ;;
+  esac
+  mv -f -- "$src" "$3"
+elif [ -d "$src" ]; then
+  chown -hR -- "$4" "$src"
+  if [ -n "$5" ]; then chmod -R -- "$5" "$src"; fi
+  mkdir -p -- "$3"
+  find "$src" -mindepth 1 -maxdepth 1 -exec cp -a --remove-destination -t "$3" -- {} +
+else
+  echo "$2: not in the uploaded archive" >&2
+  exit 1
+fi
+"#;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -1180,7 +1525,23 @@ mod tests {
             (r#"{"fromTemplate":"../x"}"#, "snapshot name"),
             (
                 r#"{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","b"]}]}"#,
-                "COPY",
+                "filesHash",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","b"],"filesHash":"../x"}]}"#,
+                "SHA-256",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","b","x;y"]}]}"#,
+                "owner",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","b","","0999"]}]}"#,
+                "octal",
+            ),
+            (
+                r#"{"fromTemplate":"base","steps":[{"type":"COPY","args":["a"]}]}"#,
+                "COPY takes",
             ),
             (
                 r#"{"fromTemplate":"base","steps":[{"type":"ENV","args":["A=B","1"]}]}"#,
@@ -1204,6 +1565,40 @@ mod tests {
         ] {
             let e = format!("{:?}", parse_plan(body.as_bytes()).unwrap_err());
             assert!(e.contains(needle), "{body}: {e}");
+        }
+        let h = "0123456789abcdef".repeat(4);
+        let p = parse_plan(
+            format!(
+                r#"{{"fromTemplate":"base","steps":[{{"type":"COPY",
+                "args":["dir","./to/","user:grp","0755"],"filesHash":"{h}","force":false}}]}}"#
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            p.steps[0],
+            Step::Copy {
+                src: "dir".into(),
+                dest: "./to/".into(),
+                owner: Some("user:grp".into()),
+                mode: Some("0755".into()),
+                hash: h,
+            }
+        );
+    }
+
+    #[test]
+    fn copy_bases() {
+        for (src, base) in [
+            ("dir", "dir"),
+            ("./dir/", "dir"),
+            ("a/b.txt", "a/b.txt"),
+            ("a/*.txt", "a"),
+            ("**/*.py", ""),
+            ("a/../b", "b"),
+            (".", ""),
+        ] {
+            assert_eq!(copy_base(src), base, "{src}");
         }
     }
 }

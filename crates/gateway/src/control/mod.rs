@@ -18,6 +18,9 @@
 //! - [`builds`]: E2B's template build API (`POST /v3/templates`, `POST
 //!   /v2/templates/{id}/builds/{buildID}`, the build status), each build
 //!   run in a sandbox through this gateway and saved as the team's template.
+//! - [`uploads`]: COPY's uploads (`GET /templates/{id}/files/{hash}`'s
+//!   signed link, `PUT /_warren/v1/uploads/{hash}`), kept as opaque blobs
+//!   for the build that copies them into its sandbox.
 //! - [`snapshots`]: `POST /sandboxes/{id}/snapshots`, `GET /snapshots`,
 //!   `DELETE /templates/{id}` (a snapshot), and what a create naming a
 //!   snapshot resolves to.
@@ -32,6 +35,7 @@ mod route;
 mod sandboxes;
 mod snapshots;
 mod templates;
+mod uploads;
 
 use crate::auth::Team;
 use crate::error::ApiError;
@@ -40,6 +44,8 @@ pub(crate) use builds::Builds;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
+pub use uploads::UploadSettings;
+pub(crate) use uploads::Uploads;
 use warren_core::body::{json, status as no_content, Body};
 use warren_core::id::validate_sandbox_id;
 use warren_core::server::Incoming;
@@ -92,6 +98,9 @@ enum Endpoint {
     TemplateFiles(String, String),
     /// `/templates/tags`: assign (POST) or remove (DELETE) tags.
     TemplateTags,
+    /// `/_warren/v1/uploads/{hash}`: a COPY archive (the signed link is
+    /// its credential, not an API key).
+    Upload(String),
 }
 
 impl Endpoint {
@@ -120,6 +129,7 @@ impl Endpoint {
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
             ["sandboxes", s, "network"] => Endpoint::Network(id(s)),
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
+            ["_warren", "v1", "uploads", h] => Endpoint::Upload(id(h)),
             ["nodes"] => Endpoint::Nodes,
             ["templates"] => Endpoint::Templates,
             ["sandboxes", s, "snapshots"] => Endpoint::Snapshot(id(s)),
@@ -152,7 +162,7 @@ impl Endpoint {
             | Endpoint::TemplateFiles(..) => &[Method::GET],
             Endpoint::Template(_) => &[Method::DELETE],
             Endpoint::TemplateTags => &[Method::POST, Method::DELETE],
-            Endpoint::Network(_) => &[Method::PUT],
+            Endpoint::Network(_) | Endpoint::Upload(_) => &[Method::PUT],
             _ => &[Method::POST],
         }
     }
@@ -171,7 +181,8 @@ impl Endpoint {
             | Endpoint::TemplateTags
             | Endpoint::TemplateBuild(..)
             | Endpoint::TemplateBuildStatus(..)
-            | Endpoint::TemplateFiles(..) => None,
+            | Endpoint::TemplateFiles(..)
+            | Endpoint::Upload(_) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -225,6 +236,14 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
     if endpoint == Endpoint::Health {
         return Ok(no_content(StatusCode::NO_CONTENT));
     }
+    if let Endpoint::Upload(hash) = &endpoint {
+        // Before the API key check: the SDK sends none; the signed link
+        // is the credential.
+        let (parts, body) = req.into_parts();
+        let query = parts.uri.query().unwrap_or("");
+        app.uploads.put(hash, query, &parts.headers, body).await?;
+        return Ok(no_content(StatusCode::OK));
+    }
     let team = app.settings.api_keys.authenticate(req.headers())?;
     if let Some(id) = endpoint.sandbox_id() {
         validate_sandbox_id(id).map_err(|e| {
@@ -252,7 +271,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
             builds::start(app, &team, &parts.headers, &t, &b, &body)
         }
         (Endpoint::TemplateBuildStatus(t, b), _) => builds::status(app, &team, &t, &b, query),
-        (Endpoint::TemplateFiles(..), _) => builds::files(app, &team),
+        (Endpoint::TemplateFiles(t, h), _) => builds::files(app, &team, &parts.headers, &t, &h),
         (Endpoint::TemplateTags, Method::DELETE) => builds::remove_tags(app, &team, &body),
         (Endpoint::TemplateTags, _) => builds::assign_tags(app, &team, &body),
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
@@ -265,7 +284,7 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id),
         (Endpoint::TemplateAlias(alias), _) => snapshots::alias(app, &team, &alias),
         (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
-        (Endpoint::Health, _) => Ok(no_content(StatusCode::NO_CONTENT)),
+        (Endpoint::Health | Endpoint::Upload(_), _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }
 
@@ -392,6 +411,10 @@ mod tests {
         assert_eq!(
             Endpoint::parse("/templates/t/builds/b/status"),
             Some(Endpoint::TemplateBuildStatus("t".into(), "b".into()))
+        );
+        assert_eq!(
+            Endpoint::parse("/_warren/v1/uploads/ab"),
+            Some(Endpoint::Upload("ab".into()))
         );
         assert_eq!(
             Endpoint::parse("/v3/templates"),
