@@ -67,6 +67,12 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_CREATING_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub creating_timeout: Duration,
 
+    /// How long a paused sandbox is kept before it is deleted (its node
+    /// frees its disk), counted from its pause; 0 keeps paused sandboxes
+    /// until they are resumed or deleted.
+    #[arg(long, env = "WARREN_SCHEDULER_PAUSED_RETENTION", default_value = "0s", value_parser = parse_duration)]
+    pub paused_retention: Duration,
+
     /// How many binding changes are kept for WatchBindings resumes.
     #[arg(
         long,

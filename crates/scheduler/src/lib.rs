@@ -166,6 +166,8 @@ async fn serve_store(
             expire_nodes: true,
             creating_timeout: config.creating_timeout,
             watch_retention: config.watch_retention,
+            paused_retention: (!config.paused_retention.is_zero())
+                .then_some(config.paused_retention),
         },
     };
     let sweep_task = tokio::spawn(sweep::run(

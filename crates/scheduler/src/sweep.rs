@@ -4,6 +4,8 @@
 //! - bindings past `end_at` → EXPIRING (the node kills them when its heartbeat
 //!   returns them in `expired`, then reports DELETE); LOST ones past `end_at`
 //!   are removed, since no node is there to report it;
+//! - PAUSED bindings older than `--paused-retention` (when set) → EXPIRING
+//!   with auto-pause cleared, so their node deletes them;
 //! - CREATING bindings older than `--creating-timeout` → RUNNING if the node's
 //!   last roster has them, else removed;
 //! - the change log pruned to `--watch-retention` rows;

@@ -492,7 +492,94 @@ async fn an_auto_pause_sandbox_is_paused_at_its_end_not_killed(store: TestStore)
     s.stop().await;
 }
 
+/// With `--paused-retention`, a sandbox paused for longer is handed to its
+/// node to be deleted (`expired`, never `to_pause` again, even when it was
+/// created with auto-pause), and gateways see it go EXPIRING by the watch;
+/// one paused more recently stays.
+async fn a_sandbox_paused_past_the_retention_is_deleted(store: TestStore) {
+    let s = Sched::start(&store, &["--sweep-interval=20ms", "--paused-retention=1s"]).await;
+    let mut c = s.client().await;
+    let inc = register(&mut c, "node-a", 10).await;
+    let mut req = place_req("t");
+    req.lifecycle = Some(pb::Lifecycle {
+        auto_pause: true,
+        auto_resume: false,
+    });
+    let p = c.place(req).await.unwrap().into_inner();
+    c.record_assignment(pb::RecordAssignmentRequest {
+        sandbox_id: p.sandbox_id.clone(),
+        node_id: p.node_id.clone(),
+        generation: p.generation,
+    })
+    .await
+    .unwrap();
+    let roster = vec![sref(&p.sandbox_id, p.generation)];
+    let hb = |c: &mut Client| {
+        let mut c = c.clone();
+        let roster = roster.clone();
+        async move {
+            c.heartbeat(pb::HeartbeatRequest {
+                node_id: "node-a".into(),
+                incarnation: inc,
+                roster,
+            })
+            .await
+            .unwrap()
+            .into_inner()
+        }
+    };
+    assert!(hb(&mut c).await.expired.is_empty());
+    let mut w = watch(&mut c, 0).await;
+    let e = event(
+        &mut c,
+        "node-a",
+        &p.sandbox_id,
+        p.generation,
+        pb::EventType::Pause,
+    )
+    .await;
+    assert!(e.applied, "{e:?}");
+    assert_eq!(
+        get(&mut c, &p.sandbox_id).await.unwrap().state,
+        BindingState::Paused as i32
+    );
+    let r = eventually("the paused sandbox is handed back to be deleted", || {
+        let mut c = c.clone();
+        let hb = hb(&mut c);
+        async move {
+            let r = hb.await;
+            (!r.expired.is_empty()).then_some(r)
+        }
+    })
+    .await;
+    assert_eq!(r.expired, vec![sref(&p.sandbox_id, p.generation)]);
+    assert!(r.to_pause.is_empty(), "deleted, not paused again: {r:?}");
+    assert_eq!(
+        get(&mut c, &p.sandbox_id).await.unwrap().state,
+        BindingState::Expiring as i32
+    );
+    loop {
+        let ch = next_change(&mut w).await;
+        if ch.sandbox_id == p.sandbox_id && ch.state == BindingState::Expiring as i32 {
+            break;
+        }
+    }
+    // The node deletes it and says so: the binding is gone.
+    let e = event(
+        &mut c,
+        "node-a",
+        &p.sandbox_id,
+        p.generation,
+        pb::EventType::Delete,
+    )
+    .await;
+    assert!(e.applied, "{e:?}");
+    assert!(get(&mut c, &p.sandbox_id).await.is_err(), "gone");
+    s.stop().await;
+}
+
 on_both_stores!(
+    a_sandbox_paused_past_the_retention_is_deleted,
     an_auto_pause_sandbox_is_paused_at_its_end_not_killed,
     lease_expiry_marks_bindings_lost_and_placement_avoids_the_node,
     placement_never_picks_a_down_node,

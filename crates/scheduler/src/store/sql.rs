@@ -166,6 +166,14 @@ pub const NODE_BINDINGS_PAST_END: &str = "SELECT sandbox_id, generation FROM bin
 /// The earliest end of one node's running bindings.
 pub const NODE_NEXT_END: &str =
     "SELECT MIN(end_at_ms) FROM bindings WHERE node_id = $1 AND state = 'running'";
+/// Bindings paused (by their last state change) at or before `$1`.
+pub const PAUSED_SINCE: &str = "SELECT sandbox_id, node_id, generation FROM bindings \
+     WHERE state = 'paused' AND updated_at_ms <= $1 ORDER BY updated_at_ms LIMIT $2";
+/// **fenced** A paused binding past the retention: EXPIRING with
+/// `auto_pause` cleared, so its node deletes it rather than pausing it again.
+pub const RETIRE_PAUSED: &str = "UPDATE bindings SET state = 'expiring', auto_pause = 0, \
+     updated_at_ms = $4 WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3 \
+     AND state = 'paused'";
 pub const STUCK_CREATES: &str =
     "SELECT sandbox_id, node_id, generation, assigned_at_ms FROM bindings \
      WHERE state = 'creating' AND assigned_at_ms <= $1 ORDER BY assigned_at_ms LIMIT $2";

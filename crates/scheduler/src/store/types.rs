@@ -330,6 +330,9 @@ pub struct SweepSettings {
     pub creating_timeout: Duration,
     /// How many change rows to keep.
     pub watch_retention: u64,
+    /// A binding PAUSED for longer than this goes EXPIRING (its node deletes
+    /// it); None keeps paused bindings until deleted.
+    pub paused_retention: Option<std::time::Duration>,
 }
 
 /// What one sweep pass did.
@@ -338,6 +341,8 @@ pub struct SweepReport {
     pub nodes_down: u64,
     pub bindings_lost: u64,
     pub bindings_expired: u64,
+    /// Paused bindings past `--paused-retention`, gone EXPIRING.
+    pub paused_retired: u64,
     pub creates_confirmed: u64,
     pub bindings_removed: u64,
     pub changes_pruned: u64,

@@ -21,6 +21,14 @@ pub(super) async fn run(store: &SqlStore, settings: &SweepSettings) -> Result<Sw
     expire_bindings(&mut tx, &mut report).await?;
     tx.commit(&store.changed).await?;
 
+    if let Some(retention) = settings.paused_retention {
+        let mut tx = store.write().await?;
+        let keep = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = tx.now.saturating_sub(keep);
+        retire_paused(&mut tx, cutoff, &mut report).await?;
+        tx.commit(&store.changed).await?;
+    }
+
     let mut tx = store.write().await?;
     let timeout = i64::try_from(settings.creating_timeout.as_millis()).unwrap_or(i64::MAX);
     let cutoff = tx.now.saturating_sub(timeout);
@@ -112,6 +120,41 @@ async fn expire_bindings(tx: &mut WriteTx, report: &mut SweepReport) -> Result<(
             .await?
         {
             report.bindings_expired += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Paused since `cutoff` or earlier (`--paused-retention`): EXPIRING, and
+/// no longer auto-pause, so the node's next heartbeat has it delete the
+/// sandbox (and its disk) instead of freezing it again.
+async fn retire_paused(tx: &mut WriteTx, cutoff: i64, report: &mut SweepReport) -> Result<()> {
+    let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::PAUSED_SINCE)
+        .bind(cutoff)
+        .bind(SWEEP_BATCH)
+        .fetch_all(tx.conn())
+        .await?;
+    for (sandbox_id, node_id, gen) in rows {
+        let retired = sqlx::query(sql::RETIRE_PAUSED)
+            .bind(&sandbox_id)
+            .bind(&node_id)
+            .bind(gen)
+            .bind(tx.now)
+            .execute(tx.conn())
+            .await?
+            .rows_affected()
+            == 1;
+        if retired {
+            let gen = to_u64(gen, "generation")?;
+            tx.emit(
+                ChangeKind::State,
+                &sandbox_id,
+                &node_id,
+                gen,
+                Some(State::Expiring),
+            )
+            .await?;
+            report.paused_retired += 1;
         }
     }
     Ok(())
