@@ -209,6 +209,38 @@ async fn placement_spreads_load_and_respects_capacity(store: TestStore) {
     s.stop().await;
 }
 
+/// A gateway re-placing a create it could not deliver names the node to
+/// avoid: never picked, even when it is the least loaded; with no other
+/// node with room, no capacity.
+async fn placement_avoids_the_node_it_is_told_to(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    register(&mut c, "node-b", 4).await;
+    // node-b is busier, so node-a would be picked.
+    let mut req = place_req("t");
+    req.require_node_id = "node-b".into();
+    c.place(req).await.unwrap();
+    for _ in 0..3 {
+        let mut req = place_req("t");
+        req.avoid_node_id = "node-a".into();
+        let p = c.place(req).await.unwrap().into_inner();
+        assert_eq!(p.node_id, "node-b");
+    }
+    // node-b is full now: avoiding node-a leaves no node with room.
+    let mut req = place_req("t");
+    req.avoid_node_id = "node-a".into();
+    let st = assert_status(c.place(req).await, Code::ResourceExhausted, "capacity");
+    assert_eq!(
+        reason(&st).as_deref(),
+        Some(warren_proto::REASON_NO_CAPACITY)
+    );
+    let mut req = place_req("t");
+    req.avoid_node_id = "Bad Node".into();
+    assert_status(c.place(req).await, Code::InvalidArgument, "node");
+    s.stop().await;
+}
+
 async fn list_filters_and_pages(store: TestStore) {
     let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
@@ -572,6 +604,7 @@ on_both_stores!(
     delayed_delete_of_an_old_generation_leaves_the_new_binding,
     the_same_idempotency_key_returns_the_same_sandbox,
     placement_spreads_load_and_respects_capacity,
+    placement_avoids_the_node_it_is_told_to,
     list_filters_and_pages,
     timeouts_pause_and_resume,
     restart_keeps_bindings_and_never_reuses_generations,

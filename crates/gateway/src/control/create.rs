@@ -64,7 +64,7 @@ pub(super) async fn create(
     // Without a client key the gateway makes one up, so that its own retry
     // of Place on another scheduler replica cannot place twice.
     let key = idempotency_key(headers)?.unwrap_or_else(|| warren_core::id::random_token(32));
-    let request = PlaceRequest {
+    let mut request = PlaceRequest {
         template_id: new.template_id.clone(),
         resources: defaults
             .as_ref()
@@ -80,13 +80,14 @@ pub(super) async fn create(
         require_node_id: target.node_id,
         fork_of: String::new(),
         lifecycle: Some(new.lifecycle),
+        avoid_node_id: String::new(),
     };
     // A template with a start command: the node answers once it is ready.
     let extra = defaults.as_ref().map_or(Duration::ZERO, ready_time);
     // A node that cannot be reached (the connection is refused, or drops
     // before any answer, as when the node is killed) is reported to the
     // scheduler, which places nothing more on it until it heartbeats again,
-    // and the create is placed once more, on another node. The first
+    // and the create is placed once more, on another node (named to avoid). The first
     // placement is removed first (a fenced DELETE): were the node alive
     // after all, its roster would list a sandbox the scheduler no longer
     // assigns to it, and the node would be told to kill it.
@@ -124,6 +125,9 @@ pub(super) async fn create(
                 tracing::warn!(sandbox = %placement.sandbox_id, node = %placement.node_id, error = %e,
                     "cannot reach the node; placing the create on another node");
                 report_unreachable(app, &placement.node_id, &e).await;
+                // Not there again, whatever the scheduler's mark says by
+                // now (a heartbeat sent before the node died can clear it).
+                request.avoid_node_id = placement.node_id.clone();
                 if e.is_connect() {
                     // Nothing was sent, so nothing is on the node.
                     forget(app, &placement).await;
@@ -236,6 +240,7 @@ async fn fork_one(
             fork_of: parent.sandbox_id.clone(),
             // The scheduler copies the parent's lifecycle.
             lifecycle: None,
+            avoid_node_id: String::new(),
         },
     )
     .await?;

@@ -192,6 +192,13 @@ impl SchedulerService {
                 Some(id.to_string())
             }
         };
+        let avoid_node_id = match r.avoid_node_id.as_str() {
+            "" => None,
+            id => {
+                validate::node_id(id)?;
+                Some(id.to_string())
+            }
+        };
         let resources = r.resources.unwrap_or_default();
         let spec = PlaceSpec {
             // Empty means the one built-in template, as on the node.
@@ -207,6 +214,7 @@ impl SchedulerService {
             env_vars: validate::env_vars(&r.env_vars)?,
             idempotency_key: validate::idempotency_key(&r.idempotency_key)?,
             require_node_id,
+            avoid_node_id,
             fork_of: match r.fork_of.as_str() {
                 "" => None,
                 id => {

@@ -232,6 +232,8 @@ pub struct PlaceSpec {
     pub env_vars: BTreeMap<String, String>,
     pub idempotency_key: Option<String>,
     pub require_node_id: Option<String>,
+    /// Never this node (a create the gateway could not deliver there).
+    pub avoid_node_id: Option<String>,
     /// A fork: copy this sandbox's environment and lifecycle (it must be
     /// the team's).
     pub fork_of: Option<String>,

@@ -35,7 +35,12 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         spec.lifecycle = parent.lifecycle;
     }
     check_quota(&mut tx, &spec.team_id, spec.quota).await?;
-    let chosen = nodes::choose(&mut tx, spec.require_node_id.as_deref(), "").await?;
+    let chosen = nodes::choose(
+        &mut tx,
+        spec.require_node_id.as_deref(),
+        spec.avoid_node_id.as_deref().unwrap_or(""),
+    )
+    .await?;
     let generation = tx.next_generation().await?;
     let sandbox_id = fresh_sandbox_id(&mut tx).await?;
     let now = tx.now;
