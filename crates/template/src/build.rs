@@ -100,9 +100,10 @@ pub fn build(
             return finish(spec, store, &tar, &mut progress);
         }
         progress(&format!(
-            "template {}: installing {} package(s) from Debian {} with mmdebstrap",
+            "template {}: installing {} package(s) from {} {} with mmdebstrap",
             spec.name,
             spec.packages.len(),
+            spec.mirror.as_deref().unwrap_or("Debian"),
             spec.suite
         ));
         let mut cmd = std::process::Command::new("mmdebstrap");
@@ -117,12 +118,24 @@ pub fn build(
         if !spec.packages.is_empty() {
             cmd.arg(format!("--include={}", spec.packages.join(",")));
         }
+        if let Some(k) = &spec.keyring_path {
+            cmd.arg(format!("--keyring={}", k.display()));
+        } else if spec.keyring.is_some() {
+            return Err(TemplateError::Invalid(format!(
+                "template {}: its keyring is a file next to the build file; build it from its file",
+                spec.name
+            )));
+        }
+        if spec.mirror.is_none() && !spec.components.is_empty() {
+            cmd.arg(format!("--components={}", spec.components.join(",")));
+        }
         cmd.arg(format!(
             "--customize-hook=sh {} \"$1\"",
             quote(&hook.display().to_string())
         ))
         .arg(&spec.suite)
         .arg(&tar)
+        .args(sources(spec))
         .stdin(Stdio::null())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
@@ -140,6 +153,23 @@ pub fn build(
     })();
     let _ = std::fs::remove_dir_all(&work);
     result
+}
+
+/// The apt source lines for a `mirror` (none without one: mmdebstrap's
+/// default): the suite, its updates and its security pocket.
+fn sources(spec: &Spec) -> Vec<String> {
+    let Some(mirror) = &spec.mirror else {
+        return Vec::new();
+    };
+    let components = if spec.components.is_empty() {
+        "main".to_string()
+    } else {
+        spec.components.join(" ")
+    };
+    ["", "-updates", "-security"]
+        .iter()
+        .map(|pocket| format!("deb {mirror} {}{pocket} {components}", spec.suite))
+        .collect()
 }
 
 fn finish(
@@ -166,6 +196,11 @@ fn finish(
         source,
         layers: Vec::new(),
         snapshot: None,
+        images: spec
+            .images
+            .iter()
+            .map(|i| crate::spec::normalize_image(i))
+            .collect::<Result<_, _>>()?,
     };
     store.put(&template)?;
     Ok(template)
@@ -277,6 +312,7 @@ pub fn import(
         source: format!("import {}", tarball.display()),
         layers: Vec::new(),
         snapshot: None,
+        images: Vec::new(),
     };
     store.put(&template)?;
     Ok(template)
@@ -303,5 +339,23 @@ mod tests {
             s.contains(r#"chroot "$root" /usr/bin/env -i 'PATH="#),
             "steps start from a clean environment: {s}"
         );
+    }
+
+    #[test]
+    fn a_mirror_gives_the_suite_its_updates_and_security() {
+        let spec = crate::Spec::parse(
+            "name = \"t\"\nsuite = \"jammy\"\nmirror = \"http://archive.ubuntu.com/ubuntu\"\ncomponents = [\"main\", \"universe\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            super::sources(&spec),
+            [
+                "deb http://archive.ubuntu.com/ubuntu jammy main universe",
+                "deb http://archive.ubuntu.com/ubuntu jammy-updates main universe",
+                "deb http://archive.ubuntu.com/ubuntu jammy-security main universe",
+            ]
+        );
+        let debian = crate::Spec::parse("name = \"t\"\n").unwrap();
+        assert!(super::sources(&debian).is_empty());
     }
 }

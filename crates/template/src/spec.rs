@@ -3,8 +3,13 @@
 //! ```toml
 //! name = "base"
 //! # from = "base"                   # start from a template instead of Debian
-//! suite = "bookworm"                 # Debian release mmdebstrap installs
-//! packages = ["python3", "sudo"]     # from the Debian archive
+//! suite = "bookworm"                 # the release mmdebstrap installs
+//! packages = ["python3", "sudo"]     # from the archive
+//! # An archive other than Debian's (all three optional; see below):
+//! # mirror = "http://archive.ubuntu.com/ubuntu"
+//! # components = ["main", "universe"]
+//! # keyring = "ubuntu/ubuntu-archive-keyring.gpg"
+//! # images = ["ubuntu:22.04"]        # image names it stands for (E2B's fromImage)
 //! run = ["useradd -m -u 1000 user"]  # shell steps, as root in the template
 //! trust_host_cas = true              # the build host's added CAs, trusted
 //! user = "user"                      # who commands run as by default
@@ -28,6 +33,17 @@
 //! path = "/opt/app/server.py"
 //! source = "app/server.py"           # a file next to the build file
 //! ```
+//!
+//! The archive: without `mirror`, mmdebstrap's own choice for a Debian
+//! `suite` (deb.debian.org, with `-updates` and security). With `mirror`,
+//! the template's (and the build's) apt sources are that archive's `suite`,
+//! `suite-updates` and `suite-security` (Ubuntu's layout), each with
+//! `components` (default `main`). `keyring` is the archive's public key
+//! (an OpenPGP keyring file, relative to the build file) that the build
+//! checks the archive's signature with; without it, the build host's
+//! (Debian's) keys. `images` names the container images (`ubuntu:22.04`,
+//! `docker.io/library/ubuntu:22.04` alike) the template stands in for: an
+//! E2B build `fromImage` one of them starts from this template.
 
 use crate::TemplateError;
 use serde::{Deserialize, Serialize};
@@ -137,6 +153,21 @@ pub struct Spec {
     pub suite: String,
     #[serde(default)]
     pub packages: Vec<String>,
+    /// The archive's URL; none: mmdebstrap's default (Debian's).
+    #[serde(default)]
+    pub mirror: Option<String>,
+    /// The archive areas (`main`, `universe`, ...); empty: `main`.
+    #[serde(default)]
+    pub components: Vec<String>,
+    /// The archive's keyring, relative to the build file.
+    #[serde(default)]
+    pub keyring: Option<String>,
+    /// `keyring` found next to the build file ([`Spec::load`] sets it).
+    #[serde(skip)]
+    pub keyring_path: Option<std::path::PathBuf>,
+    /// The container image names this template stands for.
+    #[serde(default)]
+    pub images: Vec<String>,
     #[serde(default)]
     pub files: Vec<File>,
     #[serde(default)]
@@ -157,6 +188,10 @@ const KEYS: &[&str] = &[
     "from",
     "suite",
     "packages",
+    "mirror",
+    "components",
+    "keyring",
+    "images",
     "files",
     "run",
     "trust_host_cas",
@@ -197,6 +232,17 @@ impl Spec {
     /// [`Spec::parse`], then each file's `source` read from `dir`.
     pub fn parse_in(text: &str, dir: &std::path::Path) -> Result<Spec, TemplateError> {
         let mut spec = Spec::parse(text)?;
+        if let Some(k) = &spec.keyring {
+            let at = dir.join(k);
+            std::fs::metadata(&at)
+                .map_err(|e| TemplateError::Invalid(format!("keyring {}: {e}", at.display())))?;
+            // mmdebstrap runs elsewhere: the path must not depend on its
+            // working directory.
+            spec.keyring_path =
+                Some(std::path::absolute(&at).map_err(|e| {
+                    TemplateError::Invalid(format!("keyring {}: {e}", at.display()))
+                })?);
+        }
         for f in &mut spec.files {
             if let Some(source) = &f.source {
                 let at = dir.join(source);
@@ -212,10 +258,11 @@ impl Spec {
         Ok(spec)
     }
 
-    /// Whether any file comes from a `source` (and so the build file's
-    /// text alone does not say what the template holds).
+    /// Whether any file comes from a `source`, or the keyring from a file
+    /// (and so the build file's text alone does not say what the template
+    /// holds).
     pub fn has_sources(&self) -> bool {
-        self.files.iter().any(|f| f.source.is_some())
+        self.keyring.is_some() || self.files.iter().any(|f| f.source.is_some())
     }
 
     /// Parses and checks a build file; errors name the field. A file's
@@ -251,10 +298,41 @@ impl Spec {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         {
-            return bad(format!(
-                "suite {:?} is not a Debian release name",
-                self.suite
-            ));
+            return bad(format!("suite {:?} is not a release name", self.suite));
+        }
+        if let Some(m) = &self.mirror {
+            let ok = (m.starts_with("http://") || m.starts_with("https://"))
+                && !m
+                    .bytes()
+                    .any(|b| b.is_ascii_whitespace() || b.is_ascii_control());
+            if !ok {
+                return bad(format!(
+                    "mirror {m:?} must be an http:// or https:// URL without spaces"
+                ));
+            }
+        }
+        for c in &self.components {
+            let ok = !c.is_empty()
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_/".contains(&b));
+            if !ok {
+                return bad(format!("component {c:?} is not an archive area name"));
+            }
+        }
+        if let Some(k) = &self.keyring {
+            if k.is_empty() || k.starts_with('/') || k.contains(',') {
+                return bad(format!(
+                    "keyring {k:?} must be a path relative to the build file"
+                ));
+            }
+        }
+        if self.from.is_some()
+            && (self.mirror.is_some() || !self.components.is_empty() || self.keyring.is_some())
+        {
+            return bad("mirror, components and keyring are for a fresh root, not a template built `from` another".into());
+        }
+        for i in &self.images {
+            normalize_image(i)?;
         }
         for p in &self.packages {
             let ok = !p.is_empty()
@@ -294,6 +372,34 @@ impl Spec {
             }
         }
         self.defaults().validate()
+    }
+}
+
+/// An image name as a registry would resolve it: Docker Hub's
+/// `docker.io/` (or `index.docker.io/`) and `library/` dropped, `:latest`
+/// when no tag or digest is given. `ubuntu:22.04`,
+/// `library/ubuntu:22.04` and `docker.io/library/ubuntu:22.04` are one.
+pub fn normalize_image(image: &str) -> Result<String, TemplateError> {
+    let ok = !image.is_empty()
+        && image.len() <= 255
+        && image
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-/:@".contains(&b));
+    if !ok {
+        return Err(TemplateError::Invalid(format!(
+            "image {image:?} is not an image name (like ubuntu:22.04)"
+        )));
+    }
+    let mut name = image;
+    for registry in ["docker.io/", "index.docker.io/", "registry-1.docker.io/"] {
+        name = name.strip_prefix(registry).unwrap_or(name);
+    }
+    name = name.strip_prefix("library/").unwrap_or(name);
+    let last = name.rsplit('/').next().unwrap_or(name);
+    if last.contains(':') || last.contains('@') {
+        Ok(name.to_string())
+    } else {
+        Ok(format!("{name}:latest"))
     }
 }
 
@@ -403,9 +509,64 @@ mod tests {
                 "name = \"t\"\n[[files]]\npath = \"/x\"\nsource = \"/etc/passwd\"",
                 "relative",
             ),
+            ("name = \"t\"\nmirror = \"ftp://x\"", "mirror"),
+            ("name = \"t\"\nmirror = \"http://a b\"", "mirror"),
+            (
+                "name = \"t\"\ncomponents = [\"main universe\"]",
+                "component",
+            ),
+            ("name = \"t\"\nkeyring = \"/etc/k.gpg\"", "relative"),
+            (
+                "name = \"t\"\nfrom = \"base\"\nmirror = \"http://x\"",
+                "fresh root",
+            ),
+            ("name = \"t\"\nimages = [\"ubuntu 22.04\"]", "image name"),
         ] {
             let e = Spec::parse(text).unwrap_err().to_string();
             assert!(e.contains(needle), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn images_normalize_as_a_registry_resolves_them() {
+        for (a, b) in [
+            ("ubuntu:22.04", "ubuntu:22.04"),
+            ("docker.io/library/ubuntu:22.04", "ubuntu:22.04"),
+            ("library/ubuntu:22.04", "ubuntu:22.04"),
+            ("ubuntu", "ubuntu:latest"),
+            ("e2bdev/base", "e2bdev/base:latest"),
+            ("ghcr.io/x/y:1", "ghcr.io/x/y:1"),
+            ("localhost:5000/y", "localhost:5000/y:latest"),
+        ] {
+            assert_eq!(normalize_image(a).unwrap(), b, "{a}");
+        }
+        assert!(normalize_image("").is_err());
+        assert!(normalize_image("a;b").is_err());
+    }
+
+    #[test]
+    fn the_keyring_is_found_next_to_the_build_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t.toml");
+        std::fs::write(
+            &file,
+            "name = \"t\"\nsuite = \"jammy\"\nmirror = \"http://archive.ubuntu.com/ubuntu\"\n\
+             components = [\"main\", \"universe\"]\nkeyring = \"k/a.gpg\"\nimages = [\"ubuntu:22.04\"]\n",
+        )
+        .unwrap();
+        let e = Spec::load(&file).unwrap_err().to_string();
+        assert!(e.contains("k/a.gpg"), "{e}");
+        std::fs::create_dir(dir.path().join("k")).unwrap();
+        std::fs::write(dir.path().join("k/a.gpg"), b"\x99\x02").unwrap();
+        let spec = Spec::load(&file).unwrap();
+        assert_eq!(
+            spec.keyring_path.as_deref(),
+            Some(dir.path().join("k/a.gpg").as_path())
+        );
+        assert!(
+            spec.has_sources(),
+            "the keyring's bytes are not in the text"
+        );
+        assert_eq!(spec.images, ["ubuntu:22.04"]);
     }
 }

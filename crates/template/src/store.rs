@@ -52,6 +52,11 @@ pub struct Template {
     /// Set for a snapshot: who owns it and where it came from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<Snapshot>,
+    /// The container image names (normalized: `ubuntu:22.04`) an E2B
+    /// build `fromImage` starts from this template for (its build file's
+    /// `images`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
 }
 
 /// What makes a template record a team's snapshot.
@@ -332,6 +337,7 @@ mod tests {
             source: "test".into(),
             layers: Vec::new(),
             snapshot: None,
+            images: vec!["ubuntu:22.04".into()],
         };
         store.put(&t).unwrap();
         assert_eq!(store.get("t1").unwrap(), t);

@@ -16,19 +16,27 @@ pub fn private_store(dir: &Path) -> serde_json::Value {
     for sub in ["blobs", "rootfs", "templates", "tmp"] {
         std::fs::create_dir_all(dir.join(sub)).expect("store dirs");
     }
-    let record = std::fs::read(format!("{TEMPLATE_DIR}/templates/base.json")).expect(
-        "the base template is built (scripts/test builds it; docs/sandboxes.md, Templates)",
-    );
-    let base: serde_json::Value = serde_json::from_slice(&record).expect("base.json parses");
-    let digest = base["digest"].as_str().expect("a digest");
+    add_shared(dir, "base")
+        .expect("the base template is built (scripts/test builds it; docs/sandboxes.md, Templates)")
+}
+
+/// Adds the shared store's template `name` (built from a build file, like
+/// `ubuntu-22.04`) to the private store at `dir` (made by
+/// [`private_store`]): its record copied, its root linked. `None` when the
+/// shared store has no such template.
+pub fn add_shared(dir: &Path, name: &str) -> Option<serde_json::Value> {
+    let record = std::fs::read(format!("{TEMPLATE_DIR}/templates/{name}.json")).ok()?;
+    let t: serde_json::Value = serde_json::from_slice(&record).expect("the record parses");
+    let digest = t["digest"].as_str().expect("a digest");
     let hex = digest.trim_start_matches("sha256-");
     std::os::unix::fs::symlink(
         format!("{TEMPLATE_DIR}/rootfs/{hex}"),
         dir.join("rootfs").join(hex),
     )
-    .expect("link base's root");
-    std::fs::write(dir.join("templates/base.json"), &record).expect("base record");
-    base
+    .unwrap_or_else(|e| panic!("link {name}'s root: {e}"));
+    std::fs::write(dir.join(format!("templates/{name}.json")), &record)
+        .unwrap_or_else(|e| panic!("{name}'s record: {e}"));
+    Some(t)
 }
 
 /// A template a test made; removed (its name, blob and unpacked root: its

@@ -9,14 +9,17 @@
 //! tenant input, and a sandbox is the boundary warren already puts around
 //! tenant code. The gateway drives it through its own public listener
 //! with the team's API key, exactly as the team could: it creates a
-//! sandbox from the parent template (`fromTemplate`, or E2B's default
-//! image `e2bdev/base`, which is warren's `base`), runs each RUN step with
-//! envd as the current USER in the current WORKDIR with the ENVs so far,
-//! applies each COPY step's uploaded archive (below), snapshots the
-//! sandbox, and records the snapshot's root under the
-//! team's template name with the defaults the steps set (USER, WORKDIR,
-//! ENV, startCmd, readyCmd, cpuCount, memoryMB); the sandbox is killed
-//! either way. So a build needs the `isolated` runtime (snapshots) and the
+//! sandbox from the parent template (`fromTemplate`; or `fromImage`: E2B's
+//! default image `e2bdev/base` is warren's `base`, any other image is the
+//! operator's template whose build file lists it in `images`, such as
+//! `ubuntu-22.04` for `ubuntu:22.04`: no registry is ever pulled from),
+//! runs each RUN step with envd as the current USER in the current
+//! WORKDIR with the ENVs so far, applies each COPY step's uploaded
+//! archive (below), snapshots the sandbox, and records the
+//! snapshot's root under the team's template name with the defaults the
+//! steps set (USER, WORKDIR, ENV, startCmd, readyCmd, cpuCount,
+//! memoryMB); the sandbox is killed either way. So a build needs the
+//! `isolated` runtime (snapshots) and the
 //! shared template store, as snapshots do.
 //!
 //! COPY: the archive the SDK uploaded (a tar, gzipped or not, of paths
@@ -385,6 +388,9 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Plan {
     from: String,
+    /// `fromImage`, when it is not E2B's base: `from` is the template
+    /// that stands for it ([`resolve_image`]).
+    image: Option<String>,
     steps: Vec<Step>,
     start_cmd: String,
     ready_cmd: String,
@@ -479,27 +485,20 @@ fn parse_plan(body: &[u8]) -> Result<Plan, ApiError> {
             Some(v) => text(v, &format!("field {k:?}")).map(Some),
         }
     };
-    let no_registry = |image: &str| {
-        bad(format!(
-            "image {image:?}: warren's machines cannot reach an image registry; build from \
-             the `base` template instead (Template().from_template(\"base\"), or \
-             from_base_image(), which is warren's base)"
-        ))
-    };
     if obj.get("fromImageRegistry").is_some_and(|r| !r.is_null()) {
-        return Err(no_registry(&opt("fromImage")?.unwrap_or_default()));
+        return Err(no_registry(&opt("fromImage")?.unwrap_or_default(), &[]));
     }
-    let from = match (opt("fromTemplate")?, opt("fromImage")?) {
+    let (from, image) = match (opt("fromTemplate")?, opt("fromImage")?) {
         (Some(t), _) => {
             super::snapshots::validate_name(&t)?;
-            t
+            (t, None)
         }
         (None, Some(image)) => match image.as_str() {
             "e2bdev/base"
             | "e2bdev/base:latest"
             | "docker.io/e2bdev/base"
-            | "docker.io/e2bdev/base:latest" => "base".to_string(),
-            _ => return Err(no_registry(&image)),
+            | "docker.io/e2bdev/base:latest" => ("base".to_string(), None),
+            _ => (String::new(), Some(image)),
         },
         (None, None) => return Err(bad("give \"fromTemplate\" or \"fromImage\"")),
     };
@@ -593,6 +592,7 @@ fn parse_plan(body: &[u8]) -> Result<Plan, ApiError> {
     }
     Ok(Plan {
         from,
+        image,
         steps,
         start_cmd,
         ready_cmd,
@@ -671,6 +671,40 @@ fn copy_base(src: &str) -> String {
     parts.join("/")
 }
 
+/// The 400 for an image warren has no template for.
+fn no_registry(image: &str, available: &[String]) -> ApiError {
+    let offered = if available.is_empty() {
+        "no image has one".to_string()
+    } else {
+        format!("images with one: {}", available.join(", "))
+    };
+    bad(format!(
+        "image {image:?}: warren's machines cannot reach an image registry, and no template \
+         here stands for that image ({offered}); build from the `base` template instead \
+         (Template().from_template(\"base\"), or from_base_image(), which is warren's base)"
+    ))
+}
+
+/// The operator template (not a team's) whose build file lists `image`
+/// in its `images`; a 400 naming the images there are when none does.
+fn resolve_image(store: &Store, image: &str) -> Result<String, ApiError> {
+    let wanted =
+        warren_template::spec::normalize_image(image).map_err(|_| no_registry(image, &[]))?;
+    let operators: Vec<Template> = store
+        .list()
+        .map_err(super::snapshots::internal)?
+        .into_iter()
+        .filter(|t| t.snapshot.is_none())
+        .collect();
+    if let Some(t) = operators.iter().find(|t| t.images.contains(&wanted)) {
+        return Ok(t.name.clone());
+    }
+    let mut available: Vec<String> = operators.into_iter().flat_map(|t| t.images).collect();
+    available.sort();
+    available.dedup();
+    Err(no_registry(image, &available))
+}
+
 /// `POST /v2/templates/{id}/builds/{buildID}`: checks the steps and
 /// starts the build; 202.
 pub(super) fn start(
@@ -682,7 +716,7 @@ pub(super) fn start(
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     let template_id = decode(template_raw)?;
-    let plan = parse_plan(body)?;
+    let mut plan = parse_plan(body)?;
     // Every COPY's archive, opened now: an unknown hash is this request's
     // 400, and an archive that expires mid-build stays readable.
     let mut files = HashMap::new();
@@ -698,6 +732,9 @@ pub(super) fn start(
         }
     }
     let store = super::snapshots::store(app)?;
+    if let Some(image) = &plan.image {
+        plan.from = resolve_image(&store, image)?;
+    }
     // The parent, as this team may use it: its defaults are where the
     // steps start.
     let parent = match super::snapshots::find(&store, team, &plan.from)? {
@@ -1449,6 +1486,7 @@ impl Job {
                     .map(|s| s.node_id.clone())
                     .unwrap_or_default(),
             }),
+            images: Vec::new(),
         };
         let mut put = Ok(());
         for tag in &self.tags {
@@ -1518,7 +1556,7 @@ mod tests {
         );
         for (body, needle) in [
             (
-                r#"{"fromImage":"ubuntu:22.04"}"#,
+                r#"{"fromImage":"ubuntu:22.04","fromImageRegistry":{"type":"registry"}}"#,
                 "cannot reach an image registry",
             ),
             (r#"{}"#, "fromTemplate"),
@@ -1600,5 +1638,55 @@ mod tests {
         ] {
             assert_eq!(copy_base(src), base, "{src}");
         }
+    }
+
+    #[test]
+    fn an_image_is_the_operator_template_that_lists_it() {
+        let p = parse_plan(br#"{"fromImage":"ubuntu:22.04"}"#).unwrap();
+        assert_eq!(p.image.as_deref(), Some("ubuntu:22.04"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let record = |name: &str, images: &[&str], team: Option<&str>| Template {
+            name: name.into(),
+            digest: format!("sha256-{}", "0".repeat(64)),
+            defaults: Defaults::default(),
+            created_at_ms: 1,
+            source: "test".into(),
+            layers: Vec::new(),
+            snapshot: team.map(|t| Snapshot {
+                team: t.into(),
+                name: None,
+                source_sandbox: "s".into(),
+                node_id: "n".into(),
+            }),
+            images: images.iter().map(|i| i.to_string()).collect(),
+        };
+        let unknown = format!("{:?}", resolve_image(&store, "ubuntu:22.04").unwrap_err());
+        assert!(
+            unknown.contains("cannot reach an image registry"),
+            "{unknown}"
+        );
+        // A team's template never stands for an image.
+        store
+            .put(&record("snap-x", &["ubuntu:22.04"], Some("team-a")))
+            .unwrap();
+        assert!(resolve_image(&store, "ubuntu:22.04").is_err());
+        store
+            .put(&record(
+                "ubuntu-22.04",
+                &["ubuntu:22.04", "ubuntu:jammy"],
+                None,
+            ))
+            .unwrap();
+        for image in ["ubuntu:22.04", "docker.io/library/ubuntu:jammy"] {
+            assert_eq!(resolve_image(&store, image).unwrap(), "ubuntu-22.04");
+        }
+        let e = format!("{:?}", resolve_image(&store, "alpine:3.20").unwrap_err());
+        assert!(e.contains("cannot reach an image registry"), "{e}");
+        assert!(
+            e.contains("ubuntu:22.04, ubuntu:jammy"),
+            "lists the images: {e}"
+        );
+        assert!(format!("{:?}", resolve_image(&store, "a b").unwrap_err()).contains("registry"));
     }
 }

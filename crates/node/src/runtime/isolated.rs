@@ -558,6 +558,7 @@ impl Runtime for Isolated {
             source: format!("snapshot of sandbox {}", spec.meta.source_sandbox),
             layers,
             snapshot: Some(spec.meta.clone()),
+            images: Vec::new(),
         };
         self.templates
             .put(&template)

@@ -28,7 +28,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Builds a template from a build file (TOML; see templates/base.toml)
-    /// with mmdebstrap, from the Debian archive.
+    /// with mmdebstrap, from the Debian archive (or the one it names).
     Build {
         file: PathBuf,
         /// Rebuild even when a template by that name exists.
@@ -168,13 +168,18 @@ fn build_spec(
 
 /// What a template built from `text` records to be recognised: a digest of
 /// everything that decides its contents — the build file's text, the text
-/// of each `source` file, and the digest of the template it is built
+/// of each `source` file, the keyring's SHA-256, and the digest of the template it is built
 /// `from` (so rebuilding `base` rebuilds what derives from it).
 pub fn build_stamp(store: &Store, text: &str, spec: &Spec) -> String {
     if spec.from.is_none() && !spec.has_sources() {
         return spec_stamp(text);
     }
     let mut all = text.to_string();
+    if let Some(k) = &spec.keyring_path {
+        // Unreadable: a stamp no build has, so the build runs (and says why).
+        let digest = warren_template::store::sha256_file(k).unwrap_or_default();
+        all.push_str(&format!("\0keyring {digest}"));
+    }
     for f in spec.files.iter().filter(|f| f.source.is_some()) {
         all.push('\0');
         all.push_str(&f.path);
