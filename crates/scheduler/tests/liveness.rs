@@ -380,13 +380,7 @@ async fn an_auto_pause_sandbox_is_paused_at_its_end_not_killed(store: TestStore)
             .await
             .unwrap()
             .into_inner();
-        c.record_assignment(pb::RecordAssignmentRequest {
-            sandbox_id: p.sandbox_id.clone(),
-            node_id: p.node_id.clone(),
-            generation: p.generation,
-        })
-        .await
-        .unwrap();
+        record(&mut c, &p).await;
         made.push(p);
     }
     let (auto, plain) = (&made[0], &made[1]);
@@ -402,34 +396,18 @@ async fn an_auto_pause_sandbox_is_paused_at_its_end_not_killed(store: TestStore)
         sref(&auto.sandbox_id, auto.generation),
         sref(&plain.sandbox_id, plain.generation),
     ];
-    let hb = |c: &mut Client| {
-        let mut c = c.clone();
-        let roster = roster.clone();
-        async move {
-            c.heartbeat(pb::HeartbeatRequest {
-                node_id: "node-a".into(),
-                incarnation: inc,
-                roster,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-        }
-    };
+    let node = c.clone();
+    let hb = || heartbeat(&node, "node-a", inc, &roster);
     let mut w = watch(&mut c, 0).await;
-    let r = eventually("both reach their end", || {
-        let mut c = c.clone();
-        let hb = hb(&mut c);
-        async move {
-            let r = hb.await;
-            (!r.to_pause.is_empty() && !r.expired.is_empty()).then_some(r)
-        }
+    let r = eventually("both reach their end", || async {
+        let r = hb().await;
+        (!r.to_pause.is_empty() && !r.expired.is_empty()).then_some(r)
     })
     .await;
     assert_eq!(r.to_pause, vec![sref(&auto.sandbox_id, auto.generation)]);
     assert_eq!(r.expired, vec![sref(&plain.sandbox_id, plain.generation)]);
     // Not reported yet: answered again.
-    assert_eq!(hb(&mut c).await.to_pause, r.to_pause);
+    assert_eq!(hb().await.to_pause, r.to_pause);
     // The PAUSE report: EXPIRING -> PAUSED, once (a repeat is "already").
     let e = event(
         &mut c,
@@ -474,7 +452,7 @@ async fn an_auto_pause_sandbox_is_paused_at_its_end_not_killed(store: TestStore)
         get(&mut c, &auto.sandbox_id).await.unwrap().state,
         BindingState::Paused as i32
     );
-    let r = hb(&mut c).await;
+    let r = hb().await;
     assert!(r.to_pause.is_empty(), "{r:?}");
     // Paused, it is past its end and outlives sweeps.
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -506,29 +484,11 @@ async fn a_sandbox_paused_past_the_retention_is_deleted(store: TestStore) {
         auto_resume: false,
     });
     let p = c.place(req).await.unwrap().into_inner();
-    c.record_assignment(pb::RecordAssignmentRequest {
-        sandbox_id: p.sandbox_id.clone(),
-        node_id: p.node_id.clone(),
-        generation: p.generation,
-    })
-    .await
-    .unwrap();
+    record(&mut c, &p).await;
     let roster = vec![sref(&p.sandbox_id, p.generation)];
-    let hb = |c: &mut Client| {
-        let mut c = c.clone();
-        let roster = roster.clone();
-        async move {
-            c.heartbeat(pb::HeartbeatRequest {
-                node_id: "node-a".into(),
-                incarnation: inc,
-                roster,
-            })
-            .await
-            .unwrap()
-            .into_inner()
-        }
-    };
-    assert!(hb(&mut c).await.expired.is_empty());
+    let node = c.clone();
+    let hb = || heartbeat(&node, "node-a", inc, &roster);
+    assert!(hb().await.expired.is_empty());
     let mut w = watch(&mut c, 0).await;
     let e = event(
         &mut c,
@@ -543,14 +503,13 @@ async fn a_sandbox_paused_past_the_retention_is_deleted(store: TestStore) {
         get(&mut c, &p.sandbox_id).await.unwrap().state,
         BindingState::Paused as i32
     );
-    let r = eventually("the paused sandbox is handed back to be deleted", || {
-        let mut c = c.clone();
-        let hb = hb(&mut c);
-        async move {
-            let r = hb.await;
+    let r = eventually(
+        "the paused sandbox is handed back to be deleted",
+        || async {
+            let r = hb().await;
             (!r.expired.is_empty()).then_some(r)
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(r.expired, vec![sref(&p.sandbox_id, p.generation)]);
     assert!(r.to_pause.is_empty(), "deleted, not paused again: {r:?}");

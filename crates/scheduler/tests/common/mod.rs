@@ -252,6 +252,12 @@ pub async fn place(c: &mut Client, team: &str) -> pb::Placement {
 /// Place + RecordAssignment: a RUNNING sandbox.
 pub async fn running(c: &mut Client, team: &str) -> pb::Placement {
     let p = place(c, team).await;
+    record(c, &p).await;
+    p
+}
+
+/// RecordAssignment for a placement: its binding goes RUNNING.
+pub async fn record(c: &mut Client, p: &pb::Placement) {
     c.record_assignment(pb::RecordAssignmentRequest {
         sandbox_id: p.sandbox_id.clone(),
         node_id: p.node_id.clone(),
@@ -259,7 +265,24 @@ pub async fn running(c: &mut Client, team: &str) -> pb::Placement {
     })
     .await
     .unwrap();
-    p
+}
+
+/// One heartbeat of `node_id` listing `roster`; the scheduler's answer.
+pub async fn heartbeat(
+    c: &Client,
+    node_id: &str,
+    incarnation: u64,
+    roster: &[pb::SandboxRef],
+) -> pb::HeartbeatResponse {
+    c.clone()
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: node_id.into(),
+            incarnation,
+            roster: roster.to_vec(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 pub async fn event(
