@@ -170,6 +170,27 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// Addresses for public TLS listeners (HTTPS, HTTP/1.1 and h2 by
+    /// ALPN): the same API and sandbox traffic as --listen, with TLS ended
+    /// here, so a sandbox is reachable at `https://{port}-{id}.{domain}`.
+    /// Repeatable or comma-separated (e.g. 0.0.0.0:443,[::]:443). None by
+    /// default: TLS off. Needs --public-tls-cert and --public-tls-key.
+    #[arg(
+        long = "public-tls-listen",
+        env = "WARREN_GATEWAY_PUBLIC_TLS_LISTEN",
+        value_delimiter = ','
+    )]
+    pub public_tls_listen: Vec<SocketAddr>,
+
+    /// The public TLS certificate chain (PEM, the leaf first), e.g. a
+    /// wildcard `*.{domain}` certificate. Re-read when the file changes.
+    #[arg(long, env = "WARREN_GATEWAY_PUBLIC_TLS_CERT")]
+    pub public_tls_cert: Option<PathBuf>,
+
+    /// The private key of --public-tls-cert (PEM).
+    #[arg(long, env = "WARREN_GATEWAY_PUBLIC_TLS_KEY")]
+    pub public_tls_key: Option<PathBuf>,
+
     #[command(flatten)]
     pub tls: warren_trust::TlsArgs,
     // Listener limits (docs/security.md, "Listeners under load").
@@ -245,6 +266,9 @@ pub struct Settings {
     pub retry_max_body: u64,
     /// Internal TLS flags, loaded when the part starts (before it binds).
     pub tls: warren_trust::TlsArgs,
+    /// The public TLS listeners' addresses and their server configuration
+    /// (certificate loaded); `None` when TLS is off.
+    pub public_tls: Option<PublicTls>,
     /// The public listener's timeouts and connection limits (its drain is
     /// `drain_timeout`).
     pub listener: Limits,
@@ -254,7 +278,35 @@ pub struct Settings {
     pub worker_threads: usize,
 }
 
+/// The public TLS listeners: where, and with which certificate.
+#[derive(Debug, Clone)]
+pub struct PublicTls {
+    pub listen: Vec<SocketAddr>,
+    pub config: std::sync::Arc<rustls::ServerConfig>,
+}
+
 impl Config {
+    /// The public TLS flags, all or none; the certificate and key loaded.
+    fn public_tls(&self) -> Result<Option<PublicTls>, ConfigError> {
+        let invalid = |m: String| ConfigError::Invalid(m);
+        match (&self.public_tls_cert, &self.public_tls_key) {
+            (None, None) if self.public_tls_listen.is_empty() => Ok(None),
+            (Some(cert), Some(key)) if !self.public_tls_listen.is_empty() => {
+                let config = warren_trust::public::server_config(cert, key)
+                    .map_err(|e| invalid(format!("--public-tls-cert/--public-tls-key: {e}")))?;
+                Ok(Some(PublicTls {
+                    listen: self.public_tls_listen.clone(),
+                    config,
+                }))
+            }
+            _ => Err(invalid(
+                "--public-tls-listen, --public-tls-cert and --public-tls-key go together: \
+                 give all three for a public TLS listener, or none"
+                    .into(),
+            )),
+        }
+    }
+
     /// Checks everything that can be checked without the network.
     pub fn validate(&self) -> Result<Settings, ConfigError> {
         let invalid = |m: String| ConfigError::Invalid(m);
@@ -392,9 +444,11 @@ impl Config {
             }
             n => n,
         };
+        let public_tls = self.public_tls()?;
         Ok(Settings {
             worker_threads,
             tls: self.tls.clone(),
+            public_tls,
             schedulers,
             domain,
             api_keys,
@@ -563,6 +617,73 @@ mod tests {
         assert_eq!(s.listener.idle_timeout, Duration::from_secs(300));
         assert_eq!(s.listener.body_progress_timeout, Duration::from_secs(2));
         assert_eq!(s.admin_listener.idle_timeout, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn public_tls_flags() {
+        // Off by default.
+        let s = parse(&["--api-key", "k:t"]).validate().unwrap();
+        assert!(s.public_tls.is_none());
+
+        // All three or none.
+        for args in [
+            &["--public-tls-listen", "127.0.0.1:443"][..],
+            &["--public-tls-cert", "c.pem", "--public-tls-key", "k.pem"][..],
+            &[
+                "--public-tls-listen",
+                "127.0.0.1:443",
+                "--public-tls-cert",
+                "c.pem",
+            ][..],
+        ] {
+            let mut all = vec!["--api-key", "k:t"];
+            all.extend_from_slice(args);
+            let err = parse(&all).validate().unwrap_err();
+            assert!(err.to_string().contains("go together"), "{args:?}: {err}");
+        }
+
+        // Files that are not there are named, with the flag.
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nope.pem").display().to_string();
+        let err = parse(&[
+            "--api-key",
+            "k:t",
+            "--public-tls-listen",
+            "127.0.0.1:443,[::1]:443",
+            "--public-tls-cert",
+            &missing,
+            "--public-tls-key",
+            &missing,
+        ])
+        .validate()
+        .unwrap_err();
+        let err = err.to_string();
+        assert!(
+            err.contains("--public-tls-cert") && err.contains("nope.pem"),
+            "{err}"
+        );
+
+        // A key file in place of the certificate.
+        let key = dir.path().join("only.key");
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
+        let key = key.display().to_string();
+        let err = parse(&[
+            "--api-key",
+            "k:t",
+            "--public-tls-listen",
+            "127.0.0.1:443",
+            "--public-tls-cert",
+            &key,
+            "--public-tls-key",
+            &key,
+        ])
+        .validate()
+        .unwrap_err();
+        assert!(err.to_string().contains("no certificate"), "{err}");
     }
 
     #[test]

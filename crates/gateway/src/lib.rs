@@ -4,7 +4,8 @@
 //! # Layout
 //! - [`config`]: flags/env/TOML ([`Config`]) validated into [`Settings`]
 //!   before any socket is bound.
-//! - [`server`]: the listener (HTTP/1.1 + h2c, upgrades), its connections
+//! - [`server`]: the listeners (HTTP/1.1 + h2c, upgrades; the same over
+//!   TLS on `--public-tls-listen`), their connections
 //!   served by `--worker-threads` threads (`warren_core::server::Workers`:
 //!   each thread owns its connections and its node connections), plane
 //!   dispatch, metrics per request, graceful drain.
@@ -78,18 +79,38 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let mut tls_listeners = Vec::new();
+    for addr in settings.public_tls.iter().flat_map(|t| &t.listen) {
+        let tcp = TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "cannot listen on {addr} (--public-tls-listen; ports below 1024 need root \
+                 or CAP_NET_BIND_SERVICE)"
+            )
+        })?;
+        tls_listeners.push(tcp);
+    }
     let admin = TcpListener::bind(config.admin_listen)
         .await
         .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
-    run(settings, listener, admin, warren_core::shutdown::signal()).await
+    run(
+        settings,
+        listener,
+        tls_listeners,
+        admin,
+        warren_core::shutdown::signal(),
+    )
+    .await
 }
 
 /// Runs a gateway on already-bound listeners until `shutdown` resolves, then
 /// turns readiness off, stops accepting, and drains in-flight requests for
-/// up to `settings.drain_timeout`. Announces both listeners on stdout.
+/// up to `settings.drain_timeout`. Announces the listeners on stdout.
+/// `tls_listeners` are served with `settings.public_tls`'s certificate
+/// (none when it is off).
 pub async fn run(
     settings: Settings,
     listener: TcpListener,
+    tls_listeners: Vec<TcpListener>,
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -132,6 +153,13 @@ pub async fn run(
     let limits = settings.listener;
     let admin_limits = settings.admin_listener;
     let shutdown_delay = settings.shutdown_delay;
+    let public_tls = settings.public_tls.as_ref().map(|t| t.config.clone());
+    if !tls_listeners.is_empty() && public_tls.is_none() {
+        return Err(warren_core::config::ConfigError::Invalid(
+            "public TLS listeners given without --public-tls-cert/--public-tls-key".into(),
+        )
+        .into());
+    }
     let upload_dir = settings.uploads.dir.clone();
     let app = Arc::new(
         state::App::new(settings, scheduler, resolver, http, metrics).map_err(|e| {
@@ -154,6 +182,19 @@ pub async fn run(
         let _ = app.self_url.set(format!("http://{at}"));
     }
     warren_core::announce("gateway", "http", listener.local_addr()?);
+    // Metrics label every TLS listener `https`.
+    let mut publics = vec![(server::Public::plain(listener), "http")];
+    for (i, tcp) in tls_listeners.into_iter().enumerate() {
+        // The first is `https`, any others `https-2`, `https-3`, ...
+        let name = match i {
+            0 => "https".to_string(),
+            n => format!("https-{}", n + 1),
+        };
+        warren_core::announce("gateway", &name, tcp.local_addr()?);
+        if let Some(config) = &public_tls {
+            publics.push((server::Public::tls(tcp, config.clone()), "https"));
+        }
+    }
     warren_core::announce("gateway", "admin", admin_listener.local_addr()?);
     let (admin_stop, admin_stopped) = tokio::sync::oneshot::channel::<()>();
     let admin_task = tokio::spawn(admin.clone().serve(
@@ -166,16 +207,21 @@ pub async fn run(
     admin.set_ready(true);
 
     let ready = admin.clone();
-    server::serve(
-        app,
-        &workers,
-        listener,
-        // Load balancers see the replica leave (/readyz false) and get
-        // --shutdown-delay to move traffic before the listener closes.
-        async move { warren_core::shutdown::readiness_first(shutdown, &ready, shutdown_delay).await },
-        limits,
-        admin.listeners.listener("http"),
-    )
+    // Load balancers see the replica leave (/readyz false) and get
+    // --shutdown-delay to move traffic before the listeners close.
+    let shutdown = futures_util::FutureExt::shared(Box::pin(async move {
+        warren_core::shutdown::readiness_first(shutdown, &ready, shutdown_delay).await
+    }));
+    futures_util::future::join_all(publics.into_iter().map(|(public, name)| {
+        server::serve(
+            app.clone(),
+            &workers,
+            public,
+            shutdown.clone(),
+            limits,
+            admin.listeners.listener(name),
+        )
+    }))
     .await;
     if let Some(watch) = watch {
         watch.abort();

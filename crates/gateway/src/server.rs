@@ -1,6 +1,8 @@
-//! The public listener: HTTP/1.1 and h2c on one port (hyper-util's auto
-//! builder, with upgrades for WebSocket), each request sent to the control
-//! or data plane, and graceful draining at shutdown.
+//! The public listeners: HTTP/1.1 and h2c on one port (hyper-util's auto
+//! builder, with upgrades for WebSocket), and the same over TLS on each
+//! `--public-tls-listen` address (ALPN h2 or http/1.1; the handshake runs
+//! on the connection's task under the header-read timeout); each request
+//! sent to the control or data plane, and graceful draining at shutdown.
 //!
 //! A client connection can be made to end with a TCP reset instead of a
 //! FIN ([`Abort`]): the proxy asks for it when a response it was streaming
@@ -8,7 +10,9 @@
 //! A reset is how HTTP/1.1 says "this response is not complete" as plainly
 //! as HTTP/2's stream reset does; clients (the e2b SDKs among them) then
 //! see a broken connection rather than a malformed message, and ask the
-//! sandbox's health to learn whether it is gone.
+//! sandbox's health to learn whether it is gone. Over TLS too: an aborted
+//! connection sends no close_notify (which would read as a clean end),
+//! only the reset.
 
 use crate::metrics::Plane;
 use crate::state::App;
@@ -22,6 +26,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::server::TlsStream;
+use tokio_rustls::TlsAcceptor;
 use warren_core::body::Body;
 use warren_core::server::{Incoming, Limits, ListenerMetrics, Workers};
 
@@ -47,16 +53,64 @@ pub struct Peer {
     pub addr: SocketAddr,
     /// Resets the connection when it closes.
     pub abort: Abort,
+    /// The connection came through a public TLS listener.
+    pub tls: bool,
 }
 
-/// The public TCP listener, its connections able to end with a reset.
-struct Public(TcpListener);
+/// A public listener, plain or TLS (`--public-tls-listen`), its
+/// connections able to end with a reset.
+pub(crate) struct Public {
+    tcp: TcpListener,
+    tls: Option<TlsAcceptor>,
+}
 
-/// One client connection: a TCP stream that is reset, not closed, when its
-/// [`Abort`] was set.
-struct ClientConn {
-    stream: TcpStream,
+impl Public {
+    /// Plain HTTP (HTTP/1.1 and h2c) on `tcp`.
+    pub(crate) fn plain(tcp: TcpListener) -> Public {
+        Public { tcp, tls: None }
+    }
+
+    /// HTTPS on `tcp` with `config` (ALPN picks HTTP/1.1 or h2).
+    pub(crate) fn tls(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> Public {
+        Public {
+            tcp,
+            tls: Some(TlsAcceptor::from(config)),
+        }
+    }
+}
+
+/// A client connection's transport.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(s) => s,
+            Stream::Tls(s) => s.get_ref().0,
+        }
+    }
+}
+
+/// One client connection: a TCP stream, or TLS over one, that is reset,
+/// not closed, when its [`Abort`] was set. Once set, the connection
+/// refuses further writes and shutdown: a TLS close_notify (or a FIN)
+/// would tell the client the response ended cleanly, which it did not.
+pub(crate) struct ClientConn {
+    stream: Stream,
     abort: Abort,
+}
+
+impl ClientConn {
+    /// The error a write to an aborted connection gets.
+    fn aborted() -> Poll<std::io::Result<()>> {
+        Poll::Ready(Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionAborted,
+            "the response was cut upstream; the connection is reset",
+        )))
+    }
 }
 
 impl warren_core::server::Accept for Public {
@@ -65,12 +119,13 @@ impl warren_core::server::Accept for Public {
     type Peer = Peer;
 
     async fn accept(&self) -> std::io::Result<(TcpStream, Peer)> {
-        let (stream, addr) = warren_core::server::Accept::accept(&self.0).await?;
+        let (stream, addr) = warren_core::server::Accept::accept(&self.tcp).await?;
         Ok((
             stream,
             Peer {
                 addr,
                 abort: Abort::default(),
+                tls: self.tls.is_some(),
             },
         ))
     }
@@ -80,11 +135,24 @@ impl warren_core::server::Accept for Public {
         stream: TcpStream,
         peer: Peer,
     ) -> impl Future<Output = std::io::Result<(ClientConn, Peer)>> + Send + 'static {
-        let conn = ClientConn {
-            stream,
-            abort: peer.abort.clone(),
-        };
-        std::future::ready(Ok((conn, peer)))
+        let tls = self.tls.clone();
+        async move {
+            let stream = match tls {
+                None => Stream::Plain(stream),
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(tls) => Stream::Tls(Box::new(tls)),
+                    Err(e) => {
+                        tracing::debug!(peer = %peer.addr, error = %e, "TLS handshake failed");
+                        return Err(e);
+                    }
+                },
+            };
+            let conn = ClientConn {
+                stream,
+                abort: peer.abort.clone(),
+            };
+            Ok((conn, peer))
+        }
     }
 
     fn peer_ip(peer: &Peer) -> Option<IpAddr> {
@@ -100,56 +168,100 @@ impl Drop for ClientConn {
     fn drop(&mut self) {
         if self.abort.is_set() {
             // SO_LINGER 0: the close below sends RST.
-            let _ = self.stream.set_zero_linger();
+            let _ = self.stream.tcp().set_zero_linger();
         }
     }
 }
 
 impl AsyncRead for ClientConn {
     fn poll_read(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        match &mut self.get_mut().stream {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
     }
 }
 
 impl AsyncWrite for ClientConn {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        if this.abort.is_set() {
+            return ClientConn::aborted().map_ok(|()| 0);
+        }
+        match &mut this.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.abort.is_set() {
+            return ClientConn::aborted();
+        }
+        match &mut this.stream {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.abort.is_set() {
+            return ClientConn::aborted();
+        }
+        match &mut this.stream {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        if this.abort.is_set() {
+            return ClientConn::aborted().map_ok(|()| 0);
+        }
+        match &mut this.stream {
+            Stream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        match &self.stream {
+            Stream::Plain(s) => s.is_write_vectored(),
+            Stream::Tls(s) => s.is_write_vectored(),
+        }
     }
 }
 
 /// Answers one request on either plane and records its metrics.
-async fn handle(app: Arc<App>, peer: Peer, req: Request<Incoming>) -> Response<Body> {
+async fn handle(app: Arc<App>, peer: Peer, mut req: Request<Incoming>) -> Response<Body> {
     let start = tokio::time::Instant::now();
     let (plane, resp) = match target::classify(&req, &app.settings.domain) {
-        None => (Plane::Control, control::handle(&app, req).await),
+        None => {
+            if peer.tls {
+                // Links the control plane makes (COPY uploads) use the
+                // scheme the client came in with.
+                req.headers_mut().insert(
+                    http::header::HeaderName::from_static("x-forwarded-proto"),
+                    http::HeaderValue::from_static("https"),
+                );
+            }
+            (Plane::Control, control::handle(&app, req).await)
+        }
         Some(Err(e)) => (Plane::Data, e.into_response()),
         Some(Ok(t)) => (Plane::Data, proxy::handle(&app, t, &peer, req).await),
     };
@@ -165,19 +277,11 @@ async fn handle(app: Arc<App>, peer: Peer, req: Request<Incoming>) -> Response<B
 pub async fn serve(
     app: Arc<App>,
     workers: &Workers,
-    listener: TcpListener,
+    listener: Public,
     shutdown: impl Future<Output = ()>,
     limits: Limits,
     metrics: ListenerMetrics,
 ) {
     let handler = move |peer, req| handle(app.clone(), peer, req);
-    warren_core::server::serve_on(
-        workers,
-        Public(listener),
-        handler,
-        shutdown,
-        limits,
-        metrics,
-    )
-    .await;
+    warren_core::server::serve_on(workers, listener, handler, shutdown, limits, metrics).await;
 }

@@ -164,8 +164,13 @@ impl Trust {
                 .add(c)
                 .map_err(|e| format!("{}: not a usable CA certificate: {e}", ca.display()))?;
         }
-        let own = OwnCert::load(cert, key, &provider)?;
-        let identity = own.identity.clone();
+        let own = OwnCert::load(cert, key, &provider, true)?;
+        let Some(identity) = own.identity.clone() else {
+            return Err(format!(
+                "{}: the certificate names no warren identity",
+                cert.display()
+            ));
+        };
         if identity.role != role {
             return Err(format!(
                 "{}: the certificate is a {}'s ({identity}), but this is a {role}",
@@ -244,13 +249,16 @@ fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
 /// How often [`OwnCert`] looks at its files' modification times.
 const RELOAD_CHECK: Duration = Duration::from_secs(5);
 
-/// This part's certificate and key, re-read when the files change.
+/// A certificate and key, re-read when the files change: this part's
+/// (naming its warren identity), or the gateway's public one (naming none).
 #[derive(Debug)]
-struct OwnCert {
+pub(crate) struct OwnCert {
     cert_path: PathBuf,
     key_path: PathBuf,
     provider: Arc<CryptoProvider>,
-    identity: Identity,
+    /// The identity the certificate must keep naming across reloads;
+    /// `None` for a public certificate, which names none.
+    identity: Option<Identity>,
     state: Mutex<OwnState>,
 }
 
@@ -262,8 +270,15 @@ struct OwnState {
 }
 
 impl OwnCert {
-    fn load(cert: &Path, key: &Path, provider: &Arc<CryptoProvider>) -> Result<OwnCert, String> {
-        let (certified, identity) = read_own(cert, key, provider)?;
+    /// Reads `cert` and `key`; with `named`, the certificate must name a
+    /// warren identity, and every renewal the same one.
+    pub(crate) fn load(
+        cert: &Path,
+        key: &Path,
+        provider: &Arc<CryptoProvider>,
+        named: bool,
+    ) -> Result<OwnCert, String> {
+        let (certified, identity) = read_own(cert, key, provider, named)?;
         Ok(OwnCert {
             cert_path: cert.to_path_buf(),
             key_path: key.to_path_buf(),
@@ -280,7 +295,7 @@ impl OwnCert {
     /// The current certificate, re-read first when the files changed
     /// (checked at most every [`RELOAD_CHECK`]). A changed file that does
     /// not load, or names someone else, is logged and the old one kept.
-    fn current(&self) -> Arc<CertifiedKey> {
+    pub(crate) fn current(&self) -> Arc<CertifiedKey> {
         let mut state = match self.state.lock() {
             Ok(s) => s,
             Err(poisoned) => poisoned.into_inner(),
@@ -290,13 +305,15 @@ impl OwnCert {
             let now = stamp(&self.cert_path, &self.key_path);
             if now.is_some() && now != state.stamp {
                 state.stamp = now;
-                match read_own(&self.cert_path, &self.key_path, &self.provider) {
+                let named = self.identity.is_some();
+                match read_own(&self.cert_path, &self.key_path, &self.provider, named) {
                     Ok((key, id)) if id == self.identity => {
                         tracing::info!(cert = %self.cert_path.display(), "loaded the renewed certificate");
                         state.key = Arc::new(key);
                     }
                     Ok((_, id)) => tracing::error!(cert = %self.cert_path.display(),
-                        "the new certificate names {id}, not {}; keeping the old one", self.identity),
+                        "the new certificate names {}, not {}; keeping the old one",
+                        show(id.as_ref()), show(self.identity.as_ref())),
                     Err(e) => {
                         tracing::error!(error = %e, "cannot load the renewed certificate; keeping the old one")
                     }
@@ -312,15 +329,26 @@ fn stamp(cert: &Path, key: &Path) -> Option<(SystemTime, SystemTime)> {
     Some((m(cert)?, m(key)?))
 }
 
+fn show(id: Option<&Identity>) -> String {
+    id.map_or_else(|| "no warren identity".into(), Identity::to_string)
+}
+
 fn read_own(
     cert: &Path,
     key: &Path,
     provider: &CryptoProvider,
-) -> Result<(CertifiedKey, Identity), String> {
+    named: bool,
+) -> Result<(CertifiedKey, Option<Identity>), String> {
     let chain = read_certs(cert)?;
-    let identity = Identity::from_der(&chain[0]).map_err(|e| format!("{}: {e}", cert.display()))?;
-    let private = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("{}: not a PEM private key: {e}", key.display()))?;
+    let identity = if named {
+        Some(Identity::from_der(&chain[0]).map_err(|e| format!("{}: {e}", cert.display()))?)
+    } else {
+        None
+    };
+    let private = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
+        rustls::pki_types::pem::Error::Io(e) => format!("cannot read {}: {e}", key.display()),
+        e => format!("{}: not a PEM private key: {e}", key.display()),
+    })?;
     let certified = CertifiedKey::from_der(chain, private, provider).map_err(|e| {
         format!(
             "{} and {} do not belong together: {e}",

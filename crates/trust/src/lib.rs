@@ -24,12 +24,15 @@
 //! - [`listen`]: a TLS listener that handshakes concurrently and hands out
 //!   authenticated connections (for the shared HTTP server loop and tonic).
 //! - [`connect`]: TLS connectors for the hyper client and tonic channels.
+//! - [`public`]: the gateway's public TLS (a certificate from files, no
+//!   client authentication, ALPN h2 and http/1.1), re-read on change too.
 
 pub mod config;
 pub mod connect;
 pub mod identity;
 pub mod issue;
 pub mod listen;
+pub mod public;
 
 pub use config::{TlsArgs, Trust};
 pub use identity::{Identity, Role};
