@@ -55,6 +55,7 @@ impl Registry {
                         frozen: tokio::sync::Notify::new(),
                         halted: false,
                         boot: None,
+                        own_layers: Vec::new(),
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
                     true
