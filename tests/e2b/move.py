@@ -72,6 +72,15 @@ def pause():
     sbx = Sandbox.connect(os.environ["SANDBOX"])
     assert sbx.pause(keep_memory=False) is True
     assert described(sbx.sandbox_id)["state"] == "paused"
+    # The layer its pause packed is no team's template or snapshot, not
+    # even its own team's.
+    record = f"paused-{sbx.sandbox_id}"
+    status, got = api("POST", "/sandboxes", {"templateID": record})
+    assert status == 404, (status, got)
+    status, got = api("GET", "/snapshots")
+    assert status == 200 and record not in json.dumps(got), (status, got)
+    status, got = api("GET", "/templates")
+    assert status == 200 and record not in json.dumps(got), (status, got)
     result()
 
 

@@ -399,8 +399,27 @@ mod tests {
         assert_eq!(store.list().unwrap().len(), 1);
         assert!(matches!(store.get("nope"), Err(TemplateError::NotFound(_))));
         assert!(matches!(store.get("../x"), Err(TemplateError::NotFound(_))));
+        // A layer a record names stays; once none does, it goes, tree and all.
+        let layered = Template {
+            name: "t2".into(),
+            digest: format!("sha256-{}", "0".repeat(64)),
+            layers: vec![digest.clone()],
+            ..t.clone()
+        };
+        store.put(&layered).unwrap();
         assert!(store.remove("t1").unwrap());
         assert!(!store.remove("t1").unwrap());
         assert!(matches!(store.get("t1"), Err(TemplateError::NotFound(_))));
+        assert!(!store.remove_layer(&digest).unwrap());
+        assert!(root.join("etc/hello").exists());
+        assert!(store.remove("t2").unwrap());
+        assert!(store.remove_layer(&digest).unwrap());
+        assert!(!root.exists());
+        assert!(!dir.path().join(format!("blobs/{digest}.tar")).exists());
+        assert!(matches!(
+            store.rootfs(&digest),
+            Err(TemplateError::NotFound(_))
+        ));
+        assert!(store.remove_layer("../x").is_err());
     }
 }

@@ -165,6 +165,49 @@ async fn a_filesystem_paused_sandbox_on_a_lost_node_resumes_on_another_node() {
     moves(true).await;
 }
 
+/// A node restarted before the resume drops its filesystem-paused
+/// sandbox (Limits in docs/sandboxes.md), and with it what the pause put
+/// in the template store.
+#[tokio::test]
+async fn a_node_restarted_before_the_resume_removes_the_paused_layer() {
+    let mut c = Cluster::start(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        Spec {
+            nodes: 1,
+            runtime: "isolated".into(),
+            keys: vec![(KEY.into(), "team-a".into())],
+            tls: false,
+            ..Spec::default()
+        },
+    )
+    .await
+    .expect("a cluster starts (isolated needs root, cgroups, slirp4netns, nftables and the base template)");
+    let made = step(&c, 0, "create", &[]).await;
+    let id = made["sandbox"].as_str().expect("a sandbox id").to_string();
+    step(&c, 0, "pause", &[("SANDBOX", id.clone())]).await;
+    let record = format!("{STORE}/templates/paused-{id}.json");
+    let packed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("the paused record"))
+            .expect("the paused record is JSON");
+    let layer = packed["layers"][0].as_str().expect("its layer").to_string();
+    let blob = format!("{STORE}/blobs/{layer}.tar");
+    assert!(std::path::Path::new(&blob).is_file(), "{blob}");
+    c.kill_node(1).await;
+    c.restart_node(1).await.expect("the node restarts");
+    wait_until(
+        "the paused record and layer removed",
+        Duration::from_secs(60),
+        || {
+            let (record, blob) = (record.clone(), blob.clone());
+            async move {
+                (!std::path::Path::new(&record).exists() && !std::path::Path::new(&blob).exists())
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
 /// See the module doc; `lost`: the resume waits until the dead node's
 /// lease ran out (the binding LOST) instead of finding it unreachable.
 async fn moves(lost: bool) {

@@ -980,7 +980,7 @@ impl Registry {
     }
 
     /// The paused record of sandbox `id`, if the store holds one.
-    fn paused_record(
+    pub(super) fn paused_record(
         &self,
         id: &str,
     ) -> Option<(warren_template::Template, warren_template::Paused)> {
@@ -997,7 +997,7 @@ impl Registry {
     /// Removes sandbox `id`'s paused record (when it was made at
     /// `generation`, if given); with `layer`, the layer that pause packed
     /// too (nothing stacks it yet).
-    fn forget_paused(&self, id: &str, generation: Option<u64>, layer: bool) {
+    pub(super) fn forget_paused(&self, id: &str, generation: Option<u64>, layer: bool) {
         let Some((t, p)) = self.paused_record(id) else {
             return;
         };
