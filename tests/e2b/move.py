@@ -53,11 +53,20 @@ def works(sbx):
     assert out.split() == ["kept", "came", "along"], out
 
 
+def offline(sbx):
+    """Created without internet access: no network device but loopback
+    (an open policy would give it tap0)."""
+    code, out, err, _ = run(sbx, "tail -n +3 /proc/net/dev | cut -d: -f1")
+    assert code == 0, (code, out, err)
+    assert out.split() == ["lo"], out
+
+
 def create():
     sbx = Sandbox.create(timeout=300, envs={"MOVE_VAR": "kept"},
-                         metadata={"purpose": "move"})
+                         metadata={"purpose": "move"}, allow_internet_access=False)
     sbx.files.write(FILE, "came along")
     works(sbx)
+    offline(sbx)
     result(sandbox=sbx.sandbox_id, boot=boot_id(sbx))
 
 
@@ -94,6 +103,8 @@ def resume():
     assert got["state"] == "running", got
     assert got["metadata"] == {"purpose": "move"}, got
     works(again)
+    # Its egress policy came along.
+    offline(again)
     after = boot_id(again)
     assert after != before, (after, before)
     result(boot=after)

@@ -14,7 +14,7 @@
 //! gone); a kill removes its files. When its node is gone, `connect`
 //! boots it on the other node from the layer its pause packed into the
 //! template store (`tests/e2b/move.py`): a new generation, its files,
-//! environment and metadata kept, a second gateway with a warm route
+//! environment, metadata and egress policy kept, a second gateway with a warm route
 //! follows, the old node restarted keeps nothing of it, and a kill
 //! removes the layer from the store.
 //!
