@@ -129,6 +129,25 @@ pub struct CreateSandbox {
     pub auto_pause_filesystem_only: bool,
 }
 
+/// What a node records with a filesystem-paused sandbox's layer
+/// (`warren_template::Paused::settings`) for a gateway to boot it again on
+/// another node: its create's settings that the scheduler does not keep.
+/// Never a secret (the access token and environment stay with the
+/// scheduler; the traffic access token is derived from the access token).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PausedSettings {
+    /// Its egress policy at the pause.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::network::NetworkPolicy>,
+    /// Its ports need the traffic access token (`allowPublicTraffic: false`).
+    #[serde(default)]
+    pub private_ports: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mask_request_host: Option<String>,
+    #[serde(default)]
+    pub auto_pause_filesystem_only: bool,
+}
+
 /// `POST /_warren/v1/sandboxes/{id}/pause?generation=g` body (`{}` and an
 /// absent body pause with memory kept).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]

@@ -231,7 +231,7 @@ impl Link {
                 match self.heartbeat().await {
                     Ok(resp) => {
                         backoff.reset();
-                        self.kill(resp.orphans, "orphan (scheduler)");
+                        self.kill(resp.orphans, crate::sandbox::ORPHAN);
                         self.kill(resp.expired, "expired (scheduler)");
                         self.pause_at_end(resp.to_pause);
                         next_wait(interval, resp.next_end_in_ms)
@@ -266,7 +266,7 @@ impl Link {
                             orphans = resp.orphans.len(),
                             "registered with the scheduler"
                         );
-                        self.kill(resp.orphans, "orphan (scheduler)");
+                        self.kill(resp.orphans, crate::sandbox::ORPHAN);
                         self.admin.set_ready(true);
                         interval
                     }

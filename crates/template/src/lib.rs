@@ -17,7 +17,7 @@ pub mod spec;
 pub mod store;
 
 pub use spec::Spec;
-pub use store::{named_snapshot_key, Snapshot, Store, Template};
+pub use store::{named_snapshot_key, paused_key, Paused, Snapshot, Store, Template};
 
 /// Why a template operation failed.
 #[derive(Debug, thiserror::Error)]

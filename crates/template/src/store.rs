@@ -71,6 +71,32 @@ pub struct Snapshot {
     pub source_sandbox: String,
     /// The node that took it (sandboxes from it are placed there).
     pub node_id: String,
+    /// Set on a filesystem-paused sandbox's own record ([`paused_key`]),
+    /// never on a team's snapshot: its `team` is empty, so no team's API
+    /// call finds, lists or uses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<Paused>,
+}
+
+/// What a filesystem-only pause recorded to boot the sandbox again on
+/// another node: the generation it was paused at and its node's settings
+/// for it (egress policy, port access), never its secrets (the scheduler
+/// keeps those).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Paused {
+    pub generation: u64,
+    #[serde(default)]
+    pub settings: serde_json::Value,
+    /// The layers (of the record's `layers`) that earlier pauses of this
+    /// sandbox made, and this pause's: removed from the store once the
+    /// sandbox is gone; the others are its template's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub own_layers: Vec<String>,
+}
+
+/// The record name of filesystem-paused sandbox `sandbox_id`'s layer.
+pub fn paused_key(sandbox_id: &str) -> String {
+    format!("paused-{sandbox_id}")
 }
 
 /// The record name of `team`'s snapshot called `name`: `snap-` and 40 hex
@@ -163,6 +189,35 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(io(format!("cannot remove {}", path.display()))(e)),
         }
+    }
+
+    /// Removes the layer blob `digest` and its unpacked tree, unless a
+    /// record names it (a snapshot taken from it). The caller knows no
+    /// sandbox stacks it. False when it stays (or was not there).
+    pub fn remove_layer(&self, digest: &str) -> Result<bool, TemplateError> {
+        let root = self.rootfs_path(digest)?;
+        if self
+            .list()?
+            .iter()
+            .any(|t| t.digest == digest || t.layers.iter().any(|l| l == digest))
+        {
+            return Ok(false);
+        }
+        let blob = self.blob_path(digest);
+        let had = blob.exists();
+        match std::fs::remove_file(&blob) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(format!("cannot remove {}", blob.display()))(e)),
+        }
+        // Marked incomplete first: a half-removed tree is never used.
+        let _ = std::fs::remove_file(root.join(".warren-complete"));
+        match std::fs::remove_dir_all(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(format!("cannot remove {}", root.display()))(e)),
+        }
+        Ok(had)
     }
 
     /// The template called `name`.
@@ -344,8 +399,27 @@ mod tests {
         assert_eq!(store.list().unwrap().len(), 1);
         assert!(matches!(store.get("nope"), Err(TemplateError::NotFound(_))));
         assert!(matches!(store.get("../x"), Err(TemplateError::NotFound(_))));
+        // A layer a record names stays; once none does, it goes, tree and all.
+        let layered = Template {
+            name: "t2".into(),
+            digest: format!("sha256-{}", "0".repeat(64)),
+            layers: vec![digest.clone()],
+            ..t.clone()
+        };
+        store.put(&layered).unwrap();
         assert!(store.remove("t1").unwrap());
         assert!(!store.remove("t1").unwrap());
         assert!(matches!(store.get("t1"), Err(TemplateError::NotFound(_))));
+        assert!(!store.remove_layer(&digest).unwrap());
+        assert!(root.join("etc/hello").exists());
+        assert!(store.remove("t2").unwrap());
+        assert!(store.remove_layer(&digest).unwrap());
+        assert!(!root.exists());
+        assert!(!dir.path().join(format!("blobs/{digest}.tar")).exists());
+        assert!(matches!(
+            store.rootfs(&digest),
+            Err(TemplateError::NotFound(_))
+        ));
+        assert!(store.remove_layer("../x").is_err());
     }
 }

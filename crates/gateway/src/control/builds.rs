@@ -1485,6 +1485,7 @@ impl Job {
                     .as_ref()
                     .map(|s| s.node_id.clone())
                     .unwrap_or_default(),
+                paused: None,
             }),
             images: Vec::new(),
         };
@@ -1658,6 +1659,7 @@ mod tests {
                 name: None,
                 source_sandbox: "s".into(),
                 node_id: "n".into(),
+                paused: None,
             }),
             images: images.iter().map(|i| i.to_string()).collect(),
         };

@@ -299,7 +299,7 @@ async fn fork_one(
 /// How much longer than a plain create the node may take for a sandbox
 /// of a template with a start command: it answers once that is ready
 /// (bounded by the template's `ready_timeout_secs`), plus envd's slack.
-fn ready_time(d: &warren_template::spec::Defaults) -> Duration {
+pub(super) fn ready_time(d: &warren_template::spec::Defaults) -> Duration {
     if d.start_cmd.is_empty() {
         Duration::ZERO
     } else {

@@ -13,6 +13,17 @@
 //! environment; a fresh boot with a new boot id). The node knows which
 //! kind of pause it holds, so a resume is the same call either way.
 //!
+//! At a filesystem-only pause the node also packs the sandbox's writable
+//! layer into the shared template store (a record `paused-<id>` no team
+//! sees; `warren_template::Paused`). A resume whose node cannot be reached
+//! (or whose binding is LOST) boots it from that layer on another node
+//! instead ([`move_paused`]): the scheduler's fenced `Reassign` gives it
+//! a new node and generation, that node creates it from the record with
+//! its create's access token, environment, metadata, lifecycle, egress
+//! policy and port access, and gateways' route caches follow the MOVED
+//! change. The node that had it deletes its copy as an orphan when it is
+//! back.
+//!
 //! A data-plane request for a paused sandbox resumes it ([`wake`]) only
 //! when it was created with E2B's `autoResume.enabled`; otherwise it is
 //! answered 502 "paused" ([`ApiError::sandbox_paused`]) and the sandbox
@@ -30,9 +41,11 @@ use crate::state::App;
 use http::{Response, StatusCode};
 use std::sync::Arc;
 use warren_core::body::{status as no_content, Body};
+use warren_core::node_api::CreateSandbox;
 use warren_core::time::now_ms;
 use warren_proto::scheduler::v1::{
-    Binding, BindingState, EventType, ReportSandboxEventRequest, SandboxEvent,
+    Binding, BindingState, EventType, ReassignRequest, RecordAssignmentRequest,
+    ReportNodeUnreachableRequest, ReportSandboxEventRequest, SandboxEvent,
 };
 
 /// A resumed sandbox's timeout when `POST /resume` names none (E2B's
@@ -103,7 +116,10 @@ pub(super) async fn resume_endpoint(
                 format!("sandbox {id} is already running"),
             ))
         }
-        Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
+        Ok(BindingState::Lost) => {
+            let b = resume_lost(app, id, &b, t.timeout_secs).await?;
+            return super::sandboxes::describe(app, team, &b, StatusCode::CREATED).await;
+        }
         _ => return Err(ApiError::sandbox_not_found(id)),
     }
     let b = resume(app, id, &b, t.timeout_secs).await?;
@@ -192,9 +208,193 @@ async fn resume_as(
     let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS) as i64;
     let end_at_ms = now_ms() + secs * 1000;
     let mut after = super::sandboxes::set_end(app, id, end_at_ms).await?;
-    change(app, id, b, how).await?;
+    match change(app, id, b, how).await {
+        Ok(()) => {}
+        // Its node cannot be reached: booted elsewhere from its paused
+        // layer, when it has one.
+        Err(e) if how == Change::Resume && e.error_code == "upstream_unreachable" => {
+            report_unreachable(app, &b.node_id, &e.message).await;
+            return match move_paused(app, id, b, secs as u64).await? {
+                Some(moved) => Ok(moved),
+                None => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    }
     after.state = BindingState::Running as i32;
     Ok(after)
+}
+
+/// Resumes the paused sandbox `b` whose binding is LOST (its node's lease
+/// ran out) on another node, when its pause left a layer to boot from;
+/// else the "node down" answer as before.
+pub(super) async fn resume_lost(
+    app: &App,
+    id: &str,
+    b: &Binding,
+    timeout_secs: Option<u64>,
+) -> Result<Binding, ApiError> {
+    if paused_record(app, id, b.generation).is_none() {
+        return Err(ApiError::node_down(id));
+    }
+    let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS);
+    super::sandboxes::set_end(app, id, now_ms() + secs as i64 * 1000).await?;
+    move_paused(app, id, b, secs)
+        .await?
+        .ok_or_else(|| ApiError::node_down(id))
+}
+
+/// The paused record of sandbox `id` paused at `generation`, if this
+/// gateway's template store holds it.
+fn paused_record(
+    app: &App,
+    id: &str,
+    generation: u64,
+) -> Option<(
+    warren_template::Template,
+    warren_core::node_api::PausedSettings,
+)> {
+    let store = super::snapshots::store(app).ok()?;
+    let t = store.get(&warren_template::paused_key(id)).ok()?;
+    let s = t.snapshot.as_ref().filter(|s| s.source_sandbox == id)?;
+    let p = s.paused.as_ref().filter(|p| p.generation == generation)?;
+    let settings = serde_json::from_value(p.settings.clone()).ok()?;
+    Some((t.clone(), settings))
+}
+
+/// Boots the filesystem-paused sandbox `b` on another node from the layer
+/// its pause packed (see the module doc), running for `secs`; `None` when
+/// there is no such layer (nothing changed). The binding after.
+async fn move_paused(
+    app: &App,
+    id: &str,
+    b: &Binding,
+    secs: u64,
+) -> Result<Option<Binding>, ApiError> {
+    let Some((record, settings)) = paused_record(app, id, b.generation) else {
+        return Ok(None);
+    };
+    let placement = app
+        .scheduler
+        .call("Reassign", |mut c| async move {
+            c.reassign(ReassignRequest {
+                sandbox_id: id.to_string(),
+                node_id: String::new(),
+            })
+            .await
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+    let moved = placement.binding.clone().unwrap_or_default();
+    let token = (!moved.access_token.is_empty()).then(|| moved.access_token.clone());
+    let create = CreateSandbox {
+        sandbox_id: id.to_string(),
+        generation: placement.generation,
+        template_id: record.name.clone(),
+        env_vars: moved.env_vars.clone().into_iter().collect(),
+        metadata: moved.metadata.clone().into_iter().collect(),
+        traffic_access_token: (settings.private_ports)
+            .then(|| super::network::traffic_token(&moved.access_token)),
+        access_token: token,
+        timeout_secs: Some(secs),
+        network: settings.network,
+        mask_request_host: settings.mask_request_host,
+        auto_pause_filesystem_only: settings.auto_pause_filesystem_only,
+    };
+    let extra = super::create::ready_time(&record.defaults);
+    if let Err(e) = app.nodes.create(&placement.endpoint, &create, extra).await {
+        tracing::warn!(sandbox_id = id, node = %placement.node_id, error = %e,
+            "cannot boot the paused sandbox on another node");
+        // Whatever it made there goes; the binding stays at the new node
+        // (CREATING) and the layer in the store.
+        let _ = app
+            .nodes
+            .delete(&placement.endpoint, id, placement.generation)
+            .await;
+        return Err(ApiError::new(
+            StatusCode::BAD_GATEWAY,
+            "resume_failed",
+            format!(
+                "sandbox {id}'s node {} cannot be reached, and booting it on node {} failed: {e}",
+                b.node_id, placement.node_id
+            ),
+        ));
+    }
+    let after = app
+        .scheduler
+        .call("RecordAssignment", |mut c| {
+            let node_id = placement.node_id.clone();
+            async move {
+                c.record_assignment(RecordAssignmentRequest {
+                    sandbox_id: id.to_string(),
+                    node_id,
+                    generation: placement.generation,
+                })
+                .await
+            }
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+    tracing::info!(sandbox_id = id, from = %b.node_id, to = %placement.node_id,
+        generation = placement.generation, "paused sandbox resumed on another node");
+    app.resolver
+        .learn(Arc::new(Route {
+            sandbox_id: id.to_string(),
+            node_id: placement.node_id.clone(),
+            endpoint: placement.endpoint.clone(),
+            generation: placement.generation,
+            state: BindingState::Running,
+            team_id: after.team_id.clone(),
+            auto_resume: after.lifecycle.is_some_and(|l| l.auto_resume),
+        }))
+        .await;
+    Ok(Some(after))
+}
+
+/// Removes what a filesystem-only pause of sandbox `id` left in the
+/// template store (its record and the layer nothing stacks yet): the
+/// sandbox is gone for good. Best effort.
+pub(super) fn drop_paused(app: &App, id: &str) {
+    let Ok(store) = super::snapshots::store(app) else {
+        return;
+    };
+    let Ok(t) = store.get(&warren_template::paused_key(id)) else {
+        return;
+    };
+    let Some(p) = t
+        .snapshot
+        .as_ref()
+        .filter(|s| s.source_sandbox == id)
+        .and_then(|s| s.paused.as_ref())
+    else {
+        return;
+    };
+    if let Err(e) = store.remove(&t.name) {
+        tracing::warn!(sandbox_id = id, error = %e, "cannot remove the paused record");
+        return;
+    }
+    if let Some(l) = t.layers.last().filter(|l| p.own_layers.contains(l)) {
+        if let Err(e) = store.remove_layer(l) {
+            tracing::warn!(sandbox_id = id, layer = %l, error = %e, "cannot remove the paused layer");
+        }
+    }
+}
+
+/// Tells the scheduler this gateway cannot connect to `node_id`.
+async fn report_unreachable(app: &App, node_id: &str, reason: &str) {
+    let reported = app
+        .scheduler
+        .call("ReportNodeUnreachable", |mut c| {
+            let req = ReportNodeUnreachableRequest {
+                node_id: node_id.to_string(),
+                reason: reason.to_string(),
+            };
+            async move { c.report_node_unreachable(req).await }
+        })
+        .await;
+    if let Err(status) = reported {
+        tracing::warn!(node = node_id, code = ?status.code(), "cannot report the node unreachable");
+    }
 }
 
 /// What [`change`] does on the node.

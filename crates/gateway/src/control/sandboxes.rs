@@ -285,6 +285,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
             Err(e) => match deleted {
                 Some(generation) if e.status == StatusCode::NOT_FOUND => {
                     forget(app, id, generation).await;
+                    super::pause::drop_paused(app, id);
                     return Ok(no_content(StatusCode::NO_CONTENT));
                 }
                 _ => return Err(e),
@@ -328,6 +329,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
         // again to tell which, and delete the new one.
         if resp.results.iter().all(|r| r.applied) {
             forget(app, id, b.generation).await;
+            super::pause::drop_paused(app, id);
             return Ok(no_content(StatusCode::NO_CONTENT));
         }
     }
@@ -410,7 +412,10 @@ pub(super) async fn connect(
     let mut b = owned(app, team, id).await?;
     match BindingState::try_from(b.state) {
         Ok(BindingState::Running) | Ok(BindingState::Creating) => {}
-        Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
+        Ok(BindingState::Lost) => {
+            b = super::pause::resume_lost(app, id, &b, t.timeout_secs).await?;
+            return describe(app, team, &b, StatusCode::CREATED).await;
+        }
         Ok(BindingState::Paused) => {
             b = super::pause::resume(app, id, &b, t.timeout_secs).await?;
             return describe(app, team, &b, StatusCode::CREATED).await;

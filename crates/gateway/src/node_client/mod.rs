@@ -26,6 +26,10 @@ type HttpsConnector = hyper_rustls::HttpsConnector<HttpConnector>;
 /// Largest control-API answer read from a node.
 const MAX_NODE_ANSWER: usize = 16 * 1024 * 1024;
 
+/// How long a node may take, on top of the request timeout, to pack a
+/// filesystem-paused sandbox's writable layer.
+const PACK_TIME: Duration = Duration::from_secs(300);
+
 /// A pool of node connections: connect timeout as configured, no Nagle
 /// (interactive streams), idle connections kept for reuse; with `trust`,
 /// every node connection is mutual TLS and the node must show a node
@@ -204,7 +208,14 @@ impl NodeClient {
         } else {
             b"{}".to_vec()
         };
-        self.send(endpoint, Method::POST, path, Some(body))
+        // A filesystem-only pause packs the sandbox's writable layer into
+        // the template store (for a resume on another node): a disk's time.
+        let within = if pause && !keep_memory {
+            self.timeout + PACK_TIME
+        } else {
+            self.timeout
+        };
+        self.send_within(within, endpoint, Method::POST, path, Some(body))
             .await
             .map(|_| ())
     }

@@ -395,6 +395,10 @@ fn layer_dir(paths: &Paths, i: usize) -> PathBuf {
 }
 
 impl Runtime for Isolated {
+    fn store(&self) -> Option<&warren_template::Store> {
+        Some(&self.templates)
+    }
+
     fn kind(&self) -> RuntimeKind {
         RuntimeKind::Isolated
     }

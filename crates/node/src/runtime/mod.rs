@@ -359,6 +359,11 @@ pub async fn send_stdin(
 /// What both runtimes do.
 pub trait Runtime: Send + Sync + 'static {
     fn kind(&self) -> RuntimeKind;
+    /// The template store its sandboxes' roots and layers come from
+    /// (isolated); `None`: it has none.
+    fn store(&self) -> Option<&warren_template::Store> {
+        None
+    }
     /// Makes the sandbox's files (fresh, or a copy of `spec.parent`) and
     /// starts its envd. Must be awaited on an async task (see the module doc).
     fn launch<'a>(

@@ -55,6 +55,7 @@ impl Registry {
                         frozen: tokio::sync::Notify::new(),
                         halted: false,
                         boot: None,
+                        own_layers: Vec::new(),
                     }));
                     tracing::info!(sandbox_id = %id, generation = rec.info.generation, "adopted a running sandbox");
                     true
@@ -65,6 +66,17 @@ impl Registry {
                 let handle = record.as_ref().ok().map(|r| r.handle.clone());
                 tracing::info!(sandbox_id = %id, "cleaning up a sandbox that is no longer running");
                 self.cleanup(&paths, handle.as_ref(), &id).await;
+                // Paused filesystem-only here, and not moved since (its
+                // record is still this node's at that generation): the
+                // scheduler forgets it, so what its pause packed goes too.
+                if let Ok(rec) = &record {
+                    let ours = self.paused_record(&id).is_some_and(|(t, _)| {
+                        t.snapshot.is_some_and(|s| s.node_id == self.cfg.node_id)
+                    });
+                    if ours {
+                        self.forget_paused(&id, Some(rec.info.generation), true);
+                    }
+                }
             }
         }
     }

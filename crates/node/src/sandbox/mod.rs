@@ -108,6 +108,10 @@ pub struct Sandbox {
     /// What it was created with, to boot it again after a filesystem-only
     /// pause (None: adopted after a node restart, cannot be).
     pub boot: Option<Boot>,
+    /// The layers its own filesystem-only pauses packed that it stacks
+    /// (booted on this node from one; see [`Registry::halt`]): removed
+    /// from the store when it is deleted.
+    pub own_layers: Vec<String>,
 }
 
 impl Sandbox {
@@ -135,6 +139,10 @@ impl std::fmt::Debug for Boot {
         f.write_str("Boot(..)")
     }
 }
+
+/// The delete reason of a sandbox the scheduler no longer assigns here
+/// (it may have moved: what it left in the template store stays).
+pub const ORPHAN: &str = "orphan (scheduler)";
 
 /// Settings the registry needs from the node's configuration.
 #[derive(Debug, Clone)]
@@ -405,6 +413,19 @@ impl Registry {
             mark: &runtime::mark(&req.sandbox_id, req.generation, &self.cfg.data_dir),
             caps: self.cfg.caps,
         };
+        // A sandbox moved here after a filesystem-only pause boots from
+        // the record its pause left (template root, its layers and the
+        // pause's); the layers its pauses made are its own.
+        let moved_in = kept.is_none()
+            && parent.is_none()
+            && req.template_id == warren_template::paused_key(&req.sandbox_id);
+        let own_layers = match (kept, moved_in) {
+            (Some(k), _) => k.own_layers.clone(),
+            (None, true) => self
+                .paused_record(&req.sandbox_id)
+                .map_or_else(Vec::new, |(_, p)| p.own_layers),
+            (None, false) => Vec::new(),
+        };
         // Launch here, on an async worker thread (see runtime's module doc).
         let launched = match self.runtime.launch(&spec).await {
             Ok(l) => l,
@@ -472,6 +493,11 @@ impl Registry {
             )));
         }
         self.runtime.settle(&mut handle);
+        // Only what it stacks (a boot at home does not stack its pause's).
+        let own_layers: Vec<String> = own_layers
+            .into_iter()
+            .filter(|l| handle.layers.contains(l))
+            .collect();
         let info = SandboxInfo {
             sandbox_id: req.sandbox_id.clone(),
             generation: req.generation,
@@ -517,9 +543,15 @@ impl Registry {
             frozen: tokio::sync::Notify::new(),
             halted: false,
             boot: Some(Boot(req.clone())),
+            own_layers,
         });
         let pid = sandbox.handle.pid;
         self.insert(sandbox);
+        if moved_in {
+            // Running here now: its pause's record is done with (the layer
+            // stays, stacked by this sandbox).
+            self.forget_paused(&req.sandbox_id, None, false);
+        }
         if let Some(child) = child {
             self.watch_envd(child, info.sandbox_id.clone(), info.generation, pid);
         }
@@ -633,6 +665,14 @@ impl Registry {
         }
         self.cleanup(&sandbox.paths, Some(&sandbox.handle), id)
             .await;
+        // Gone for good unless it moved (an orphan here): what its pauses
+        // left in the store goes too.
+        if reason != ORPHAN {
+            if sandbox.halted {
+                self.forget_paused(id, Some(sandbox.info.generation), true);
+            }
+            self.remove_layers(&sandbox.own_layers);
+        }
         self.metrics.deletes.inc();
         self.emit(id, sandbox.info.generation, EventKind::Delete);
         tracing::info!(sandbox_id = %id, generation = sandbox.info.generation, reason, "sandbox deleted");
@@ -739,6 +779,18 @@ impl Registry {
         if let Some(e) = egress {
             e.detach().await;
         }
+        // Its writable layer into the store, for a boot on another node
+        // (its own node keeps booting from its disk). Without it the pause
+        // still happens: the sandbox can then only resume here.
+        let own_layers = match self.pack_paused(&sb, &boot).await {
+            Ok(layers) => layers,
+            Err(why) => {
+                tracing::warn!(sandbox_id = %id, generation, error = %why,
+                    "cannot pack the paused sandbox's layer; it can resume on this node only");
+                self.forget_paused(id, None, false);
+                sb.own_layers.clone()
+            }
+        };
         let done = tokio::task::spawn_blocking(move || rt.halt(&paths, &handle)).await;
         let failed = match done {
             Ok(Ok(())) => None,
@@ -771,6 +823,7 @@ impl Registry {
             frozen: tokio::sync::Notify::new(),
             halted: true,
             boot: Some(boot),
+            own_layers,
         });
         self.insert(halted);
         tracing::info!(sandbox_id = %id, generation, "sandbox paused filesystem-only");
@@ -790,6 +843,8 @@ impl Registry {
         req.network = Some(sb.policy());
         req.timeout_secs = sb.timeout_secs;
         let info = self.start(&req, None, Some(sb)).await?;
+        // Running here again: the layer its pause packed is stale.
+        self.forget_paused(&info.sandbox_id, Some(info.generation), true);
         tracing::info!(sandbox_id = %info.sandbox_id, generation = info.generation, "sandbox booted again after a filesystem-only pause");
         Ok(info)
     }
@@ -831,6 +886,7 @@ impl Registry {
                             name: req.name.clone(),
                             source_sandbox: id.to_string(),
                             node_id: self.cfg.node_id.clone(),
+                            paused: None,
                         },
                         template_id: sb.info.template_id.clone(),
                     };
@@ -867,6 +923,118 @@ impl Registry {
         };
         self.release_lock(id, lock);
         result
+    }
+
+    /// Packs a filesystem-paused sandbox's writable layer into the template
+    /// store as its paused record ([`warren_template::paused_key`]), with
+    /// what a gateway needs to boot it on another node; the layers it owns
+    /// after. Its processes are frozen first (they are killed next), and
+    /// the layer is made from the node's own copy of its disk, like a
+    /// snapshot's.
+    async fn pack_paused(&self, sb: &Arc<Sandbox>, boot: &Boot) -> Result<Vec<String>, String> {
+        let Some(store) = self.runtime.store().cloned() else {
+            return Err("the runtime has no template store".into());
+        };
+        let id = sb.info.sandbox_id.clone();
+        let settings = warren_core::node_api::PausedSettings {
+            network: Some(sb.policy()),
+            private_ports: boot.0.traffic_access_token.is_some(),
+            mask_request_host: boot.0.mask_request_host.clone(),
+            auto_pause_filesystem_only: boot.0.auto_pause_filesystem_only,
+        };
+        let spec = runtime::SnapshotSpec {
+            key: warren_template::paused_key(&id),
+            meta: warren_template::Snapshot {
+                // No team: no API call of any team finds it.
+                team: String::new(),
+                name: None,
+                source_sandbox: id.clone(),
+                node_id: self.cfg.node_id.clone(),
+                paused: Some(warren_template::Paused {
+                    generation: sb.info.generation,
+                    settings: serde_json::to_value(&settings).map_err(|e| e.to_string())?,
+                    own_layers: Vec::new(),
+                }),
+            },
+            template_id: sb.info.template_id.clone(),
+        };
+        let (rt, s2) = (self.runtime.clone(), sb.clone());
+        let mut own = sb.own_layers.clone();
+        tokio::task::spawn_blocking(move || {
+            rt.set_frozen(&s2.handle, true).map_err(|e| e.to_string())?;
+            let mut t = rt
+                .snapshot(&s2.paths, &s2.handle, true, &spec)
+                .map_err(|e| e.to_string())?;
+            if let Some(l) = t.layers.last() {
+                own.push(l.clone());
+            }
+            if let Some(p) = t.snapshot.as_mut().and_then(|s| s.paused.as_mut()) {
+                p.own_layers = own.clone();
+            }
+            store.put(&t).map_err(|e| e.to_string())?;
+            tracing::info!(sandbox_id = %id, layers = t.layers.len(), "paused sandbox's layer packed");
+            Ok(own)
+        })
+        .await
+        .map_err(|e| format!("the pack task failed: {e}"))?
+    }
+
+    /// The paused record of sandbox `id`, if the store holds one.
+    pub(super) fn paused_record(
+        &self,
+        id: &str,
+    ) -> Option<(warren_template::Template, warren_template::Paused)> {
+        let t = self
+            .runtime
+            .store()?
+            .get(&warren_template::paused_key(id))
+            .ok()?;
+        let s = t.snapshot.as_ref().filter(|s| s.source_sandbox == id)?;
+        let p = s.paused.clone()?;
+        Some((t, p))
+    }
+
+    /// Removes sandbox `id`'s paused record (when it was made at
+    /// `generation`, if given); with `layer`, the layer that pause packed
+    /// too (nothing stacks it yet).
+    pub(super) fn forget_paused(&self, id: &str, generation: Option<u64>, layer: bool) {
+        let Some((t, p)) = self.paused_record(id) else {
+            return;
+        };
+        if generation.is_some_and(|g| g != p.generation) {
+            return;
+        }
+        let Some(store) = self.runtime.store() else {
+            return;
+        };
+        if let Err(e) = store.remove(&t.name) {
+            tracing::warn!(sandbox_id = %id, error = %e, "cannot remove the paused record");
+            return;
+        }
+        if layer {
+            if let Some(l) = t.layers.last().filter(|l| p.own_layers.contains(l)) {
+                self.remove_layers(std::slice::from_ref(l));
+            }
+        }
+    }
+
+    /// Removes `layers` from the store, each unless a sandbox here stacks
+    /// it (a fork) or a record names it (a snapshot); see
+    /// [`warren_template::Store::remove_layer`].
+    fn remove_layers(&self, layers: &[String]) {
+        let Some(store) = self.runtime.store() else {
+            return;
+        };
+        let hosted = self.hosted();
+        for l in layers {
+            if hosted.iter().any(|s| s.handle.layers.contains(l)) {
+                continue;
+            }
+            match store.remove_layer(l) {
+                Ok(_) => tracing::info!(layer = %l, "paused layer removed from the store"),
+                Err(e) => tracing::warn!(layer = %l, error = %e, "cannot remove a paused layer"),
+            }
+        }
     }
 
     fn emit(&self, id: &str, generation: u64, kind: EventKind) {
