@@ -124,7 +124,7 @@ pub(super) async fn create(
             Err(e @ NodeError::Unreachable { .. }) if attempts == 1 => {
                 tracing::warn!(sandbox = %placement.sandbox_id, node = %placement.node_id, error = %e,
                     "cannot reach the node; placing the create on another node");
-                report_unreachable(app, &placement.node_id, &e).await;
+                report_unreachable(app, &placement.node_id, &e.to_string()).await;
                 // Not there again, whatever the scheduler's mark says by
                 // now (a heartbeat sent before the node died can clear it).
                 request.avoid_node_id = placement.node_id.clone();
@@ -152,15 +152,15 @@ pub(super) async fn create(
     reply(StatusCode::CREATED, &json)
 }
 
-/// Tells the scheduler this gateway cannot connect to `node_id`.
-async fn report_unreachable(app: &App, node_id: &str, e: &NodeError) {
-    let reason = e.to_string();
+/// Tells the scheduler this gateway cannot connect to `node_id` (it places
+/// nothing more there until the node heartbeats again).
+pub(super) async fn report_unreachable(app: &App, node_id: &str, reason: &str) {
     let reported = app
         .scheduler
         .call("ReportNodeUnreachable", |mut c| {
             let req = ReportNodeUnreachableRequest {
                 node_id: node_id.to_string(),
-                reason: reason.clone(),
+                reason: reason.to_string(),
             };
             async move { c.report_node_unreachable(req).await }
         })

@@ -45,7 +45,7 @@ use warren_core::node_api::CreateSandbox;
 use warren_core::time::now_ms;
 use warren_proto::scheduler::v1::{
     Binding, BindingState, EventType, ReassignRequest, RecordAssignmentRequest,
-    ReportNodeUnreachableRequest, ReportSandboxEventRequest, SandboxEvent,
+    ReportSandboxEventRequest, SandboxEvent,
 };
 
 /// A resumed sandbox's timeout when `POST /resume` names none (E2B's
@@ -213,7 +213,7 @@ async fn resume_as(
         // Its node cannot be reached: booted elsewhere from its paused
         // layer, when it has one.
         Err(e) if how == Change::Resume && e.error_code == "upstream_unreachable" => {
-            report_unreachable(app, &b.node_id, &e.message).await;
+            super::create::report_unreachable(app, &b.node_id, &e.message).await;
             return match move_paused(app, id, b, secs as u64).await? {
                 Some(moved) => Ok(moved),
                 None => Err(e),
@@ -377,23 +377,6 @@ pub(super) fn drop_paused(app: &App, id: &str) {
         if let Err(e) = store.remove_layer(l) {
             tracing::warn!(sandbox_id = id, layer = %l, error = %e, "cannot remove the paused layer");
         }
-    }
-}
-
-/// Tells the scheduler this gateway cannot connect to `node_id`.
-async fn report_unreachable(app: &App, node_id: &str, reason: &str) {
-    let reported = app
-        .scheduler
-        .call("ReportNodeUnreachable", |mut c| {
-            let req = ReportNodeUnreachableRequest {
-                node_id: node_id.to_string(),
-                reason: reason.to_string(),
-            };
-            async move { c.report_node_unreachable(req).await }
-        })
-        .await;
-    if let Err(status) = reported {
-        tracing::warn!(node = node_id, code = ?status.code(), "cannot report the node unreachable");
     }
 }
 
