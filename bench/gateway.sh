@@ -10,7 +10,13 @@
 #           certificate, verify the node's certificate against the cluster
 #           CA, and keep connections alive;
 #   plain — `--insecure-internal` everywhere, nginx and HAProxy over plain
-#           TCP.
+#           TCP;
+#   edge  — (not in the default MODES) as tls, and the client's connection
+#           is TLS too: the gateway's own public TLS listener
+#           (`--public-tls-listen`), nginx `listen ... ssl`, HAProxy
+#           `bind ... ssl`, all with the same certificate; wrk speaks https
+#           over kept-alive connections, so this is the cost of TLS records,
+#           not of handshakes.
 # nginx and HAProxy set the headers a gateway sets (X-Warren-Sandbox-Id,
 # -Port, -Generation, X-Forwarded-For) statically; the gateway parses the
 # E2B target, looks the route up in its cache and rewrites the head.
@@ -30,7 +36,8 @@
 # Usage: bench/gateway.sh [DURATION_SECONDS=6] [CONNECTIONS=32]
 #   env: ROUNDS=3, WRK_THREADS=2, WORKERS=2 (gateway tokio worker threads =
 #        nginx worker_processes = HAProxy nbthread), MODES="tls plain",
-#        EXTRA="direct gateway-nocache" (or "" for none), RUNTIME=process,
+#        EXTRA="direct gateway-nocache" (or "" for none); MODES="tls plain edge"
+#        adds client-side TLS, RUNTIME=process,
 #        CARGO_TARGET_DIR, KEEP=1 (keep the work dir with every log and
 #        wrk output), HOLD=1 (start everything, print the addresses and
 #        wait, for profiling by hand).
@@ -113,9 +120,13 @@ CERTS="$WORK/certs"
 "$BIN" certs --dir "$CERTS" issue --role node --name bench-tls --host 127.0.0.1 --host localhost >/dev/null
 # HAProxy wants the certificate and its key in one file.
 cat "$CERTS/gateway-bench.pem" "$CERTS/gateway-bench.key" >"$CERTS/gateway-bench.bundle.pem"
+# The edge cluster's node certificate, also its proxies' client-facing one
+# (wrk does not verify it).
+"$BIN" certs --dir "$CERTS" issue --role node --name bench-edge --host 127.0.0.1 --host localhost >/dev/null
+cat "$CERTS/node-bench-edge.pem" "$CERTS/node-bench-edge.key" >"$CERTS/node-bench-edge.bundle.pem"
 
 tls_flags() { # ROLE NAME
-  if [ "$MODE" = tls ]; then
+  if [ "$MODE" != plain ]; then
     echo "--tls-ca $CERTS/ca.pem --tls-cert $CERTS/$1-$2.pem --tls-key $CERTS/$1-$2.key"
   else
     echo "--insecure-internal"
@@ -137,10 +148,20 @@ setup() {
     --scheduler "http://$sched" --data-dir "$WORK/node-$m" --runtime "${RUNTIME:-process}" \
     $(tls_flags node "bench-$m")
   local node="$ADDR"; NODE_PID="$PID"
-  # shellcheck disable=SC2046
+  # The edge mode's client side in TLS: the gateway's public TLS listener
+  # (what wrk uses in that mode).
+  local edge_flags=""
+  if [ "$m" = edge ]; then
+    edge_flags="--public-tls-listen 127.0.0.1:0 --public-tls-cert $CERTS/node-bench-edge.pem --public-tls-key $CERTS/node-bench-edge.key"
+  fi
+  # shellcheck disable=SC2046,SC2086
   start "gateway-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --scheduler "http://$sched" --api-key "$KEY:bench" $(tls_flags gateway bench)
+    --scheduler "http://$sched" --api-key "$KEY:bench" $(tls_flags gateway bench) $edge_flags
   local gw="$ADDR" gw_pid="$PID" nocache=""
+  if [ "$m" = edge ]; then
+    for _ in $(seq 1 50); do grep -q "^gateway https listening on" "$WORK/gateway-$m.out" && break; sleep 0.1; done
+    GW_HTTPS="https://$(grep "^gateway https listening on" "$WORK/gateway-$m.out" | head -1 | sed 's/.* listening on //')"
+  fi
   if [ "$m" = tls ] && [[ " $EXTRA " == *" gateway-nocache "* ]]; then
     # shellcheck disable=SC2046
     start "gateway-nocache-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
@@ -159,7 +180,7 @@ setup() {
   echo "$sbx" >"$WORK/sbx-$m"
 
   local scheme=http nginx_tls="" haproxy_tls=""
-  if [ "$m" = tls ]; then
+  if [ "$m" != plain ]; then
     scheme=https
     nginx_tls="
       proxy_ssl_certificate $CERTS/gateway-bench.pem;
@@ -179,6 +200,11 @@ setup() {
   # nginx: keepalive upstream, the headers a gateway sets. nginx cannot
   # listen on :0 and say which port it got, so a free port is picked.
   local nginx_port; nginx_port=$(free_port)
+  local haproxy_bind="" front=http
+  if [ "$m" = edge ]; then
+    front=https
+    haproxy_bind="ssl crt $CERTS/node-bench-edge.bundle.pem"
+  fi
   cat >"$WORK/nginx-$m.conf" <<NGINX
 worker_processes $WORKERS;
 pid $WORK/nginx-$m.pid;
@@ -188,7 +214,8 @@ http {
   access_log off;
   upstream node { server $node; keepalive 128; }
   server {
-    listen 127.0.0.1:$nginx_port;
+    listen 127.0.0.1:$nginx_port$( [ "$m" = edge ] && echo " ssl");
+    $( [ "$m" = edge ] && echo "ssl_certificate $CERTS/node-bench-edge.pem; ssl_certificate_key $CERTS/node-bench-edge.key;")
     location / {
       proxy_pass $scheme://node;
       proxy_http_version 1.1;
@@ -221,7 +248,7 @@ defaults
   option http-keep-alive
   http-reuse always
 frontend fe
-  bind 127.0.0.1:$haproxy_port
+  bind 127.0.0.1:$haproxy_port $haproxy_bind
   option forwardfor
   http-request set-header X-Warren-Sandbox-Id $sbx
   http-request set-header X-Warren-Sandbox-Port 49983
@@ -238,9 +265,13 @@ HAPROXY
   # Each path: label, address, the pids whose CPU counts ("nginx" is
   # resolved to its master and workers when measured), the node's pid,
   # and which headers wrk sends.
-  echo "gateway $gw $gw_pid $NODE_PID e2b" >>"$WORK/paths.$m"
-  echo "nginx 127.0.0.1:$nginx_port nginx-$m $NODE_PID none" >>"$WORK/paths.$m"
-  echo "haproxy 127.0.0.1:$haproxy_port $haproxy_pid $NODE_PID none" >>"$WORK/paths.$m"
+  if [ "$m" = edge ]; then
+    echo "gateway $GW_HTTPS $gw_pid $NODE_PID e2b" >>"$WORK/paths.$m"
+  else
+    echo "gateway $gw $gw_pid $NODE_PID e2b" >>"$WORK/paths.$m"
+  fi
+  echo "nginx $front://127.0.0.1:$nginx_port nginx-$m $NODE_PID none" >>"$WORK/paths.$m"
+  echo "haproxy $front://127.0.0.1:$haproxy_port $haproxy_pid $NODE_PID none" >>"$WORK/paths.$m"
   if [ "$m" = plain ] && [[ " $EXTRA " == *" direct "* ]]; then
     echo "direct $node - $NODE_PID warren:$gen" >>"$WORK/paths.$m"
   fi
@@ -287,7 +318,9 @@ run() {
   local pids; mapfile -t pids < <(pids_of "$spec")
   local p0=0 n0; [ "${#pids[@]}" -gt 0 ] && p0=$(cpu_ticks "${pids[@]}")
   n0=$(cpu_ticks "$node_pid")
-  wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${args[@]}" "http://$addr/health" >"$WORK/wrk-$m-$label.txt"
+  local url="$addr/health"
+  [[ "$addr" == *://* ]] || url="http://$url"
+  wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${args[@]}" "$url" >"$WORK/wrk-$m-$label.txt"
   local p1=0 n1; [ "${#pids[@]}" -gt 0 ] && p1=$(cpu_ticks "${pids[@]}")
   n1=$(cpu_ticks "$node_pid")
   python3 - "$m" "$label" "$WORK/wrk-$m-$label.txt" "$((p1 - p0))" "$((n1 - n0))" "${#pids[@]}" <<'PY' >>"$WORK/rows"
@@ -361,7 +394,7 @@ for mode in modes:
             "bad": sum(int(r[6]) for r in runs),
             "every": " / ".join(f"{float(r[2]):,.0f}" for r in runs),
         }
-print("| internal hop | proxy | req/s | req/s (every round) | p50 ms | p99 ms | proxy CPU µs/req | node CPU µs/req | errors |")
+print("| mode | proxy | req/s | req/s (every round) | p50 ms | p99 ms | proxy CPU µs/req | node CPU µs/req | errors |")
 print("|---|---|---:|---|---:|---:|---:|---:|---:|")
 for (mode, label), s in stats.items():
     cpu = "-" if s["cpu"] != s["cpu"] else f"{s['cpu']:.1f}"
