@@ -343,6 +343,18 @@ def copy():
     assert status == 413 and b"--build-upload-max-bytes" in body, (status, body[:200])
     assert link("d" * 64)["present"] is False
 
+    # One team cannot fill what every team shares: past
+    # --build-upload-team-bytes (1.5 MiB in this cluster) team A's next
+    # upload is 429 and nothing is kept; team B's still goes in.
+    status, body = put(link("c" * 64)["url"], os.urandom(900 * 1024))
+    assert status == 200, (status, body[:200])
+    status, body = put(link("b" * 64)["url"], os.urandom(900 * 1024))
+    assert status == 429 and b"--build-upload-team-bytes" in body, (status, body[:200])
+    assert link("b" * 64)["present"] is False
+    status, body = put(link("b" * 64, key=KEY_B)["url"], os.urandom(900 * 1024))
+    assert status == 200, (status, body[:200])
+    assert link("b" * 64, key=KEY_B)["present"] is True
+
     # A hostile archive: `../` names, an absolute name, an absolute symlink
     # and a write through it. Unpacked in the sandbox, never on this host.
     escape = tempfile.mktemp(prefix="warren-copy-escape-")

@@ -125,6 +125,16 @@ pub struct Config {
     )]
     pub build_upload_total_bytes: u64,
 
+    /// Most bytes one team's COPY archives kept at once may take (past it:
+    /// 429 until they expire or are replaced), so one team cannot fill
+    /// what every team shares.
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_BUILD_UPLOAD_TEAM_BYTES",
+        default_value_t = 1024 * 1024 * 1024
+    )]
+    pub build_upload_team_bytes: u64,
+
     /// How long an upload link works, and how long an uploaded archive is
     /// kept for a build to use (a build started in time keeps it open).
     #[arg(long, env = "WARREN_GATEWAY_BUILD_UPLOAD_TTL", default_value = "1h", value_parser = parse_duration)]
@@ -400,6 +410,17 @@ impl Config {
                 self.build_upload_total_bytes, self.build_upload_max_bytes
             )));
         }
+        if self.build_upload_team_bytes < self.build_upload_max_bytes
+            || self.build_upload_team_bytes > self.build_upload_total_bytes
+        {
+            return Err(invalid(format!(
+                "--build-upload-team-bytes {} must be between --build-upload-max-bytes {} and \
+                 --build-upload-total-bytes {}",
+                self.build_upload_team_bytes,
+                self.build_upload_max_bytes,
+                self.build_upload_total_bytes
+            )));
+        }
         let uploads = crate::control::UploadSettings {
             dir: self
                 .build_upload_dir
@@ -407,6 +428,7 @@ impl Config {
                 .unwrap_or_else(std::env::temp_dir),
             max_bytes: self.build_upload_max_bytes,
             total_bytes: self.build_upload_total_bytes,
+            team_bytes: self.build_upload_team_bytes,
             ttl: self.build_upload_ttl,
         };
         let route_cache = if self.route_cache_capacity == 0 {
@@ -529,7 +551,26 @@ mod tests {
             err.to_string().contains("--build-upload-total-bytes"),
             "{err}"
         );
+        for team in ["99", "5000"] {
+            let err = parse(&[
+                "--api-key",
+                "k:t",
+                "--build-upload-max-bytes",
+                "100",
+                "--build-upload-total-bytes",
+                "1000",
+                "--build-upload-team-bytes",
+                team,
+            ])
+            .validate()
+            .unwrap_err();
+            assert!(
+                err.to_string().contains("--build-upload-team-bytes"),
+                "{err}"
+            );
+        }
         let s = parse(&["--api-key", "k:t"]).validate().unwrap();
+        assert_eq!(s.uploads.team_bytes, 1024 * 1024 * 1024);
         assert_eq!(s.uploads.max_bytes, 512 * 1024 * 1024);
         assert_eq!(s.uploads.dir, std::env::temp_dir());
     }

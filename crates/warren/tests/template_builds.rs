@@ -11,7 +11,8 @@
 //! symlink) through the signed link; the built template has them, owned
 //! and moded as asked, the symlink a symlink. Another team's upload under
 //! the same hash is never used; a forged link is 403; another team's or an
-//! unknown hash is 400; an upload past `--build-upload-max-bytes` is 413;
+//! unknown hash is 400; an upload past `--build-upload-max-bytes` is 413,
+//! one past a team's `--build-upload-team-bytes` 429 (another team's goes in);
 //! an archive with `../` names and absolute symlinks is unpacked in the
 //! sandbox only: the host paths it names stay absent.
 //!
@@ -139,7 +140,16 @@ async fn tags_name_builds_and_move_between_names_for_their_team_only() {
 async fn copy_puts_uploaded_files_in_the_template_and_never_unpacks_on_the_host() {
     let store = tempfile::tempdir().expect("tempdir");
     private_store(store.path());
-    let c = cluster_with(store.path(), &["--build-upload-max-bytes", "1048576"]).await;
+    let c = cluster_with(
+        store.path(),
+        &[
+            "--build-upload-max-bytes",
+            "1048576",
+            "--build-upload-team-bytes",
+            "1572864",
+        ],
+    )
+    .await;
     let r = run(&c, "copy").await;
     assert_eq!(
         r["hello"], "hello from copy",

@@ -44,6 +44,8 @@ pub struct UploadSettings {
     pub max_bytes: u64,
     /// Most bytes all archives may take at once.
     pub total_bytes: u64,
+    /// Most bytes one team's archives may take at once.
+    pub team_bytes: u64,
     /// How long a link works and an archive is kept.
     pub ttl: Duration,
 }
@@ -51,6 +53,7 @@ pub struct UploadSettings {
 /// One stored archive.
 #[derive(Debug)]
 struct Blob {
+    team: String,
     size: u64,
     at: Instant,
 }
@@ -59,8 +62,29 @@ struct Blob {
 struct State {
     /// Bytes on disk: stored archives plus uploads in flight.
     used: u64,
+    /// The same, per team.
+    by_team: HashMap<String, u64>,
     /// Stored archives by file name.
     blobs: HashMap<String, Blob>,
+}
+
+impl State {
+    /// Counts `n` more bytes for `team`.
+    fn take(&mut self, team: &str, n: u64) {
+        self.used += n;
+        *self.by_team.entry(team.to_string()).or_default() += n;
+    }
+
+    /// Counts `n` bytes of `team`'s as freed.
+    fn give_back(&mut self, team: &str, n: u64) {
+        self.used = self.used.saturating_sub(n);
+        if let Some(t) = self.by_team.get_mut(team) {
+            *t = t.saturating_sub(n);
+            if *t == 0 {
+                self.by_team.remove(team);
+            }
+        }
+    }
 }
 
 /// The uploads this gateway holds.
@@ -168,7 +192,7 @@ impl Uploads {
                 .collect();
             for k in &old {
                 if let Some(b) = s.blobs.remove(k) {
-                    s.used = s.used.saturating_sub(b.size);
+                    s.give_back(&b.team, b.size);
                 }
             }
             old
@@ -313,8 +337,20 @@ impl Uploads {
                 if written + n > max {
                     return Err(too_large());
                 }
-                let total = self.settings.total_bytes;
+                let (total, per_team) = (self.settings.total_bytes, self.settings.team_bytes);
                 self.with(|s| {
+                    if s.by_team.get(&team).copied().unwrap_or(0) + n > per_team {
+                        return Err(ApiError::new(
+                            StatusCode::TOO_MANY_REQUESTS,
+                            "upload_quota_exceeded",
+                            format!(
+                                "team {team}'s uploads would pass {per_team} bytes, the most one \
+                                 team may keep on this gateway (--build-upload-team-bytes); \
+                                 they are kept {:?}, or replaced by a new upload of the same files",
+                                self.settings.ttl
+                            ),
+                        ));
+                    }
                     if s.used + n > total {
                         return Err(ApiError::new(
                             StatusCode::INSUFFICIENT_STORAGE,
@@ -325,7 +361,7 @@ impl Uploads {
                             ),
                         ));
                     }
-                    s.used += n;
+                    s.take(&team, n);
                     Ok(())
                 })?;
                 written += n;
@@ -338,11 +374,12 @@ impl Uploads {
                 if let Some(old) = s.blobs.insert(
                     name,
                     Blob {
+                        team: team.clone(),
                         size: written,
                         at: Instant::now(),
                     },
                 ) {
-                    s.used = s.used.saturating_sub(old.size);
+                    s.give_back(&old.team, old.size);
                 }
             });
             Ok(())
@@ -350,7 +387,7 @@ impl Uploads {
         .await;
         if result.is_err() {
             let _ = std::fs::remove_file(&partial);
-            self.with(|s| s.used = s.used.saturating_sub(written));
+            self.with(|s| s.give_back(&team, written));
             drain(&mut body, DRAIN).await;
         } else {
             tracing::info!(team = %team, hash, bytes = written, "build files uploaded");
@@ -425,6 +462,7 @@ mod tests {
             dir: d.path().to_path_buf(),
             max_bytes: 10,
             total_bytes: 20,
+            team_bytes: 15,
             ttl: Duration::from_secs(60),
         })
         .unwrap();
