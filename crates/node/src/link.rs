@@ -69,6 +69,20 @@ pub struct Link {
 }
 
 impl Link {
+    /// One ReportSandboxEvent call (the scheduler client fails over
+    /// between replicas); the scheduler's per-event answers.
+    async fn report(
+        &self,
+        req: &pb::ReportSandboxEventRequest,
+    ) -> Result<pb::ReportSandboxEventResponse, tonic::Status> {
+        self.scheduler
+            .call("ReportSandboxEvent", |mut c| {
+                let req = req.clone();
+                async move { c.report_sandbox_event(req).await }
+            })
+            .await
+    }
+
     pub fn new(
         me: NodeIdentity,
         scheduler: Scheduler,
@@ -189,13 +203,7 @@ impl Link {
                         r#type: pb::EventType::Pause as i32,
                     }],
                 };
-                let result = link
-                    .scheduler
-                    .call("ReportSandboxEvent", |mut c| {
-                        let req = req.clone();
-                        async move { c.report_sandbox_event(req).await }
-                    })
-                    .await;
+                let result = link.report(&req).await;
                 match result {
                     Ok(resp) => match resp.results.iter().find(|r| !r.applied) {
                         None => {
@@ -315,13 +323,7 @@ impl Link {
             };
             let mut backoff = Backoff::new(FIRST_BACKOFF, backoff::MAX);
             for attempt in 1..=EVENT_ATTEMPTS {
-                let result = self
-                    .scheduler
-                    .call("ReportSandboxEvent", |mut c| {
-                        let req = req.clone();
-                        async move { c.report_sandbox_event(req).await }
-                    })
-                    .await;
+                let result = self.report(&req).await;
                 match result {
                     Ok(resp) => {
                         for r in resp.results.iter().filter(|r| !r.applied) {

@@ -141,3 +141,39 @@ impl Http {
             .map_err(|_| anyhow::anyhow!("no answer within {:?}", self.timeout))?
     }
 }
+
+/// Creates a `base` sandbox through the gateway at `gateway` with `key`
+/// (`POST /v2/sandboxes`, a 600 s timeout), retrying while the gateway
+/// answers 503 (no node with room registered yet), for up to 30 s; any
+/// other answer but 201 panics. Returns (sandbox id, envd access token, or
+/// "" when the sandbox has none).
+pub async fn create_sandbox(gateway: &str, key: &str) -> (String, String) {
+    let sb = crate::wait_until(
+        "a sandbox to be created",
+        Duration::from_secs(30),
+        || async {
+            let r = Http::new(Duration::from_secs(30))
+                .send(
+                    Method::POST,
+                    gateway,
+                    "/v2/sandboxes",
+                    &[("x-api-key", key)],
+                    Some(serde_json::json!({"templateID": "base", "timeout": 600})),
+                )
+                .await
+                .expect("the gateway answers");
+            match r.status {
+                StatusCode::CREATED => Some(r.expect_json()),
+                StatusCode::SERVICE_UNAVAILABLE => None,
+                other => panic!("create answered {other}: {}", r.text()),
+            }
+        },
+    )
+    .await;
+    let id = sb["sandboxID"].as_str().expect("sandboxID").to_string();
+    let token = sb["envdAccessToken"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    (id, token)
+}

@@ -13,13 +13,11 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::{json, Value};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use warren_test_support::cluster::{Cluster, Spec};
-use warren_test_support::http::Http;
-use warren_test_support::wait_until;
+use warren_test_support::http::{create_sandbox, Http};
 
 const KEY: &str = "e2b_5a7c9e1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c";
 const DOMAIN: &str = "sandboxes.test";
@@ -82,34 +80,7 @@ impl Rig {
 
     /// Creates a sandbox through the plain listener; (id, envd access token).
     async fn create(&self) -> (String, String) {
-        let gw = self.cluster.gateway(0);
-        let sb = wait_until("a sandbox to be created", Duration::from_secs(30), || {
-            let gw = gw.clone();
-            async move {
-                let r = Http::default()
-                    .send(
-                        Method::POST,
-                        &gw,
-                        "/v2/sandboxes",
-                        &[("x-api-key", KEY)],
-                        Some(json!({"templateID": "base", "timeout": 600})),
-                    )
-                    .await
-                    .expect("the gateway answers");
-                match r.status {
-                    StatusCode::CREATED => Some(r.expect_json()),
-                    StatusCode::SERVICE_UNAVAILABLE => None,
-                    other => panic!("create answered {other}: {}", r.text()),
-                }
-            }
-        })
-        .await;
-        let id = sb["sandboxID"].as_str().expect("sandboxID").to_string();
-        let token = sb["envdAccessToken"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        (id, token)
+        create_sandbox(&self.cluster.gateway(0), KEY).await
     }
 
     /// A TLS connection to the gateway's TLS listener for host `host`

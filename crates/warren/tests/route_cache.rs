@@ -18,7 +18,7 @@ use warren_proto::scheduler::v1::{
     GetSandboxRequest, Placement, ReassignRequest, RecordAssignmentRequest,
 };
 use warren_test_support::cluster::{Cluster, Spec};
-use warren_test_support::http::{Answer, Http};
+use warren_test_support::http::{create_sandbox, Answer, Http};
 use warren_test_support::wait_until;
 
 const KEY: &str = "key-route-cache";
@@ -130,34 +130,7 @@ impl Rig {
 
     /// Creates a sandbox through gateway `g`; returns (id, access token).
     async fn create(&self, g: usize) -> (String, String) {
-        let gw = self.gw(g);
-        let sb = wait_until("a sandbox to be created", Duration::from_secs(30), || {
-            let gw = gw.clone();
-            async move {
-                let body = Bytes::from(json!({"templateID": "base", "timeout": 600}).to_string());
-                let r = send(
-                    &gw,
-                    Method::POST,
-                    "/v2/sandboxes",
-                    &[("x-api-key", KEY), ("content-type", "application/json")],
-                    body,
-                )
-                .await;
-                match r.status {
-                    StatusCode::CREATED => Some(r.expect_json()),
-                    // No node registered yet.
-                    StatusCode::SERVICE_UNAVAILABLE => None,
-                    other => panic!("create answered {other}: {}", r.text()),
-                }
-            }
-        })
-        .await;
-        let id = sb["sandboxID"].as_str().expect("sandboxID").to_string();
-        let token = sb["envdAccessToken"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        (id, token)
+        create_sandbox(&self.gw(g), KEY).await
     }
 
     /// A data-plane request for sandbox `id` through gateway `g`.

@@ -369,39 +369,30 @@ async fn finish(
             .await
         })
         .await;
-    if let Err(status) = recorded {
-        tracing::warn!(sandbox = id, code = ?status.code(), message = status.message(),
-            "RecordAssignment failed; abandoning the placement");
-        // Unreachable scheduler: leave the sandbox for the sweep (the node's
-        // roster decides). A refusal means the binding moved on: undo ours.
-        if !matches!(
-            status.code(),
-            tonic::Code::Unavailable | tonic::Code::Unknown
-        ) {
-            abandon(app, placement).await;
+    let recorded = match recorded {
+        Ok(binding) => binding,
+        Err(status) => {
+            tracing::warn!(sandbox = id, code = ?status.code(), message = status.message(),
+                "RecordAssignment failed; abandoning the placement");
+            // Unreachable scheduler: leave the sandbox for the sweep (the
+            // node's roster decides). A refusal means the binding moved on:
+            // undo ours.
+            if !matches!(
+                status.code(),
+                tonic::Code::Unavailable | tonic::Code::Unknown
+            ) {
+                abandon(app, placement).await;
+            }
+            return Err(ApiError::from_scheduler(&status, Some(id)));
         }
-        return Err(ApiError::from_scheduler(&status, Some(id)));
-    }
+    };
     // The route is known now: the new sandbox's first data-plane request
     // through this gateway is a cache hit.
     app.resolver
-        .learn(Arc::new(Route {
-            sandbox_id: id.to_string(),
-            node_id: placement.node_id.clone(),
-            endpoint: placement.endpoint.clone(),
-            generation: placement.generation,
-            state: BindingState::Running,
-            team_id: placement
-                .binding
-                .as_ref()
-                .map(|b| b.team_id.clone())
-                .unwrap_or_default(),
-            auto_resume: placement
-                .binding
-                .as_ref()
-                .and_then(|b| b.lifecycle)
-                .is_some_and(|l| l.auto_resume),
-        }))
+        .learn(Arc::new(Route::of_binding(
+            &recorded,
+            BindingState::Running,
+        )))
         .await;
     Ok(info)
 }

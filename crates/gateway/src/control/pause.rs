@@ -338,15 +338,7 @@ async fn move_paused(
     tracing::info!(sandbox_id = id, from = %b.node_id, to = %placement.node_id,
         generation = placement.generation, "paused sandbox resumed on another node");
     app.resolver
-        .learn(Arc::new(Route {
-            sandbox_id: id.to_string(),
-            node_id: placement.node_id.clone(),
-            endpoint: placement.endpoint.clone(),
-            generation: placement.generation,
-            state: BindingState::Running,
-            team_id: after.team_id.clone(),
-            auto_resume: after.lifecycle.is_some_and(|l| l.auto_resume),
-        }))
+        .learn(Arc::new(Route::of_binding(&after, BindingState::Running)))
         .await;
     Ok(Some(after))
 }
@@ -472,20 +464,13 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
     }
     // This gateway routes by the new state at once; the others hear it
     // from the scheduler's watch.
+    let state = if pause {
+        BindingState::Paused
+    } else {
+        BindingState::Running
+    };
     app.resolver
-        .learn(Arc::new(Route {
-            sandbox_id: id.to_string(),
-            node_id: b.node_id.clone(),
-            endpoint: b.endpoint.clone(),
-            generation: b.generation,
-            state: if pause {
-                BindingState::Paused
-            } else {
-                BindingState::Running
-            },
-            team_id: b.team_id.clone(),
-            auto_resume: b.lifecycle.is_some_and(|l| l.auto_resume),
-        }))
+        .learn(Arc::new(Route::of_binding(b, state)))
         .await;
     Ok(())
 }

@@ -50,6 +50,20 @@ pub struct Route {
 }
 
 impl Route {
+    /// The route to the sandbox of binding `b` in `state`: what a gateway
+    /// that just placed, paused, resumed or moved it knows without asking.
+    pub fn of_binding(b: &warren_proto::scheduler::v1::Binding, state: BindingState) -> Route {
+        Route {
+            sandbox_id: b.sandbox_id.clone(),
+            node_id: b.node_id.clone(),
+            endpoint: b.endpoint.clone(),
+            generation: b.generation,
+            state,
+            team_id: b.team_id.clone(),
+            auto_resume: b.lifecycle.is_some_and(|l| l.auto_resume),
+        }
+    }
+
     /// Whether `other` sends requests to the same place: same node, same
     /// address, same generation. Anything else is a move.
     pub fn same_place(&self, other: &Route) -> bool {
