@@ -8,6 +8,8 @@
 //!   its SHA-256, its unpacked root filesystem, and a JSON record per name.
 //! - [`build`]: building a spec with `mmdebstrap` from the Debian archive,
 //!   and importing a root filesystem tarball (what `docker export` writes).
+//! - [`unused`]: layers whose last record went, noted until whoever can
+//!   prove nothing stacks them removes them.
 
 // Tests may unwrap: a panic there is a test failure with a message.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -15,9 +17,11 @@
 pub mod build;
 pub mod spec;
 pub mod store;
+pub mod unused;
 
 pub use spec::Spec;
 pub use store::{named_snapshot_key, paused_key, Paused, Snapshot, Store, Template};
+pub use unused::Removal;
 
 /// Why a template operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -7,6 +7,7 @@
 //! rootfs/<hex>/               that tarball unpacked, read-only to sandboxes
 //!                             (0700: only root enters; a layer holds a tenant's files)
 //! templates/<name>.json       name → digest (+ layers) and sandbox defaults
+//! unused/sha256-<hex>         a layer whose last record went (crate::unused)
 //! ```
 //!
 //! A snapshot (`POST /sandboxes/{id}/snapshots`) is a template too: its
@@ -16,7 +17,8 @@
 //! template's ids; overlay whiteouts and opaque directories kept, so it
 //! stacks as an overlay lower layer). Its [`Snapshot`] says which team owns
 //! it. Deleting a record never removes blobs: sandboxes running from a
-//! deleted snapshot keep their layers.
+//! deleted snapshot keep their layers; the layer is noted (`unused/`) and
+//! removed once nothing stacks it ([`crate::unused`]).
 //!
 //! A blob is named by the SHA-256 of its bytes, checked when it enters the
 //! store; it is unpacked once, into a temporary directory renamed into place
@@ -137,6 +139,11 @@ impl Store {
         Ok(Store {
             dir: dir.to_path_buf(),
         })
+    }
+
+    /// The store's directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.dir
     }
 
     /// A scratch directory inside the store (same filesystem, so results
