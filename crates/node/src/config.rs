@@ -19,6 +19,19 @@ pub enum RuntimeChoice {
     Process,
 }
 
+/// `--memory-limit-mb`'s default: 8 GiB, E2B's largest standard sandbox
+/// (its Pro plan's "8 GB"), so a template or a tenant's build asks for
+/// less or gets this. The gateway's `--max-sandbox-memory-mb` has the
+/// same default.
+pub const DEFAULT_MEMORY_MB: u64 = 8192;
+/// `--cpu-limit`'s default: 8, E2B's largest standard sandbox (its "8
+/// vCPUs"); the gateway's `--max-sandbox-cpus` has the same.
+pub const DEFAULT_CPUS: f64 = 8.0;
+/// `--disk-limit-mb`'s default: 20 GiB, ten times `base`'s disk and room
+/// for a large toolchain; the gateway's `--max-sandbox-disk-mb` has the
+/// same.
+pub const DEFAULT_DISK_MB: u64 = 20 * 1024;
+
 /// Command-line / env / TOML configuration for `warren node`.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "warren node", about = "A sandbox host")]
@@ -85,22 +98,25 @@ pub struct Config {
         default_value = "/var/lib/warren/templates"
     )]
     pub template_dir: PathBuf,
-    /// Memory per sandbox in MiB, all its processes together, swap included
-    /// (cgroup v2 memory.max, v1 memory.limit_in_bytes). The template's
-    /// `memory_mb` (E2B's default 512) applies; this caps it.
-    #[arg(long, env = "WARREN_NODE_MEMORY_LIMIT_MB")]
-    pub memory_limit_mb: Option<u64>,
+    /// Most memory a sandbox gets, in MiB, all its processes together, swap
+    /// included (cgroup v2 memory.max, v1 memory.limit_in_bytes). The
+    /// template's `memory_mb` (E2B's default 512) applies under it; a
+    /// template asking for more gets this. The default, 8 GiB, is E2B's
+    /// largest standard sandbox.
+    #[arg(long, env = "WARREN_NODE_MEMORY_LIMIT_MB", default_value_t = DEFAULT_MEMORY_MB)]
+    pub memory_limit_mb: u64,
     /// Processes and threads per sandbox (cgroup pids.max).
     #[arg(long, env = "WARREN_NODE_PIDS_LIMIT", default_value_t = 1024)]
     pub pids_limit: u64,
-    /// CPUs per sandbox (cgroup v2 cpu.max, v1 cpu.cfs_quota_us). The
-    /// template's `cpu_count` (E2B's default 2) applies; this caps it.
-    #[arg(long, env = "WARREN_NODE_CPU_LIMIT")]
-    pub cpu_limit: Option<f64>,
-    /// Disk per sandbox in MiB (the writable layer's filesystem). The
-    /// template's `disk_mb` applies; this caps it.
-    #[arg(long, env = "WARREN_NODE_DISK_LIMIT_MB")]
-    pub disk_limit_mb: Option<u64>,
+    /// Most CPUs a sandbox gets (cgroup v2 cpu.max, v1 cpu.cfs_quota_us;
+    /// fractions allowed). The template's `cpu_count` (E2B's default 2)
+    /// applies under it. The default, 8, is E2B's largest standard sandbox.
+    #[arg(long, env = "WARREN_NODE_CPU_LIMIT", default_value_t = DEFAULT_CPUS)]
+    pub cpu_limit: f64,
+    /// Most disk a sandbox gets, in MiB (the writable layer's filesystem).
+    /// The template's `disk_mb` applies under it. The default is 20 GiB.
+    #[arg(long, env = "WARREN_NODE_DISK_LIMIT_MB", default_value_t = DEFAULT_DISK_MB)]
+    pub disk_limit_mb: u64,
     /// How often each sandbox's CPU, memory and disk use is sampled for
     /// E2B's sandbox metrics (`GET /sandboxes/{id}/metrics`; E2B samples
     /// every 5 s).
@@ -185,12 +201,14 @@ pub struct Settings {
 }
 
 /// What the node allows a sandbox at most; a template's own values apply
-/// under these (see [`Caps::limits`]).
+/// under these (see [`Caps::limits`]). The operator's, never a tenant's:
+/// a template a team built through the API was checked against the
+/// gateway's caps, and these hold whatever a record says.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Caps {
-    pub memory_mb: Option<u64>,
-    pub cpus: Option<f64>,
-    pub disk_mb: Option<u64>,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub disk_mb: u64,
     pub pids: u64,
 }
 
@@ -199,11 +217,9 @@ impl Caps {
     /// and `disk_mb`: each the smaller of the template's and the node's cap.
     /// Returns the limits and the disk size in bytes.
     pub fn limits(&self, cpus: u32, memory_mb: u64, disk_mb: u64) -> (Limits, u64) {
-        let memory = self.memory_mb.map_or(memory_mb, |c| c.min(memory_mb));
-        let cpus = self
-            .cpus
-            .map_or(f64::from(cpus), |c| c.min(f64::from(cpus)));
-        let disk = self.disk_mb.map_or(disk_mb, |c| c.min(disk_mb));
+        let memory = self.memory_mb.min(memory_mb);
+        let cpus = self.cpus.min(f64::from(cpus));
+        let disk = self.disk_mb.min(disk_mb);
         (
             Limits {
                 memory_bytes: memory << 20,
@@ -249,19 +265,19 @@ impl Config {
                 )));
             }
         }
-        if self.disk_limit_mb.is_some_and(|d| d < 64) {
+        if self.disk_limit_mb < 64 {
             return Err(invalid("--disk-limit-mb must be at least 64"));
         }
         if self.capacity == 0 {
             return Err(invalid("--capacity must be at least 1"));
         }
-        if self.memory_limit_mb.is_some_and(|m| m < 64) {
+        if self.memory_limit_mb < 64 {
             return Err(invalid("--memory-limit-mb must be at least 64"));
         }
         if self.pids_limit < 16 {
             return Err(invalid("--pids-limit must be at least 16"));
         }
-        if self.cpu_limit.is_some_and(|c| !c.is_finite() || c <= 0.0) {
+        if !self.cpu_limit.is_finite() || self.cpu_limit <= 0.0 {
             return Err(invalid("--cpu-limit must be a positive number of CPUs"));
         }
         if self.max_output_bytes < 4096 {
@@ -386,6 +402,15 @@ mod tests {
         assert_eq!(s.schedulers, vec!["http://127.0.0.1:50051".to_string()]);
         assert_eq!(s.capacity, 100);
         assert_eq!(
+            s.caps,
+            Caps {
+                memory_mb: 8192,
+                cpus: 8.0,
+                disk_mb: 20480,
+                pids: 1024
+            }
+        );
+        assert_eq!(
             (s.metrics_interval, s.metrics_samples),
             (Duration::from_secs(5), 720)
         );
@@ -418,6 +443,42 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.schedulers, vec!["http://a:1", "http://b:2"]);
+    }
+
+    #[test]
+    fn caps_bound_what_a_template_asks() {
+        let s = parse(&["--node-id", "n1", "--envd-bin", "/bin/sh"]).unwrap();
+        // `base` (2 CPUs, 512 MiB, 2 GiB) is under every default cap.
+        let (l, disk) = s.caps.limits(2, 512, 2048);
+        assert_eq!((l.cpus, l.memory_bytes, disk), (2.0, 512 << 20, 2048 << 20));
+        // A template asking for more than the node allows gets the cap.
+        let (l, disk) = s.caps.limits(64, 1 << 20, 1 << 20);
+        assert_eq!(
+            (l.cpus, l.memory_bytes, disk),
+            (8.0, 8192 << 20, 20480 << 20)
+        );
+        let s = parse(&[
+            "--node-id",
+            "n1",
+            "--envd-bin",
+            "/bin/sh",
+            "--memory-limit-mb",
+            "256",
+            "--cpu-limit",
+            "0.5",
+        ])
+        .unwrap();
+        let (l, _) = s.caps.limits(2, 512, 2048);
+        assert_eq!((l.cpus, l.memory_bytes), (0.5, 256 << 20));
+        for bad in [
+            &["--memory-limit-mb", "10"][..],
+            &["--disk-limit-mb", "1"],
+            &["--cpu-limit", "0"],
+        ] {
+            let mut all = vec!["--node-id", "n1", "--envd-bin", "/bin/sh"];
+            all.extend_from_slice(bad);
+            assert!(parse(&all).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
