@@ -210,6 +210,11 @@ pub struct SandboxInfo {
     /// Its network now (absent from nodes that predate it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkInfo>,
+    /// The template store's layers it stacks (`sha256-<hex>`, bottom
+    /// first; in the list only): how a gateway learns that a layer no
+    /// record names is still in use before it removes it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
 }
 
 /// `GET /_warren/v1/sandboxes`: what the node hosts now.

@@ -204,7 +204,8 @@ impl Registry {
             .cloned()
     }
 
-    /// Every hosted sandbox, sorted by id, with its network now.
+    /// Every hosted sandbox, sorted by id, with its network now and the
+    /// layers it stacks.
     pub fn list(&self) -> Vec<SandboxInfo> {
         let mut v: Vec<SandboxInfo> = self
             .hosted
@@ -213,6 +214,7 @@ impl Registry {
                 h.values()
                     .map(|s| SandboxInfo {
                         network: Some(s.network_info()),
+                        layers: s.handle.layers.clone(),
                         ..s.info.clone()
                     })
                     .collect()
@@ -510,6 +512,7 @@ impl Registry {
             started_at_ms: warren_core::time::now_ms(),
             envd_version: warren_core::node_api::ENVD_VERSION.to_string(),
             network: None,
+            layers: Vec::new(),
         };
         let record = Record {
             info: info.clone(),
