@@ -48,8 +48,11 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_DOMAIN", default_value = "localhost")]
     pub domain: String,
 
-    /// An API key and the team it belongs to, as `KEY:TEAM` (repeatable;
-    /// comma-separated in the environment).
+    /// API keys and their teams, as `KEY:TEAM`, comma-separated: from the
+    /// environment (`WARREN_GATEWAY_API_KEY`) or a TOML file, never the
+    /// command line, where every account on the host can read them (`ps`):
+    /// the gateway refuses to start with `--api-key` in its arguments
+    /// ([`refuse_secrets_in_args`]).
     #[arg(
         long = "api-key",
         env = "WARREN_GATEWAY_API_KEY",
@@ -57,7 +60,9 @@ pub struct Config {
     )]
     pub api_keys: Vec<String>,
 
-    /// A file of API keys, one `KEY TEAM` per line (`#` starts a comment).
+    /// A file of API keys, one `KEY TEAM` per line (`#` starts a comment),
+    /// readable by its owner only (mode 0600 or 0400; the gateway refuses
+    /// one that other accounts can read).
     #[arg(long, env = "WARREN_GATEWAY_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
 
@@ -203,6 +208,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub tls: warren_trust::TlsArgs,
+
+    #[command(flatten)]
+    pub limits: crate::limits::LimitArgs,
     // Listener limits (docs/security.md, "Listeners under load").
     /// How long a client may take to send a request's headers, from
     /// connecting or from the first byte of a later request on a kept-alive
@@ -286,6 +294,8 @@ pub struct Settings {
     pub admin_listener: Limits,
     /// Threads serving the public listener (at least one).
     pub worker_threads: usize,
+    /// What tenants may ask for and keep (`crate::limits`).
+    pub limits: crate::limits::Limits,
 }
 
 /// The public TLS listeners: where, and with which certificate.
@@ -355,10 +365,7 @@ impl Config {
                 .map_err(|e| invalid(format!("--api-key: {e}")))?;
         }
         if let Some(path) = &self.api_keys_file {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.display().to_string(),
-                source,
-            })?;
+            let text = warren_core::config::read_private_file(path, "--api-keys-file")?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if line.is_empty() {
@@ -380,8 +387,8 @@ impl Config {
         }
         if api_keys.is_empty() {
             return Err(invalid(
-                "no API keys configured: pass --api-key KEY:TEAM (or WARREN_GATEWAY_API_KEY) \
-                 or --api-keys-file FILE"
+                "no API keys configured: give --api-keys-file FILE (`KEY TEAM` per line, mode \
+                 0600) or WARREN_GATEWAY_API_KEY=KEY:TEAM,..."
                     .into(),
             ));
         }
@@ -467,7 +474,9 @@ impl Config {
             n => n,
         };
         let public_tls = self.public_tls()?;
+        let limits = self.limits.validate()?;
         Ok(Settings {
+            limits,
             worker_threads,
             tls: self.tls.clone(),
             public_tls,
@@ -488,6 +497,31 @@ impl Config {
             admin_listener,
         })
     }
+}
+
+/// Refuses a gateway whose own command line (`args`: the process's, as
+/// `/proc/<pid>/cmdline` shows it to every account on the host) holds an
+/// API key: `--api-key` is for the environment and TOML only, and
+/// `--api-keys-file` names a file.
+pub fn refuse_secrets_in_args<I, S>(args: I) -> Result<(), ConfigError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let found = args.into_iter().any(|a| {
+        let a = a.as_ref().to_string_lossy();
+        a == "--api-key" || a.starts_with("--api-key=")
+    });
+    if found {
+        return Err(ConfigError::Invalid(
+            "--api-key on the command line: every account on this host can read a process's \
+             arguments (ps, /proc/<pid>/cmdline), so API keys are never taken there. Give them \
+             in --api-keys-file FILE (`KEY TEAM` per line, mode 0600) or in the environment, \
+             WARREN_GATEWAY_API_KEY=KEY:TEAM,..."
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Shows only the start of a secret in error messages.
@@ -573,6 +607,26 @@ mod tests {
         assert_eq!(s.uploads.team_bytes, 1024 * 1024 * 1024);
         assert_eq!(s.uploads.max_bytes, 512 * 1024 * 1024);
         assert_eq!(s.uploads.dir, std::env::temp_dir());
+    }
+
+    #[test]
+    fn api_keys_are_refused_on_the_command_line() {
+        for args in [
+            &["gateway", "--api-key", "k:t"][..],
+            &["gateway", "--listen", "127.0.0.1:1", "--api-key=k:t"],
+        ] {
+            let err = refuse_secrets_in_args(args).unwrap_err().to_string();
+            assert!(
+                err.contains("--api-keys-file") && err.contains("WARREN_GATEWAY_API_KEY"),
+                "{err}"
+            );
+        }
+        for args in [
+            &["gateway", "--api-keys-file", "/etc/warren/keys"][..],
+            &["gateway", "--admin-team", "ops"],
+        ] {
+            assert!(refuse_secrets_in_args(args).is_ok(), "{args:?}");
+        }
     }
 
     #[test]
@@ -734,6 +788,14 @@ mod tests {
         let file = dir.join("keys");
         std::fs::write(&file, "# comment\nkey1 team1\n\nkey2 team2 # trailing\n")
             .unwrap_or_else(|e| panic!("{e}"));
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let keys = file.to_str().unwrap_or_default();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let err = parse(&["--api-keys-file", keys]).validate().unwrap_err();
+            assert!(err.to_string().contains("chmod 600"), "{err}");
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let s = parse(&[
             "--scheduler",
             "127.0.0.1:1,http://127.0.0.1:2",

@@ -3,7 +3,9 @@
 //!
 //! # Layout
 //! - [`config`]: flags/env/TOML ([`Config`]) validated into [`Settings`]
-//!   before any socket is bound.
+//!   before any socket is bound; API keys never from the command line.
+//! - [`limits`]: what a tenant may ask for and keep (sandbox caps, builds,
+//!   snapshots and templates per team, when unused layers go).
 //! - [`server`]: the listeners (HTTP/1.1 + h2c, upgrades; the same over
 //!   TLS on `--public-tls-listen`), their connections
 //!   served by `--worker-threads` threads (`warren_core::server::Workers`:
@@ -53,6 +55,7 @@ pub mod auth;
 pub mod config;
 mod control;
 pub mod error;
+pub mod limits;
 pub mod metrics;
 pub mod models;
 pub mod node_client;
@@ -72,6 +75,7 @@ use warren_core::admin::Admin;
 
 /// Runs `warren gateway` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config) -> anyhow::Result<()> {
+    config::refuse_secrets_in_args(std::env::args_os())?;
     let settings = config.validate()?;
     // The gateway starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.
@@ -205,6 +209,8 @@ pub async fn run(
         admin_limits,
     ));
     admin.set_ready(true);
+    // Layers of deleted snapshots, removed once no node's sandbox stacks them.
+    let layer_gc = tokio::spawn(control::layers::sweep_forever(app.clone()));
 
     let ready = admin.clone();
     // Load balancers see the replica leave (/readyz false) and get
@@ -226,6 +232,7 @@ pub async fn run(
     if let Some(watch) = watch {
         watch.abort();
     }
+    layer_gc.abort();
     let _ = admin_stop.send(());
     let _ = admin_task.await;
     Ok(())

@@ -52,6 +52,7 @@ impl App {
         metrics: Metrics,
     ) -> std::io::Result<Self> {
         let uploads = Arc::new(crate::control::Uploads::new(settings.uploads.clone())?);
+        let builds = Arc::new(crate::control::Builds::new(settings.limits.builds));
         let nodes = NodeClient::new(http.clone(), settings.request_timeout);
         Ok(App {
             uploads,
@@ -61,7 +62,7 @@ impl App {
             http,
             nodes,
             metrics,
-            builds: Arc::default(),
+            builds,
             self_url: std::sync::OnceLock::new(),
             resumes: moka::future::Cache::builder()
                 .max_capacity(10_000)

@@ -24,9 +24,15 @@
 //! - [`snapshots`]: `POST /sandboxes/{id}/snapshots`, `GET /snapshots`,
 //!   `DELETE /templates/{id}` (a snapshot), and what a create naming a
 //!   snapshot resolves to.
+//! - [`team_store`]: a team's records in the shared template store,
+//!   counted against its bounds; replaced or removed with their layers
+//!   noted.
+//! - [`layers`]: the sweep that removes noted layers no node's sandbox
+//!   stacks.
 
 mod builds;
 mod create;
+pub(crate) mod layers;
 mod metrics;
 pub(crate) mod network;
 mod nodes;
@@ -34,6 +40,7 @@ pub(crate) mod pause;
 mod route;
 mod sandboxes;
 mod snapshots;
+mod team_store;
 mod templates;
 mod uploads;
 

@@ -14,6 +14,13 @@
 //!
 //! Placement: a sandbox from a snapshot goes to the node that took it
 //! (`require_node_id`), the one node sure to have its layer.
+//!
+//! Bounds: a team keeps at most `--snapshot-team-count` snapshots, and its
+//! snapshots' and built templates' layers take at most
+//! `--snapshot-team-bytes` of the store (429 naming the flag; a snapshot
+//! that takes the team past the bytes is removed again). A deleted (or
+//! replaced) snapshot's layers are noted and removed once no record names
+//! them and no node's sandbox stacks them (`super::layers`).
 
 use super::{owned, reply};
 use crate::auth::Team;
@@ -161,6 +168,10 @@ pub(super) struct Target {
 pub(super) fn resolve(app: &App, team: &Team, template_id: &str) -> Result<Target, ApiError> {
     if let Ok(store) = store(app) {
         if let Some(t) = find(&store, team, template_id)? {
+            // A team's template gets at most what the operator allows now
+            // (placement counts these; the node caps what it applies).
+            let mut defaults = t.defaults;
+            app.settings.limits.sandbox.bound(&mut defaults);
             return Ok(Target {
                 node_id: t
                     .snapshot
@@ -168,7 +179,7 @@ pub(super) fn resolve(app: &App, team: &Team, template_id: &str) -> Result<Targe
                     .map(|s| s.node_id.clone())
                     .unwrap_or_default(),
                 template_id: t.name,
-                defaults: Some(t.defaults),
+                defaults: Some(defaults),
             });
         }
         if matches!(store.get(template_id), Ok(t) if t.snapshot.is_some()) {
@@ -220,6 +231,11 @@ pub(super) async fn create(
         }
         None => format!("snap-{}", warren_core::id::random_token(24)),
     };
+    // The team's share of the store every team shares (a named snapshot
+    // replaces its record, which does not count).
+    let limits = app.settings.limits.store;
+    super::team_store::room_for_snapshot(&store, limits, &team.0, &key)?;
+    let replaced = store.get(&key).ok();
     let req = CreateSnapshot {
         generation: binding.generation,
         snapshot_id: key.clone(),
@@ -242,6 +258,20 @@ pub(super) async fn create(
             ),
         )
     })?;
+    // The layers only a replaced record named are nobody's now.
+    if let Some(old) = replaced {
+        let gone: Vec<String> = old
+            .layers
+            .into_iter()
+            .filter(|l| !made.layers.contains(l))
+            .collect();
+        super::team_store::note(&store, &gone);
+    }
+    if let Err(e) = super::team_store::within_bytes(&store, limits, &team.0) {
+        // Past the team's bytes: not kept.
+        super::team_store::remove(&store, &made)?;
+        return Err(e);
+    }
     reply(StatusCode::CREATED, &SnapshotInfo::of(&made))
 }
 
@@ -371,7 +401,8 @@ fn parse_token(t: &str) -> Option<(u64, String)> {
 }
 
 /// `DELETE /templates/{id}`: deletes the team's snapshot `id` (its record;
-/// sandboxes running from it keep their files). Templates themselves are
+/// sandboxes running from it keep their files, and its layers are removed
+/// once nothing stacks them: `super::layers`). Templates themselves are
 /// the operator's (`warren template`), not the API's.
 pub(super) fn delete(app: &App, team: &Team, raw: &str) -> Result<Response<Body>, ApiError> {
     let id = percent_encoding::percent_decode_str(raw)
@@ -393,7 +424,7 @@ pub(super) fn delete(app: &App, team: &Team, raw: &str) -> Result<Response<Body>
         }
         return Err(not_found(&id));
     };
-    if !store.remove(&t.name).map_err(internal)? {
+    if !super::team_store::remove(&store, &t)? {
         return Err(not_found(&id));
     }
     tracing::info!(snapshot = %t.name, team = %team.0, "snapshot deleted");

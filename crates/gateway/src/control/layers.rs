@@ -1,0 +1,96 @@
+//! Removing layers nothing uses any more (ARCHITECTURE.md, "Layers of
+//! deleted snapshots").
+//!
+//! A deleted or replaced snapshot (or built template) leaves its layers in
+//! the shared template store, noted (`warren_template::unused`): a
+//! sandbox on any node sharing the store may still stack them (made from
+//! the snapshot, a fork of one, a filesystem-paused one that moved), and
+//! only the nodes know which. Every `--layer-gc-interval` this gateway
+//! takes the layers noted at least `--layer-gc-grace` ago (room for a
+//! create that read the record just before it went), asks every node the
+//! scheduler knows which layers its sandboxes stack (the control API's
+//! sandbox list), and removes each noted layer that none stacks and no
+//! record names. A node that does not answer may hold sandboxes that stack
+//! any of them, so then nothing is removed this round. Several gateways
+//! sweeping the same store is harmless: a removal that finds nothing to
+//! remove is no error.
+
+use crate::state::App;
+use std::collections::HashSet;
+use std::sync::Arc;
+use warren_proto::scheduler::v1::ListNodesRequest;
+use warren_template::Removal;
+
+/// Sweeps until the gateway stops.
+pub(crate) async fn sweep_forever(app: Arc<App>) {
+    let every = app.settings.limits.layer_gc.interval;
+    loop {
+        tokio::time::sleep(every).await;
+        match sweep(&app).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(layers = n, "removed layers nothing uses any more"),
+            Err(why) => tracing::debug!(%why, "unused layers kept this round"),
+        }
+    }
+}
+
+/// One round: the number of layers removed, or why none could be.
+pub(crate) async fn sweep(app: &App) -> Result<usize, String> {
+    let Ok(store) = super::snapshots::store(app) else {
+        return Ok(0);
+    };
+    let grace = app.settings.limits.layer_gc.grace;
+    let s = store.clone();
+    let due: Vec<String> = tokio::task::spawn_blocking(move || s.noted_unused())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|(_, age)| *age >= grace)
+        .map(|(d, _)| d)
+        .collect();
+    if due.is_empty() {
+        return Ok(0);
+    }
+    let in_use = stacked(app).await?;
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut removed = 0;
+        for layer in due.iter().filter(|l| !in_use.contains(*l)) {
+            match s.remove_unused(layer) {
+                Ok(Removal::Removed) => {
+                    tracing::info!(%layer, "unused layer removed from the template store");
+                    removed += 1;
+                }
+                Ok(Removal::Named | Removal::Gone) => {}
+                Err(e) => tracing::warn!(%layer, error = %e, "cannot remove an unused layer"),
+            }
+        }
+        removed
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// Every layer a sandbox on any node stacks; an error when a node the
+/// scheduler knows cannot say.
+async fn stacked(app: &App) -> Result<HashSet<String>, String> {
+    let nodes = app
+        .scheduler
+        .call("ListNodes", |mut c| async move {
+            c.list_nodes(ListNodesRequest {}).await
+        })
+        .await
+        .map_err(|s| format!("cannot list the nodes: {}", s.message()))?
+        .nodes;
+    let mut in_use = HashSet::new();
+    for n in nodes {
+        let sandboxes = app
+            .nodes
+            .list(&n.endpoint)
+            .await
+            .map_err(|e| format!("node {} cannot say what it stacks: {e}", n.node_id))?;
+        in_use.extend(sandboxes.into_iter().flat_map(|s| s.layers));
+    }
+    Ok(in_use)
+}
