@@ -8,6 +8,9 @@ use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
 use warren_core::server::Limits;
 
+/// `--quota-sandboxes`' default (see there).
+pub const DEFAULT_QUOTA_SANDBOXES: u32 = 100;
+
 /// Command-line / env / TOML configuration for `warren scheduler`.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
@@ -90,9 +93,16 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
 
-    /// Most sandboxes one team may have at once (paused ones do not count);
-    /// a create past it is refused (the gateway answers 429). 0 = no limit.
-    #[arg(long, env = "WARREN_SCHEDULER_QUOTA_SANDBOXES", default_value_t = 0)]
+    /// Most sandboxes one team may have at once, running or paused (a
+    /// paused one keeps its node slot: frozen, its memory; filesystem-only,
+    /// its disk); a create past it is refused (the gateway answers 429).
+    /// 0 = no limit. The default, 100, is E2B's Pro plan's concurrent
+    /// sandboxes, so that one team cannot take every node slot.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_QUOTA_SANDBOXES",
+        default_value_t = DEFAULT_QUOTA_SANDBOXES
+    )]
     pub quota_sandboxes: u32,
 
     /// Most creates one team may make per minute (in bursts of up to that
@@ -149,6 +159,56 @@ pub struct Config {
         default_value_t = 128
     )]
     pub admin_max_connections: usize,
+}
+
+/// Refuses a scheduler whose own command line (`args`, as every account
+/// on the host can read it in `/proc/<pid>/cmdline`) holds a database
+/// password: a `--database-url` with one belongs in the environment
+/// (`WARREN_SCHEDULER_DATABASE_URL`) or a TOML file (`--config`). A URL
+/// without a password is fine there.
+pub fn refuse_secrets_in_args<I, S>(args: I) -> Result<(), ConfigError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args: Vec<String> = args
+        .into_iter()
+        .map(|a| a.as_ref().to_string_lossy().into_owned())
+        .collect();
+    let urls = args.iter().enumerate().filter_map(|(i, a)| {
+        if a == "--database-url" {
+            args.get(i + 1).map(String::as_str)
+        } else {
+            a.strip_prefix("--database-url=")
+        }
+    });
+    for url in urls {
+        if url_has_password(url) {
+            return Err(ConfigError::Invalid(
+                "--database-url with a password on the command line: every account on this \
+                 host can read a process's arguments (ps, /proc/<pid>/cmdline). Give the URL \
+                 in WARREN_SCHEDULER_DATABASE_URL or in the TOML file (--config) instead"
+                    .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a database URL carries a password (`scheme://user:pw@...` or
+/// a `password=` parameter).
+fn url_has_password(url: &str) -> bool {
+    let Some((_, rest)) = url.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let in_userinfo = authority
+        .rsplit_once('@')
+        .is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    let in_query = rest
+        .split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|kv| kv.starts_with("password=")));
+    in_userinfo || in_query
 }
 
 /// Every team's quotas.
@@ -325,6 +385,43 @@ mod tests {
     }
 
     #[test]
+    fn database_passwords_are_refused_on_the_command_line() {
+        for args in [
+            &[
+                "scheduler",
+                "--database-url",
+                "postgres://warren:pw@db/warren",
+            ][..],
+            &[
+                "scheduler",
+                "--database-url=postgres://warren:pw@db:5432/warren",
+            ],
+            &[
+                "scheduler",
+                "--database-url",
+                "postgres://warren@db/warren?password=pw",
+            ],
+        ] {
+            let err = refuse_secrets_in_args(args).unwrap_err().to_string();
+            assert!(
+                err.contains("WARREN_SCHEDULER_DATABASE_URL"),
+                "{args:?}: {err}"
+            );
+        }
+        for args in [
+            &["scheduler", "--database-url", "postgres://warren@db/warren"][..],
+            &[
+                "scheduler",
+                "--database-url",
+                "sqlite:///var/lib/warren/s.db",
+            ],
+            &["scheduler", "--data-dir", "/x:y@z"],
+        ] {
+            assert!(refuse_secrets_in_args(args).is_ok(), "{args:?}");
+        }
+    }
+
+    #[test]
     fn defaults_are_valid() {
         let c = parse(&[]);
         assert_eq!(c.heartbeat_interval(), Duration::from_secs(2));
@@ -335,6 +432,10 @@ mod tests {
             c.validate().unwrap(),
             StoreLocation::SqliteFile(PathBuf::from("./.warren/scheduler/scheduler.db"))
         );
+        // A team may not take every node slot by default.
+        let q = c.quotas().unwrap();
+        assert_eq!(q.of("any-team").max_sandboxes, 100);
+        assert_eq!(q.of("any-team").creates_per_minute, 0);
     }
 
     #[test]

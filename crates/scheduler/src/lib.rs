@@ -53,6 +53,7 @@ const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs `warren scheduler` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config) -> anyhow::Result<()> {
+    config::refuse_secrets_in_args(std::env::args_os())?;
     config.validate()?;
     // The scheduler starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.

@@ -138,10 +138,10 @@ pub const SET_END_AT: &str = "UPDATE bindings SET end_at_ms = $4, state = $5, up
 
 // ---- team quotas ----
 
-/// A team's sandboxes that count against --quota-sandboxes (paused ones hold
-/// no node resources and do not).
-pub const TEAM_SANDBOXES: &str =
-    "SELECT COUNT(*) FROM bindings WHERE team_id = $1 AND state <> 'paused'";
+/// A team's sandboxes that count against --quota-sandboxes: all of them,
+/// paused ones too (a paused sandbox keeps its node slot and its memory or
+/// disk there, so they would otherwise let one team take every slot).
+pub const TEAM_SANDBOXES: &str = "SELECT COUNT(*) FROM bindings WHERE team_id = $1";
 pub const TEAM_BUDGET: &str = "SELECT tokens, at_ms FROM team_create_budget WHERE team_id = $1";
 pub const UPSERT_TEAM_BUDGET: &str = "INSERT INTO team_create_budget (team_id, tokens, at_ms) \
      VALUES ($1, $2, $3) ON CONFLICT (team_id) DO UPDATE SET tokens = excluded.tokens, at_ms = excluded.at_ms";
