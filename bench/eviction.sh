@@ -66,13 +66,15 @@ SCHED="$ADDR"
 # shellcheck disable=SC2046
 start node "node http" node --node-id bench-node --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
   --scheduler "http://$SCHED" --data-dir "$WORK/node" --runtime process $(tls node bench-node)
+# Gateways take their keys from the environment, never the command line.
+export WARREN_GATEWAY_API_KEY="$KEY:bench"
 # shellcheck disable=SC2046
 start gw-a "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --scheduler "http://$SCHED" --api-key "$KEY:bench" $(tls gateway a)
+  --scheduler "http://$SCHED" $(tls gateway a)
 A="$ADDR"
 # shellcheck disable=SC2046
 start gw-b "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --scheduler "http://$SCHED" --api-key "$KEY:bench" $(tls gateway b)
+  --scheduler "http://$SCHED" $(tls gateway b)
 B="$ADDR"
 echo "bench: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 python3 bench/eviction.py --a "$A" --b "$B" --key "$KEY" --total "$TOTAL" --batch "$BATCH"

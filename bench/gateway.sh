@@ -113,6 +113,8 @@ start() {
 admin_of() { grep " admin listening on" "$WORK/$1.out" | head -1 | sed 's/.* listening on //'; }
 
 KEY="bench_$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+# Gateways take their keys from the environment, never the command line.
+export WARREN_GATEWAY_API_KEY="$KEY:bench"
 CERTS="$WORK/certs"
 "$BIN" certs --dir "$CERTS" init >/dev/null
 "$BIN" certs --dir "$CERTS" issue --role scheduler --name bench --host 127.0.0.1 >/dev/null
@@ -156,7 +158,7 @@ setup() {
   fi
   # shellcheck disable=SC2046,SC2086
   start "gateway-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --scheduler "http://$sched" --api-key "$KEY:bench" $(tls_flags gateway bench) $edge_flags
+    --scheduler "http://$sched" $(tls_flags gateway bench) $edge_flags
   local gw="$ADDR" gw_pid="$PID" nocache=""
   if [ "$m" = edge ]; then
     for _ in $(seq 1 50); do grep -q "^gateway https listening on" "$WORK/gateway-$m.out" && break; sleep 0.1; done
@@ -165,7 +167,7 @@ setup() {
   if [ "$m" = tls ] && [[ " $EXTRA " == *" gateway-nocache "* ]]; then
     # shellcheck disable=SC2046
     start "gateway-nocache-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-      --scheduler "http://$sched" --api-key "$KEY:bench" --route-cache-capacity 0 $(tls_flags gateway bench)
+      --scheduler "http://$sched" --route-cache-capacity 0 $(tls_flags gateway bench)
     nocache="gateway-nocache $ADDR $PID $NODE_PID e2b"
   fi
 

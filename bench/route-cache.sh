@@ -95,8 +95,10 @@ start scheduler "scheduler grpc" scheduler --listen 127.0.0.1:0 --admin-listen 1
 SCHED="$ADDR"
 "$DRIVER" seed --database-url "sqlite://$WORK/sched/scheduler.db" --count "$SANDBOXES" \
   --endpoint "127.0.0.1:$UPSTREAM_PORT" --team bench >&2
+# The key in the environment, never on the command line.
+export WARREN_GATEWAY_API_KEY="$KEY:bench"
 start gateway "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-  --scheduler "http://$SCHED" --api-key "$KEY:bench" --insecure-internal \
+  --scheduler "http://$SCHED" --insecure-internal \
   --route-cache-capacity $((SANDBOXES * 2)) --route-cache-ttl 24h --worker-threads "$WORKERS"
 GW="$ADDR"; GW_PID="$PID"
 GW_ADMIN=$(grep " admin listening on" "$WORK/gateway.out" | sed 's/.* listening on //')

@@ -174,6 +174,9 @@ impl Cluster {
             p.start().await?;
             c.nodes.push(p);
         }
+        // The key in a file only this account reads, never on a command line.
+        let keys = dir.join("gateway-api-keys");
+        warren_core::config::write_private_file(&keys, &format!("{} {TEAM}\n", spec.api_key))?;
         for i in 1..=2 {
             let (port, admin) = (free_port()?, free_port()?);
             let mut args = strings(&[
@@ -184,8 +187,8 @@ impl Cluster {
                 &format!("127.0.0.1:{admin}"),
                 "--scheduler",
                 &schedulers,
-                "--api-key",
-                &format!("{}:{TEAM}", spec.api_key),
+                "--api-keys-file",
+                &keys.display().to_string(),
                 "--connect-timeout",
                 "500ms",
             ]);

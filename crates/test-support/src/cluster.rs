@@ -127,10 +127,10 @@ impl Cluster {
             .iter()
             .map(|s| s.to_string())
             .collect();
-            for (key, team) in &spec.keys {
-                args.push("--api-key".into());
-                args.push(format!("{key}:{team}"));
-            }
+            // Keys in a file only this account reads, never on a command
+            // line (docs/security.md, "API keys").
+            args.push("--api-keys-file".into());
+            args.push(cluster.api_keys_file()?.display().to_string());
             args.extend(tls_args(
                 dir_of(&cluster),
                 &spec,
@@ -214,6 +214,20 @@ impl Cluster {
     /// The cluster's temp dir.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// `<dir>/gateway-api-keys` (mode 0600) with the spec's keys, one
+    /// `KEY TEAM` a line: what every gateway reads its keys from.
+    fn api_keys_file(&self) -> anyhow::Result<PathBuf> {
+        let path = self.dir.path().join("gateway-api-keys");
+        let text: String = self
+            .spec
+            .keys
+            .iter()
+            .map(|(key, team)| format!("{key} {team}\n"))
+            .collect();
+        warren_core::config::write_private_file(&path, &text)?;
+        Ok(path)
     }
 }
 

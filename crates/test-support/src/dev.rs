@@ -17,11 +17,17 @@ impl Dev {
     /// waits for its first gateway; `expect` says what a failure to start
     /// usually means.
     pub async fn start(bin: &Path, args: &[&str], expect: &str) -> Dev {
+        Dev::start_with(bin, args, &[], expect).await
+    }
+
+    /// [`Dev::start`] with `envs` in its environment (and so in its
+    /// parts'), e.g. `WARREN_DEV_API_KEY`: keys never go on a command line.
+    pub async fn start_with(bin: &Path, args: &[&str], envs: &[(&str, &str)], expect: &str) -> Dev {
         let data = temp_dir();
         let dir = data.path().to_str().expect("utf-8 temp path");
         let mut all = vec!["dev", "--data-dir", dir, "--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let proc = crate::spawn(bin, &all, &[], &["dev gateway-1"])
+        let proc = crate::spawn(bin, &all, envs, &["dev gateway-1"])
             .await
             .unwrap_or_else(|e| panic!("warren dev starts ({expect}): {e}"));
         let gateway = format!("http://{}", proc.addr("dev gateway-1"));

@@ -7,6 +7,11 @@
 //! their listeners on stdout; `warren dev` reads those lines, wires the parts
 //! together, and prints the exports an `e2b` SDK user needs.
 //!
+//! The API key (`WARREN_DEV_API_KEY`, `--api-key-file`, or generated)
+//! reaches the gateways in `<data-dir>/gateway-api-keys`, a file only this
+//! account can read, never on a command line (`ps` shows those to every
+//! account).
+//!
 //! On Ctrl-C or SIGTERM it stops gateways first (no new traffic), then nodes,
 //! then the scheduler, each with SIGTERM and a bounded wait, then SIGKILL.
 //! A child that dies on its own is reported and left dead.
@@ -39,12 +44,19 @@ pub struct Config {
     /// How many gateways to start.
     #[arg(long, env = "WARREN_DEV_GATEWAYS", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub gateways: u16,
-    /// The API key clients use (team `dev`); a random one in E2B's format
-    /// (`e2b_` and 40 hex digits) is generated and printed if unset. Any
-    /// key without spaces or ':' works; one not in E2B's format is warned
-    /// about, since versions of the JavaScript SDK refuse it.
+    /// The API key clients use (team `dev`), from the environment
+    /// (`WARREN_DEV_API_KEY`) or a TOML file: `--api-key` on the command
+    /// line is refused, since every account on the host can read a
+    /// process's arguments. A random one in E2B's format (`e2b_` and 40 hex
+    /// digits) is generated and printed if unset. Any key without spaces or
+    /// ':' works; one not in E2B's format is warned about, since versions
+    /// of the JavaScript SDK refuse it.
     #[arg(long, env = "WARREN_DEV_API_KEY")]
     pub api_key: Option<String>,
+    /// A file holding the API key (its first line), readable by its owner
+    /// only (mode 0600).
+    #[arg(long, env = "WARREN_DEV_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
     /// Sandbox runtime for the nodes: auto (isolated when it works), isolated or process.
     #[arg(long, env = "WARREN_DEV_RUNTIME", default_value = "auto")]
     pub runtime: String,
@@ -144,25 +156,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         ))
         .into());
     }
-    let api_key = match &config.api_key {
-        Some(k) if k.is_empty() || k.contains(char::is_whitespace) || k.contains(':') => {
-            return Err(ConfigError::Invalid(
-                "--api-key must be non-empty, without spaces or ':'".into(),
-            )
-            .into())
-        }
-        Some(k) => {
-            if !warren_core::id::is_e2b_api_key(k) {
-                eprintln!(
-                    "warren dev: warning: --api-key is not in E2B's format (e2b_ and 40 \
-                     lowercase hex digits): the gateway, the CLI and the Python SDK take it, \
-                     but versions of the JavaScript e2b SDK refuse it before sending anything"
-                );
-            }
-            k.clone()
-        }
-        None => warren_core::id::new_e2b_api_key(),
-    };
+    let api_key = api_key(&config, std::env::args_os())?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let data_dir = config
@@ -173,10 +167,14 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     if config.runtime != "process" && nix::unistd::geteuid().is_root() {
         ensure_base_template()?;
     }
+    // The gateways read the key from a file only this account can read.
+    let keys_file = data_dir.join("gateway-api-keys");
+    warren_core::config::write_private_file(&keys_file, &format!("{api_key} {DEV_TEAM}\n"))
+        .with_context(|| format!("cannot write {}", keys_file.display()))?;
 
     let (exited_tx, mut exited_rx) = mpsc::unbounded_channel::<String>();
     let mut parts: Vec<Part> = Vec::new();
-    let started = start_all(&config, &exe, &data_dir, &api_key, &mut parts).await;
+    let started = start_all(&config, &exe, &data_dir, &keys_file, &mut parts).await;
     if let Err(e) = started {
         stop_all(&mut parts, config.stop_timeout).await;
         return Err(e);
@@ -222,6 +220,57 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The dev key: from `--api-key-file`, `WARREN_DEV_API_KEY` or TOML,
+/// checked; generated when none is given. `args` (the process's own
+/// command line) must not hold it.
+fn api_key<I, S>(config: &Config, args: I) -> Result<String, ConfigError>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    if args.into_iter().any(|a| {
+        let a = a.as_ref().to_string_lossy();
+        a == "--api-key" || a.starts_with("--api-key=")
+    }) {
+        return Err(ConfigError::Invalid(
+            "warren dev --api-key: every account on this host can read a process's arguments \
+             (ps, /proc/<pid>/cmdline), so the key is never taken there. Give it in the \
+             environment (WARREN_DEV_API_KEY=KEY) or in a file (--api-key-file FILE, mode 0600); \
+             without either, warren dev generates one"
+                .into(),
+        ));
+    }
+    let given = match (&config.api_key, &config.api_key_file) {
+        (Some(_), Some(_)) => {
+            return Err(ConfigError::Invalid(
+                "give the dev API key once: WARREN_DEV_API_KEY or --api-key-file, not both".into(),
+            ))
+        }
+        (Some(k), None) => Some(k.clone()),
+        (None, Some(path)) => {
+            let text = warren_core::config::read_private_file(path, "--api-key-file")?;
+            Some(text.lines().next().unwrap_or("").trim().to_string())
+        }
+        (None, None) => None,
+    };
+    match given {
+        Some(k) if k.is_empty() || k.contains(char::is_whitespace) || k.contains(':') => Err(
+            ConfigError::Invalid("the dev API key must be non-empty, without spaces or ':'".into()),
+        ),
+        Some(k) => {
+            if !warren_core::id::is_e2b_api_key(&k) {
+                eprintln!(
+                    "warren dev: warning: the API key is not in E2B's format (e2b_ and 40 \
+                     lowercase hex digits): the gateway, the CLI and the Python SDK take it, \
+                     but versions of the JavaScript e2b SDK refuse it before sending anything"
+                );
+            }
+            Ok(k)
+        }
+        None => Ok(warren_core::id::new_e2b_api_key()),
+    }
+}
+
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {
@@ -236,7 +285,7 @@ async fn start_all(
     config: &Config,
     exe: &Path,
     data_dir: &Path,
-    api_key: &str,
+    keys_file: &Path,
     parts: &mut Vec<Part>,
 ) -> anyhow::Result<()> {
     use warren_trust::{Identity, Role, TlsArgs};
@@ -325,8 +374,8 @@ async fn start_all(
             "127.0.0.1:0".into(),
             "--scheduler".into(),
             sched_url.clone(),
-            "--api-key".into(),
-            format!("{api_key}:{DEV_TEAM}"),
+            "--api-keys-file".into(),
+            keys_file.display().to_string(),
             // The dev key is the operator's key too (`warren node ls`).
             "--admin-team".into(),
             DEV_TEAM.into(),
@@ -421,5 +470,40 @@ async fn stop_all(parts: &mut [Part], timeout: Duration) {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn config(args: &[&str]) -> Config {
+        Config::try_parse_from(std::iter::once("dev").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_key_never_comes_from_the_command_line() {
+        let key = "e2b_0123456789abcdef0123456789abcdef01234567";
+        let c = config(&["--api-key", key]);
+        let err = api_key(&c, ["warren", "dev", "--api-key", key]).unwrap_err();
+        assert!(err.to_string().contains("WARREN_DEV_API_KEY"), "{err}");
+        let err = api_key(&c, ["warren", "dev", &format!("--api-key={key}")]).unwrap_err();
+        assert!(err.to_string().contains("--api-key-file"), "{err}");
+        // From the environment (or TOML) it is taken.
+        assert_eq!(api_key(&c, ["warren", "dev"]).unwrap(), key);
+        // From a file only its owner reads.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        warren_core::config::write_private_file(&file, &format!("{key}\n")).unwrap();
+        let path = file.display().to_string();
+        let c = config(&["--api-key-file", &path]);
+        assert_eq!(api_key(&c, ["warren", "dev"]).unwrap(), key);
+        let c = config(&["--api-key-file", &path, "--api-key", key]);
+        assert!(api_key(&c, ["warren", "dev"]).is_err(), "not both");
+        // None: one is made, in E2B's format.
+        let made = api_key(&config(&[]), ["warren", "dev"]).unwrap();
+        assert!(warren_core::id::is_e2b_api_key(&made), "{made}");
     }
 }

@@ -5,8 +5,9 @@
 //! checks its stdout, writes and reads a file and kills it
 //! (`tests/js/sdk.mjs`).
 //!
-//! Also: `warren dev --api-key` keeps taking a key in another format, and
-//! warns that versions of the JavaScript SDK refuse it.
+//! Also: `warren dev` keeps taking a key in another format
+//! (`WARREN_DEV_API_KEY`), and warns that versions of the JavaScript SDK
+//! refuse it.
 // Each file under tests/ is its own crate and sees every dependency of the
 // package; the ones only the library or other test files use are not unused.
 #![allow(unused_crate_dependencies)]
@@ -104,10 +105,9 @@ async fn warren_dev_takes_a_key_in_another_format_and_warns() {
             "1",
             "--runtime",
             "process",
-            "--api-key",
-            key,
         ],
     )
+    .env("WARREN_DEV_API_KEY", key)
     .label("warren dev")
     .log_to(&log)
     .wait_for(&["dev gateway-1"])

@@ -23,16 +23,15 @@ async fn e2b_python_sdk_end_to_end_against_warren_dev() {
     // In E2B's format, as `warren dev` generates them (`e2b_` + 40 hex).
     let api_key = "e2b_0d3c8a9e5f1b4c7a2e6d9f0b3a5c7e1d4f8b2a6c";
     let other_key = "e2b_7a1f3c5e9b2d4f6a8c0e1b3d5f7a9c2e4b6d8f0a";
-    let extra = format!("--api-key {other_key}:other");
-    let mut dev = Dev::start(
+    // Keys in the environment, never on a command line: warren dev's own,
+    // and a second team's for its gateways (which inherit it).
+    let other = format!("{other_key}:other");
+    let mut dev = Dev::start_with(
         env!("CARGO_BIN_EXE_warren").as_ref(),
+        &["--nodes", "2"],
         &[
-            "--nodes",
-            "2",
-            "--api-key",
-            api_key,
-            "--gateway-args",
-            &extra,
+            ("WARREN_DEV_API_KEY", api_key),
+            ("WARREN_GATEWAY_API_KEY", &other),
         ],
         "the whole cluster on this machine",
     )

@@ -1076,37 +1076,42 @@ async fn sigterm_drains_in_flight_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_configuration_exits_64_before_binding() {
-    for (args, says) in [
-        (vec!["gateway", "--listen", "127.0.0.1:0"], "no API keys"),
-        (vec!["gateway", "--api-key", "nocolon"], "KEY:TEAM"),
+    // Keys come from the environment (or a file), never the command line.
+    for (args, keys, says) in [
         (
-            vec!["gateway", "--api-key", "k:t", "--scheduler", "ftp://x"],
+            vec!["gateway", "--listen", "127.0.0.1:0"],
+            "",
+            "no API keys",
+        ),
+        (vec!["gateway"], "nocolon", "KEY:TEAM"),
+        (
+            vec!["gateway", "--scheduler", "ftp://x"],
+            "k:t",
             "--scheduler",
         ),
+        (vec!["gateway", "--connect-timeout", "soon"], "k:t", "soon"),
         (
-            vec!["gateway", "--api-key", "k:t", "--connect-timeout", "soon"],
-            "soon",
-        ),
-        (
-            vec!["gateway", "--api-key", "k:t", "--route-cache-ttl", "0s"],
+            vec!["gateway", "--route-cache-ttl", "0s"],
+            "k:t",
             "--route-cache-ttl must be greater than zero",
         ),
         (
-            vec![
-                "gateway",
-                "--api-key",
-                "k:t",
-                "--route-cache-watch",
-                "maybe",
-            ],
+            vec!["gateway", "--route-cache-watch", "maybe"],
+            "k:t",
             "--route-cache-watch",
         ),
+        (
+            vec!["gateway", "--api-key", "k:t"],
+            "",
+            "--api-key on the command line",
+        ),
     ] {
-        let out = tokio::process::Command::new(bin())
-            .args(&args)
-            .output()
-            .await
-            .expect("run warren gateway");
+        let mut cmd = tokio::process::Command::new(bin());
+        cmd.args(&args).env_remove("WARREN_GATEWAY_API_KEY");
+        if !keys.is_empty() {
+            cmd.env("WARREN_GATEWAY_API_KEY", keys);
+        }
+        let out = cmd.output().await.expect("run warren gateway");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");

@@ -277,7 +277,8 @@ fn a_key_of_another_certificate_stops_the_gateway_at_start() {
     let other_key = certs.path().join("other.key");
     std::fs::write(&other_key, other.serialize_pem()).expect("write other.key");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_warren"))
-        .args(["gateway", "--api-key", &format!("{KEY}:team-a")])
+        .arg("gateway")
+        .env("WARREN_GATEWAY_API_KEY", format!("{KEY}:team-a"))
         .args(["--insecure-internal", "--listen", "127.0.0.1:0"])
         .args(["--public-tls-listen", "127.0.0.1:0", "--public-tls-cert"])
         .arg(certs.path().join("leaf.pem"))
