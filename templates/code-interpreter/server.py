@@ -23,10 +23,21 @@ The protocol (what the SDKs send and read):
   `GET /contexts`; `DELETE /contexts/{id}`; `POST /contexts/{id}/restart`.
 - `GET /health`.
 
-`/execute` needs the sandbox's access token in `X-Access-Token` (what the
-SDKs send there): envd gives the start command the token's SHA-256
-(`WARREN_ACCESS_TOKEN_SHA256`), never the token. The SDKs send no token to
-the context endpoints, so those take none.
+Every route but `GET /health` (the template's ready command) needs the
+sandbox's access token in `X-Access-Token`, as envd's do and as E2B's own
+server does: without it (or with another) the answer is `401`
+`{"code": 401, "message": "missing or invalid access token
+(X-Access-Token)"}` and nothing is done. envd gives the start command the
+token's SHA-256 (`WARREN_ACCESS_TOKEN_SHA256`), never the token; a sandbox
+with no token checks nothing, like its envd. The SDKs send the token on
+`/execute`; e2b-code-interpreter 2.11.5 and @e2b/code-interpreter 2.8.0
+send none on the context calls, which are then refused
+(docs/code-interpreter.md). A tenant who wants those calls from such an
+SDK creates the sandbox with the env var
+`CODE_INTERPRETER_CONTEXTS_WITHOUT_TOKEN=1`: the four context routes then
+take requests without the token (anyone who knows the sandbox's id may
+then list, add, restart and remove its contexts; `/execute` still needs
+it).
 
 Each context is its own kernel process; contexts share nothing but the
 sandbox. One execution runs in a context at a time; others wait their turn.
@@ -59,6 +70,9 @@ log = logging.getLogger("code-interpreter")
 
 # Where envd puts the hex SHA-256 of the sandbox's access token.
 TOKEN_DIGEST_ENV = "WARREN_ACCESS_TOKEN_SHA256"
+# A sandbox's own opt-out (its create's env vars): "1" lets the context
+# routes take requests without the token, for SDKs that send none there.
+OPEN_CONTEXTS_ENV = "CODE_INTERPRETER_CONTEXTS_WITHOUT_TOKEN"
 
 # Language names a client may use → (the name contexts report, the kernel).
 LANGUAGES = {
@@ -687,9 +701,27 @@ class Contexts:
         self.by_id.clear()
 
 
+def token_ok(request, digest):
+    """Whether `request` carries the access token whose SHA-256 is
+    `digest` (always, when the sandbox has none)."""
+    if digest is None:
+        return True
+    sent = request.headers.get("X-Access-Token", "")
+    got = hashlib.sha256(sent.encode()).hexdigest()
+    return bool(sent) and hmac.compare_digest(got, digest)
+
+
 class Handler(tornado.web.RequestHandler):
-    def initialize(self, contexts):
+    def initialize(self, contexts, token_digest=None):
         self.contexts = contexts
+        self.token_digest = token_digest
+
+    def prepare(self):
+        # Every route needs the sandbox's access token (envd gave us its
+        # digest, not the token), before anything is read or done: knowing
+        # a sandbox's id is not enough to list, change or use its contexts.
+        if not token_ok(self.request, self.token_digest):
+            raise ClientError(401, "missing or invalid access token (X-Access-Token)")
 
     def json_body(self):
         if not self.request.body:
@@ -736,25 +768,28 @@ def optional_str(body, key):
 
 
 class Health(Handler):
+    def prepare(self):
+        # The one route without the token: the ready command's probe
+        # (`GET /health`), which says nothing about any context.
+        if self.request.method not in ("GET", "HEAD"):
+            super().prepare()
+
     def get(self):
         self.reply(200, {"status": "ok"})
 
 
-class Execute(Handler):
-    def initialize(self, contexts, token_digest):
-        super().initialize(contexts)
-        self.token_digest = token_digest
-        self.gone = asyncio.Event()
+class NotFound(Handler):
+    """Any other path: 401 without the token (like envd), else 404."""
 
     def prepare(self):
-        # Running code needs the sandbox's access token (the SDKs send it
-        # here); envd gave us its digest, not the token.
-        if self.token_digest is None:
-            return
-        sent = self.request.headers.get("X-Access-Token", "")
-        got = hashlib.sha256(sent.encode()).hexdigest()
-        if not sent or not hmac.compare_digest(got, self.token_digest):
-            raise ClientError(401, "missing or invalid access token (X-Access-Token)")
+        super().prepare()
+        raise ClientError(404, f"no such endpoint: {self.request.method} {self.request.path}")
+
+
+class Execute(Handler):
+    def initialize(self, contexts, token_digest=None):
+        super().initialize(contexts, token_digest)
+        self.gone = asyncio.Event()
 
     def on_connection_close(self):
         self.gone.set()
@@ -825,16 +860,19 @@ class ContextRestart(Handler):
         self.finish()
 
 
-def app(contexts, token_digest=None):
-    args = {"contexts": contexts}
+def app(contexts, token_digest=None, open_contexts=False):
+    args = {"contexts": contexts, "token_digest": token_digest}
+    ctx_args = {"contexts": contexts, "token_digest": None if open_contexts else token_digest}
     return tornado.web.Application(
         [
             (r"/health", Health, args),
-            (r"/execute", Execute, {"contexts": contexts, "token_digest": token_digest}),
-            (r"/contexts", ContextList, args),
-            (r"/contexts/([^/]+)", ContextOne, args),
-            (r"/contexts/([^/]+)/restart", ContextRestart, args),
-        ]
+            (r"/execute", Execute, args),
+            (r"/contexts", ContextList, ctx_args),
+            (r"/contexts/([^/]+)", ContextOne, ctx_args),
+            (r"/contexts/([^/]+)/restart", ContextRestart, ctx_args),
+        ],
+        default_handler_class=NotFound,
+        default_handler_args=args,
     )
 
 
@@ -864,15 +902,19 @@ def parse_args(argv):
 
 
 async def serve(settings):
-    # The access token's SHA-256, from envd: checked on /execute, and not
-    # passed on to the kernels.
+    # The access token's SHA-256, from envd: checked on every route but
+    # /health, and not passed on to the kernels.
     token_digest = os.environ.pop(TOKEN_DIGEST_ENV, None) or None
+    open_contexts = os.environ.get(OPEN_CONTEXTS_ENV) == "1"
+    if open_contexts and token_digest is not None:
+        log.warning("%s=1: the context routes take requests without the access token",
+                    OPEN_CONTEXTS_ENV)
     contexts = Contexts(settings)
     # The default Python context first: the server is ready (it listens)
     # only once code can run.
     await contexts.default("python")
     server = tornado.httpserver.HTTPServer(
-        app(contexts, token_digest), idle_connection_timeout=3600
+        app(contexts, token_digest, open_contexts), idle_connection_timeout=3600
     )
     server.listen(settings.port, settings.host)
     log.info("code interpreter listening on %s:%s", settings.host, settings.port)

@@ -20,15 +20,20 @@ import os
 import sys
 
 from e2b import TimeoutException
-from e2b_code_interpreter import Sandbox
+from e2b_code_interpreter import Context, Sandbox
 
 from common import http, result
 
 SANDBOX_URL = os.environ["E2B_SANDBOX_URL"]
 
 
-def create():
-    return Sandbox.create(timeout=300)
+# A sandbox's opt-out of the access token on the context routes, which
+# the pinned SDK's context calls need: they send no token there.
+OPEN_CONTEXTS = {"CODE_INTERPRETER_CONTEXTS_WITHOUT_TOKEN": "1"}
+
+
+def create(envs=None):
+    return Sandbox.create(timeout=300, envs=envs)
 
 
 def case_state():
@@ -131,8 +136,22 @@ def case_matplotlib():
 
 def case_contexts():
     """Two contexts do not share variables; contexts are listed, restarted
-    (state gone) and removed."""
-    sbx = create()
+    (state gone) and removed. The SDK sends no access token on its context
+    calls, so by default they are refused (401); a sandbox made with
+    CODE_INTERPRETER_CONTEXTS_WITHOUT_TOKEN=1 takes them."""
+    locked = create()
+    try:
+        try:
+            locked.create_code_context()
+            raise AssertionError("a context call without the token was taken")
+        except AssertionError:
+            raise
+        except Exception as e:
+            refused = str(e)
+        assert refused.startswith("401"), refused
+    finally:
+        locked.kill()
+    sbx = create(OPEN_CONTEXTS)
     try:
         a = sbx.create_code_context()
         b = sbx.create_code_context(cwd="/tmp", language="python")
@@ -161,7 +180,7 @@ def case_contexts():
             raise
         except Exception as e:
             gone = type(e).__name__
-        result(contexts=len(ids), removed_context_error=gone)
+        result(contexts=len(ids), removed_context_error=gone, refused=refused)
     finally:
         sbx.kill()
 
@@ -191,7 +210,7 @@ def case_timeout():
 def case_languages():
     """JavaScript (Deno) and bash contexts run, each keeping its state;
     an unknown language is refused with a message."""
-    sbx = create()
+    sbx = create(OPEN_CONTEXTS)
     try:
         js = sbx.run_code("const answer = 6 * 7;\nconsole.log('from js');\nanswer", language="javascript")
         assert js.error is None, js.error
@@ -262,6 +281,72 @@ def case_auth():
         assert ok_status == 200 and b"'ran'" in body, (ok_status, body)
         assert sbx.files.read("/tmp/ran") == "x"
         result(missing=missing, wrong=wrong, ok=ok_status)
+    finally:
+        sbx.kill()
+
+
+def case_routes_need_the_token():
+    """The attack: a client that knows a sandbox's id but not its access
+    token lists, creates, restarts and deletes its contexts and runs code
+    in them. Every route but the ready probe answers 401 and changes
+    nothing; the victim's context keeps its state. With the token each
+    works."""
+    sbx = create()
+    try:
+        token = sbx._envd_access_token
+        assert token, "the sandbox has an access token"
+
+        def call(method, path, token=None, body=None):
+            headers = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49999",
+                       "Content-Type": "application/json"}
+            if token is not None:
+                headers["X-Access-Token"] = token
+            data = json.dumps(body).encode() if body is not None else None
+            status, _, raw = http(method, path, headers=headers, body=data, base=SANDBOX_URL)
+            return status, (json.loads(raw) if raw else None)
+
+        # The victim's own context, made with the token, holding state.
+        status, victim = call("POST", "/contexts", token, {"language": "python"})
+        assert status == 200, (status, victim)
+        ctx = victim["id"]
+        status, _ = call("POST", "/execute", token, {"code": "kept = 41", "context_id": ctx})
+        assert status == 200, status
+        status, listed = call("GET", "/contexts", token)
+        assert status == 200, (status, listed)
+        before = sorted(c["id"] for c in listed)
+
+        wrong = token[:-1] + ("x" if token[-1] != "x" else "y")
+        attempts = {}
+        for label, method, path, body in [
+            ("list", "GET", "/contexts", None),
+            ("create", "POST", "/contexts", {"language": "python"}),
+            ("restart", "POST", f"/contexts/{ctx}/restart", None),
+            ("delete", "DELETE", f"/contexts/{ctx}", None),
+            ("execute", "POST", "/execute", {"code": "kept = 0", "context_id": ctx}),
+            ("unknown", "GET", "/no-such-route", None),
+        ]:
+            for who, tok in (("none", None), ("wrong", wrong)):
+                for _ in range(3 if label == "create" else 1):
+                    status, body = call(method, path, tok, body)
+                    attempts[f"{label}/{who}"] = status
+                    assert status == 401, (label, who, status, body)
+                    assert "access token" in body["message"], body
+        # Nothing changed: the same contexts (no kernel was started), and
+        # the victim's state is there.
+        status, listed = call("GET", "/contexts", token)
+        after = sorted(c["id"] for c in listed)
+        assert after == before, (before, after)
+        kept = sbx.run_code("kept + 1", context=Context(ctx, "python", "/home/user"))
+        assert kept.text == "42", kept
+        # The ready probe needs none.
+        health, _ = call("GET", "/health")
+        assert health == 200, health
+        # With the token every route works.
+        status, _ = call("POST", f"/contexts/{ctx}/restart", token)
+        assert status == 204, status
+        status, _ = call("DELETE", f"/contexts/{ctx}", token)
+        assert status == 204, status
+        result(attempts=attempts, contexts=len(before), health=health)
     finally:
         sbx.kill()
 

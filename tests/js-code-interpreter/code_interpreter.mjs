@@ -29,6 +29,10 @@ async function withSandbox(body, opts = {}) {
   }
 }
 
+// A sandbox's opt-out of the access token on the context routes, which
+// the pinned SDK's context calls need: it sends no token there.
+const OPEN_CONTEXTS = { envs: { CODE_INTERPRETER_CONTEXTS_WITHOUT_TOKEN: '1' } }
+
 const cases = {
   // Variables live on between runCode calls.
   async state() {
@@ -97,8 +101,21 @@ const cases = {
     })
   },
 
-  // Two contexts do not share variables.
+  // Two contexts do not share variables. The SDK sends no access token on
+  // its context calls: refused (401) by default, taken by a sandbox made
+  // with CODE_INTERPRETER_CONTEXTS_WITHOUT_TOKEN=1.
   async contexts() {
+    let refused
+    await withSandbox(async (sbx) => {
+      try {
+        await sbx.createCodeContext()
+        assert.fail('a context call without the token was taken')
+      } catch (e) {
+        if (e instanceof assert.AssertionError) throw e
+        refused = String(e)
+      }
+      assert.ok(refused.includes('401'), refused)
+    })
     await withSandbox(async (sbx) => {
       const a = await sbx.createCodeContext()
       const b = await sbx.createCodeContext({ cwd: '/tmp' })
@@ -111,8 +128,8 @@ const cases = {
       assert.ok(listed.includes(a.id) && listed.includes(b.id))
       await sbx.removeCodeContext(b)
       assert.ok(!(await sbx.listCodeContexts()).map((c) => c.id).includes(b.id))
-      result({ contexts: listed.length })
-    })
+      result({ contexts: listed.length, refused })
+    }, OPEN_CONTEXTS)
   },
 
   // A loop stopped by a short timeoutMs: the kernel was interrupted and the
@@ -154,7 +171,7 @@ const cases = {
       const again = await sbx.runCode('echo $X', { context: ctx })
       assert.equal(again.logs.stdout.join(''), '5\n')
       result({ js: js.text, bash: sh.logs.stdout.join('').trim() })
-    })
+    }, OPEN_CONTEXTS)
   },
 }
 

@@ -7,12 +7,14 @@
 //! exception as `execution.error` with its name; a matplotlib figure as a
 //! PNG; contexts that share nothing; a short `timeout` that stops a loop and
 //! leaves the context usable; JavaScript and bash contexts; per-run env vars;
-//! no code runs without the sandbox's access token.
+//! no route but the ready probe does anything without the sandbox's access
+//! token.
 //!
 //! They need what the isolated sandbox tests need (root, cgroups,
 //! slirp4netns, nftables) and the `code-interpreter-v1` template in
-//! `/var/lib/warren/templates` (scripts/test builds it from
-//! templates/code-interpreter.toml), plus `.venv` and
+//! `/var/lib/warren/templates`, or the store `WARREN_TEMPLATE_DIR` names
+//! (scripts/test builds it from templates/code-interpreter.toml), plus
+//! `.venv` and
 //! `tests/js-code-interpreter/node_modules` (scripts/setup-test-env).
 #![allow(unused_crate_dependencies)]
 
@@ -22,17 +24,21 @@ use warren_test_support::sdk::{run_case, run_js_case};
 
 /// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
 const KEY: &str = "e2b_0c1d2e3f405162738495a6b7c8d9eafb0c1d2e3f";
-const TEMPLATE: &str = "/var/lib/warren/templates/templates/code-interpreter-v1.json";
 
 async fn dev() -> Dev {
+    // The store warren dev reads: WARREN_TEMPLATE_DIR (its parts inherit it).
+    let dir = std::env::var("WARREN_TEMPLATE_DIR")
+        .unwrap_or_else(|_| warren_test_support::templates::TEMPLATE_DIR.into());
+    let template = format!("{dir}/templates/code-interpreter-v1.json");
     assert!(
-        std::path::Path::new(TEMPLATE).exists(),
-        "no code-interpreter-v1 template ({TEMPLATE}): build it with \
+        std::path::Path::new(&template).exists(),
+        "no code-interpreter-v1 template ({template}): build it with \
          `warren template build templates/code-interpreter.toml` (scripts/test does)"
     );
-    Dev::start(
+    Dev::start_with(
         env!("CARGO_BIN_EXE_warren").as_ref(),
-        &["--nodes", "1", "--runtime", "isolated", "--api-key", KEY],
+        &["--nodes", "1", "--runtime", "isolated"],
+        &[("WARREN_DEV_API_KEY", KEY)],
         "isolated: needs root, cgroups, slirp4netns, nftables",
     )
     .await
@@ -118,13 +124,21 @@ async fn python_matplotlib_figure_is_a_png() {
     d.stop().await;
 }
 
-/// Two contexts do not share variables; restart and remove work.
+/// Two contexts do not share variables; restart and remove work. The
+/// SDK's context calls carry no access token: refused by default, taken
+/// with the sandbox's opt-out (`CODE_INTERPRETER_CONTEXTS_WITHOUT_TOKEN=1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_contexts_are_isolated() {
     let d = dev().await;
     let facts = d.python("contexts").await;
     assert_eq!(
         facts["removed_context_error"], "NotFoundException",
+        "{facts}"
+    );
+    assert!(
+        facts["refused"]
+            .as_str()
+            .is_some_and(|m| m.contains("access token")),
         "{facts}"
     );
     d.stop().await;
@@ -163,6 +177,22 @@ async fn python_javascript_and_bash_contexts_run() {
 async fn python_env_vars_apply_to_one_run() {
     let d = dev().await;
     d.python("env_vars").await;
+    d.stop().await;
+}
+
+/// The attack of issue 21 (#8): knowing a sandbox's id but not its access
+/// token, a client lists, creates, restarts and deletes its contexts and
+/// runs code. Every route but the ready probe is 401 (without a token and
+/// with a wrong one), no kernel starts, the victim's context keeps its
+/// state; with the token each route works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_every_route_needs_the_access_token() {
+    let d = dev().await;
+    let facts = d.python("routes_need_the_token").await;
+    let attempts = facts["attempts"].as_object().expect("attempts");
+    assert_eq!(attempts.len(), 12, "{facts}");
+    assert!(attempts.values().all(|s| s == 401), "{facts}");
+    assert_eq!(facts["health"], 200, "{facts}");
     d.stop().await;
 }
 
