@@ -61,6 +61,16 @@ impl ApiError {
         Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
     }
 
+    /// 429 for a bound the team stays past until it frees something (a
+    /// snapshot, a template, a build): the message names the flag.
+    /// `Should-Retry: false`: the SDKs retry a 429 without it, and waiting
+    /// does not help.
+    pub fn over_limit(error_code: &'static str, message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::TOO_MANY_REQUESTS, error_code, message);
+        e.should_retry = Some(false);
+        e
+    }
+
     /// 404 for a sandbox: unknown, or owned by another team (the same answer,
     /// so ids of other teams do not leak).
     pub fn sandbox_not_found(id: &str) -> Self {

@@ -6,12 +6,11 @@
 
 use crate::error::ApiError;
 use crate::limits::StoreLimits;
-use http::StatusCode;
 use std::collections::HashSet;
 use warren_template::{Store, Template};
 
 fn over(code: &'static str, m: String) -> ApiError {
-    ApiError::new(StatusCode::TOO_MANY_REQUESTS, code, m)
+    ApiError::over_limit(code, m)
 }
 
 /// Every record of `team`'s: its snapshots and its built templates (the

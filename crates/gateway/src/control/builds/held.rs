@@ -144,7 +144,7 @@ pub(super) fn build_not_found(id: &str) -> ApiError {
 }
 
 fn too_many(m: String) -> ApiError {
-    ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_builds", m)
+    ApiError::over_limit("too_many_builds", m)
 }
 
 impl Table {
