@@ -196,6 +196,34 @@ def process_runtime_refuses():
     result(message=body["message"])
 
 
+@case
+def bounds():
+    """Run with --snapshot-team-count 2 and --snapshot-team-bytes 40 MiB:
+    a snapshot past the bytes is refused and not kept, a third one is
+    refused, another team's is not; a deleted one makes room."""
+    slow = {"request_timeout": 600}
+    sbx = Sandbox.create("base", timeout=300)
+    first = sbx.create_snapshot(**slow)
+    code, out, err, _ = run(sbx, "head -c 60M /dev/urandom > /home/user/big", timeout=300)
+    assert code == 0, (code, out, err)
+    too_big = refused(lambda: sbx.create_snapshot(**slow), 429)
+    assert "--snapshot-team-bytes" in too_big, too_big
+    assert every_snapshot() == [first.snapshot_id], "the refused one is not kept"
+    code, _, _, _ = run(sbx, "rm /home/user/big")
+    assert code == 0
+    second = sbx.create_snapshot(**slow)
+    too_many = refused(lambda: sbx.create_snapshot(**slow), 429)
+    assert "--snapshot-team-count" in too_many, too_many
+    # Another team's bounds are its own.
+    other = Sandbox.create("base", timeout=120, api_key=KEY_B)
+    assert other.create_snapshot(**slow).snapshot_id
+    # A deleted snapshot makes room.
+    assert Sandbox.delete_snapshot(first.snapshot_id) is True
+    third = sbx.create_snapshot(**slow)
+    assert sorted(every_snapshot()) == sorted([second.snapshot_id, third.snapshot_id])
+    result(bytes=too_big, count=too_many)
+
+
 if __name__ == "__main__":
     try:
         CASES[sys.argv[1]]()

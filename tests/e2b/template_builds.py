@@ -377,6 +377,100 @@ def copy():
     result(**facts)
 
 
+@case
+def limits():
+    """Run with --max-sandbox-memory-mb 16384 --max-sandbox-cpus 16 on the
+    gateway and nodes without limit flags: what a build may ask for is
+    bounded (400 naming the flag); one under the bound is built, and so is
+    one over the nodes' defaults (the host's cgroups are checked by the
+    Rust side)."""
+    status, _, body = api("POST", "/v3/templates", {"name": "tb-huge", "memoryMB": 1048576})
+    assert status == 400, (status, body)
+    memory = body["message"]
+    assert ("memoryMB 1048576 is more than this platform allows (16384, "
+            "--max-sandbox-memory-mb)") in memory, memory
+    status, _, body = api("POST", "/v3/templates", {"name": "tb-huge", "cpuCount": 64})
+    assert status == 400 and "--max-sandbox-cpus" in body["message"], (status, body)
+    cpus = body["message"]
+    # Through the SDK too.
+    msg = refused(lambda: Template.build(Template().from_template("base").run_cmd("true"),
+                                         "tb-huge", cpu_count=1, memory_mb=1048576))
+    assert "--max-sandbox-memory-mb" in msg, msg
+    Template.build(Template().from_template("base").run_cmd("true"), "tb-small",
+                   cpu_count=1, memory_mb=768)
+    Template.build(Template().from_template("base").run_cmd("true"), "tb-big",
+                   cpu_count=16, memory_mb=12288)
+    result(memory=memory, cpus=cpus, sdk=msg)
+
+
+@case
+def build_bounds():
+    """Run with --build-team-count 3 --build-start-ttl 20s: team A filling
+    its builds is 429 naming the flag while team B still builds; requested
+    builds that never start are gone after the TTL, and team A can build
+    again."""
+    held = []
+    for i in range(3):
+        status, _, req = api("POST", "/v3/templates", {"name": f"tb-q{i}", "cpuCount": 1})
+        assert status == 202, (status, req)
+        held.append((f"tb-q{i}", req["buildID"]))
+    status, _, body = api("POST", "/v3/templates", {"name": "tb-q3", "cpuCount": 1})
+    assert status == 429 and "--build-team-count" in body["message"], (status, body)
+    full = body["message"]
+    # Team B is not locked out.
+    status, body, build_id = raw_build("tb-b", [{"type": "RUN", "args": ["echo team b"]}],
+                                       key=KEY_B)
+    assert status == 202, (status, body)
+    done = wait_build("tb-b", build_id, key=KEY_B)
+    assert done["status"] == "ready", done
+    # Never started: forgotten after the TTL (waited for, however long
+    # this machine takes to notice).
+    import time
+    name, build_id = held[0]
+    while True:
+        status, _, body = api("GET", f"/templates/{name}/builds/{build_id}/status")
+        if status == 404:
+            break
+        assert status == 200 and body["status"] == "waiting", (status, body)
+        time.sleep(1)
+    status, _, body = api("POST", f"/v2/templates/{name}/builds/{build_id}",
+                          {"fromTemplate": "base", "steps": []})
+    assert status == 404, (status, body)
+    status, _, req = api("POST", "/v3/templates", {"name": "tb-again", "cpuCount": 1})
+    assert status == 202, (status, req)
+    result(full=full)
+
+
+def all_logs(template_id, build_id):
+    """Every log entry of a build, page by page."""
+    out = []
+    while True:
+        status, _, body = api("GET", f"/templates/{template_id}/builds/{build_id}/status"
+                                     f"?logsOffset={len(out)}&limit=100")
+        assert status == 200, (status, body)
+        if not body["logEntries"]:
+            return out
+        out.extend(e["message"] for e in body["logEntries"])
+
+
+@case
+def log_bound():
+    """Run with --build-log-max-bytes 65536: a build whose step prints far
+    more keeps at most that (each line counted with 64 bytes of
+    bookkeeping) and says it dropped the rest."""
+    status, body, build_id = raw_build("tb-log", [{"type": "RUN", "args": ["seq 1 200000"]}])
+    assert status == 202, (status, body)
+    done = wait_build("tb-log", build_id)
+    assert done["status"] == "ready", done
+    lines = all_logs("tb-log", build_id)
+    notices = [m for m in lines if "not kept" in m]
+    assert len(notices) == 1 and "--build-log-max-bytes" in notices[0], notices
+    kept = sum(len(m.encode()) + 64 for m in lines if m not in notices)
+    assert kept <= 65536, kept
+    assert "1" in lines, "the first lines are kept"
+    result(kept=kept, lines=len(lines), notice=notices[0])
+
+
 if __name__ == "__main__":
     try:
         CASES[sys.argv[1]]()

@@ -16,7 +16,12 @@
 //! - [`http::Http`]: a tiny JSON HTTP client with timeouts.
 //! - [`sdk`]: one case of an SDK script (Python or JavaScript) against a gateway.
 //! - [`templates::TestTemplate`]: a template a test builds, removed after it.
+//! - [`cgroups::sandbox_limits`]: an isolated sandbox's limits as the
+//!   host's cgroups hold them.
+//! - [`cmdlines_holding`]: every process on the host whose command line
+//!   holds some bytes (a secret that must never be there).
 
+pub mod cgroups;
 pub mod cluster;
 pub mod dev;
 pub mod http;
@@ -96,4 +101,22 @@ pub fn workspace_root() -> PathBuf {
         .nth(2)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Every process on this host (`/proc/<pid>/cmdline`, which any account
+/// can read) whose command line holds `needle`: `(pid, command line)`.
+pub fn cmdlines_holding(needle: &[u8]) -> Vec<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            cmdline
+                .windows(needle.len().max(1))
+                .any(|w| w == needle)
+                .then(|| (pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")))
+        })
+        .collect()
 }

@@ -180,3 +180,105 @@ async fn copy_puts_uploaded_files_in_the_template_and_never_unpacks_on_the_host(
     );
     drop(c);
 }
+
+/// A sandbox from `template` (team A's), its id.
+async fn sandbox_of(c: &Cluster, template: &str) -> String {
+    let a = warren_test_support::http::Http::new(Duration::from_secs(120))
+        .send(
+            http::Method::POST,
+            &c.gateway(0),
+            "/v2/sandboxes",
+            &[("x-api-key", KEY)],
+            Some(serde_json::json!({"templateID": template, "timeout": 300})),
+        )
+        .await
+        .expect("the gateway answers");
+    assert_eq!(a.status, http::StatusCode::CREATED, "{}", a.text());
+    a.str("sandboxID")
+}
+
+/// The attack of issue 21 (#4): a tenant set its own limits through the
+/// build API (1 TiB of memory, 64 CPUs) and nodes capped nothing. Now the
+/// gateway refuses what is past its caps with a 400 naming the flag; a
+/// template under them gets exactly what it asked for in the sandbox's
+/// cgroup; and a node started without limit flags caps one asking for
+/// more than its defaults (8 CPUs, 8 GiB) — here the gateway's caps are
+/// raised past the node's to show the node's second line.
+#[tokio::test]
+async fn a_tenant_asks_for_resources_within_the_operators_caps_and_nodes_cap_again() {
+    let store = tempfile::tempdir().expect("tempdir");
+    private_store(store.path());
+    let c = cluster_with(
+        store.path(),
+        &[
+            "--max-sandbox-memory-mb",
+            "16384",
+            "--max-sandbox-cpus",
+            "16",
+        ],
+    )
+    .await;
+    let r = run(&c, "limits").await;
+    assert!(
+        r["memory"]
+            .as_str()
+            .is_some_and(|m| m.contains("--max-sandbox-memory-mb")),
+        "{r}"
+    );
+    let small = sandbox_of(&c, "tb-small").await;
+    let limits = warren_test_support::cgroups::sandbox_limits(&small)
+        .unwrap_or_else(|| panic!("no cgroup for sandbox {small}"));
+    assert_eq!(
+        limits.memory_bytes,
+        768 << 20,
+        "what the build asked: {limits:?}"
+    );
+    assert_eq!(limits.cpus, Some(1.0), "{limits:?}");
+    let big = sandbox_of(&c, "tb-big").await;
+    let limits = warren_test_support::cgroups::sandbox_limits(&big)
+        .unwrap_or_else(|| panic!("no cgroup for sandbox {big}"));
+    assert_eq!(
+        limits.memory_bytes,
+        8192 << 20,
+        "the node's default cap: {limits:?}"
+    );
+    assert_eq!(limits.cpus, Some(8.0), "the node's default cap: {limits:?}");
+    drop(c);
+}
+
+/// The attack of issue 21 (#9): builds were held per gateway, 1 000 for
+/// all teams, and requested ones never expired: 1 000 cheap requests
+/// locked every other team out. Now team A filling its own bound is a 429
+/// naming `--build-team-count` while team B builds, and requested builds
+/// that never start are forgotten after `--build-start-ttl`.
+#[tokio::test]
+async fn one_team_cannot_hold_every_build_and_requested_builds_expire() {
+    let store = tempfile::tempdir().expect("tempdir");
+    private_store(store.path());
+    let c = cluster_with(
+        store.path(),
+        &["--build-team-count", "3", "--build-start-ttl", "20s"],
+    )
+    .await;
+    let r = run(&c, "build_bounds").await;
+    assert!(
+        r["full"]
+            .as_str()
+            .is_some_and(|m| m.contains("--build-team-count")),
+        "{r}"
+    );
+    drop(c);
+}
+
+/// A build's log is bounded (one finished build used to pin ~49 MiB of
+/// gateway memory for an hour): a step printing far more keeps at most
+/// `--build-log-max-bytes` and the log says what it dropped.
+#[tokio::test]
+async fn a_builds_log_keeps_its_bound_and_says_what_it_dropped() {
+    let store = tempfile::tempdir().expect("tempdir");
+    private_store(store.path());
+    let c = cluster_with(store.path(), &["--build-log-max-bytes", "65536"]).await;
+    let r = run(&c, "log_bound").await;
+    assert!(r["kept"].as_u64().is_some_and(|k| k <= 65536), "{r}");
+    drop(c);
+}

@@ -1,8 +1,10 @@
 //! Internal trust and admission, attacked as someone on the cluster's network
 //! would (docs/security.md, "Internal trust" and "Quotas"): every internal
 //! listener refuses clients without the right certificate, the scheduler's
-//! reads carry no secrets, a team's quotas hold across gateways, and a node
-//! killed under create load fails no create while another node has room.
+//! reads carry no secrets, a team's quotas hold across gateways (paused
+//! sandboxes count), a node killed under create load fails no create while
+//! another node has room, and no API key or database password is ever on a
+//! process's command line.
 
 use http::Method;
 use std::path::Path;
@@ -414,4 +416,174 @@ async fn a_node_killed_under_create_load_fails_no_create() {
     }
     let failures = failures.lock().expect("lock").clone();
     assert!(failures.is_empty(), "failed creates: {failures:#?}");
+}
+
+/// A paused sandbox keeps its node slot, so it keeps its place in the
+/// team's `--quota-sandboxes` (issue 21: with paused sandboxes free, one
+/// team could take every slot by pausing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sandbox_keeps_its_place_in_the_quota() {
+    let spec = Spec {
+        nodes: 1,
+        runtime: "isolated".into(),
+        scheduler_args: ["--team-quota", "team-a=1/0"].map(String::from).to_vec(),
+        ..Spec::default()
+    };
+    let c = Cluster::start(bin(), spec)
+        .await
+        .expect("a cluster (isolated: root, cgroups and the base template)");
+    let first = create(&c, 0, KEY).await;
+    assert_eq!(first.status.as_u16(), 201, "{}", first.text());
+    let id = first.str("sandboxID");
+    let paused = Http::default()
+        .send(
+            Method::POST,
+            &c.gateway(0),
+            &format!("/sandboxes/{id}/pause"),
+            &[("x-api-key", KEY)],
+            None,
+        )
+        .await
+        .expect("the gateway answers");
+    assert_eq!(paused.status.as_u16(), 204, "{}", paused.text());
+    let second = create(&c, 0, KEY).await;
+    assert_eq!(second.status.as_u16(), 429, "{}", second.text());
+    assert!(
+        second.message().contains("--quota-sandboxes"),
+        "{}",
+        second.message()
+    );
+    kill(&c, 0, &id).await;
+    let again = create(&c, 0, KEY).await;
+    assert_eq!(again.status.as_u16(), 201, "after a kill: {}", again.text());
+}
+
+/// A key no other process on this host could hold by chance.
+fn unique_key() -> String {
+    format!("e2b_{:040x}", rand::random::<u128>())
+}
+
+/// Every process on this host whose command line holds `key`, described.
+fn holding(key: &str) -> Vec<(u32, String)> {
+    warren_test_support::cmdlines_holding(key.as_bytes())
+}
+
+/// The gateways' API keys were on their command lines, which every account
+/// on the host reads (`ps`). Now: a test cluster's and `warren dev`'s keys
+/// are in no process's command line on the host (every process scanned),
+/// whether given or generated; a gateway or `warren dev` given `--api-key`
+/// on its command line refuses to start (64, saying where keys go), and so
+/// does a scheduler given a database password there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_is_ever_on_a_command_line() {
+    // A cluster of every part.
+    let key = unique_key();
+    let spec = Spec {
+        nodes: 1,
+        keys: vec![(key.clone(), "team-a".into())],
+        ..Spec::default()
+    };
+    let c = Cluster::start(bin(), spec).await.expect("cluster");
+    let created = create(&c, 0, &key).await;
+    assert_eq!(
+        created.status.as_u16(),
+        201,
+        "the key works: {}",
+        created.text()
+    );
+    assert_eq!(
+        holding(&key),
+        Vec::new(),
+        "the cluster's key is on a command line"
+    );
+    drop(c);
+
+    // warren dev with a key of the user's (from the environment), and with
+    // the one it generates.
+    let given = unique_key();
+    let dev = warren_test_support::dev::Dev::start_with(
+        bin(),
+        &["--nodes", "1", "--runtime", "process"],
+        &[("WARREN_DEV_API_KEY", &given)],
+        "warren dev with its key in the environment",
+    )
+    .await;
+    let printed = dev
+        .proc
+        .lines()
+        .iter()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("export E2B_API_KEY=")
+                .map(str::to_string)
+        })
+        .expect("warren dev prints the key");
+    assert_eq!(printed, given);
+    assert_eq!(
+        holding(&given),
+        Vec::new(),
+        "warren dev's key is on a command line"
+    );
+    drop(dev);
+    let dev = warren_test_support::dev::Dev::start(
+        bin(),
+        &["--nodes", "1", "--runtime", "process"],
+        "warren dev with the key it makes",
+    )
+    .await;
+    let made = dev
+        .proc
+        .lines()
+        .iter()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("export E2B_API_KEY=")
+                .map(str::to_string)
+        })
+        .expect("warren dev prints the key");
+    let answer = Http::default()
+        .send(
+            Method::GET,
+            dev.gateway.trim_start_matches("http://"),
+            "/v2/sandboxes",
+            &[("x-api-key", &made)],
+            None,
+        )
+        .await
+        .expect("the gateway answers");
+    assert_eq!(
+        answer.status.as_u16(),
+        200,
+        "the key works: {}",
+        answer.text()
+    );
+    assert_eq!(
+        holding(&made),
+        Vec::new(),
+        "warren dev's key is on a command line"
+    );
+    drop(dev);
+
+    // Refused on a command line, saying where the secret goes instead.
+    for (args, says) in [
+        (vec!["gateway", "--api-key", "k:t"], "--api-keys-file"),
+        (vec!["dev", "--api-key", "k"], "WARREN_DEV_API_KEY"),
+        (
+            vec![
+                "scheduler",
+                "--database-url",
+                "postgres://warren:secret@127.0.0.1/warren",
+            ],
+            "WARREN_SCHEDULER_DATABASE_URL",
+        ),
+    ] {
+        let out = tokio::process::Command::new(bin())
+            .args(&args)
+            .output()
+            .await
+            .expect("warren runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
