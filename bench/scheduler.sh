@@ -97,7 +97,7 @@ for backend in $BACKENDS; do
       db_args=(--database-url "$url") ;;
   esac
   WARREN_LOG=warn WARREN_EXIT_WITH_PARENT=1 "$BIN" scheduler --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --data-dir "$WORK/sched-$backend" "${db_args[@]}" --creating-timeout 1h \
+    --data-dir "$WORK/sched-$backend" "${db_args[@]}" --creating-timeout 1h --quota-sandboxes 0 \
     --tls-ca "$CERTS/ca.pem" --tls-cert "$CERTS/scheduler-bench.pem" --tls-key "$CERTS/scheduler-bench.key" \
     >"$WORK/sched-$backend.out" 2>"$WORK/sched-$backend.err" &
   pid=$!
