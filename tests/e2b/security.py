@@ -342,6 +342,26 @@ def descriptors():
 
 
 @attack
+def host_files():
+    # What another host account would look for: this sandbox's envd token
+    # and an API key in its envVars (in the scheduler's database), and a
+    # set-user-ID root shell in a snapshot's layer (in the template store).
+    marker = os.environ["WARREN_SECRET_MARKER"]
+    sbx = Sandbox.create(timeout=120, envs={"OPENAI_API_KEY": marker})
+    code, out, err, _ = sh(sbx, "cp /bin/bash /home/user/suid-bash && chmod 4755 /home/user/suid-bash "
+                                "&& stat -c %a /home/user/suid-bash", user="root")
+    assert out.strip() == "4755", (out, err)
+    snap = sbx.create_snapshot()
+    result(sandbox=sbx.sandbox_id, token=sbx._envd_access_token, snapshot=snap.snapshot_id)
+
+
+@attack
+def host_files_cleanup():
+    assert Sandbox.delete_snapshot(os.environ["WARREN_SNAPSHOT"]) is True
+    result(deleted=True)
+
+
+@attack
 def console_flood():
     # Run on the `process` runtime, where a command may open envd's stderr
     # (the same console pipe an isolated sandbox's envd writes to): what is

@@ -82,6 +82,9 @@ impl Cluster {
     pub async fn start(exe: &Path, dir: &Path, spec: &ClusterSpec) -> anyhow::Result<Cluster> {
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs)?;
+        // Both replicas seal tokens and envVars with one key.
+        let store_key = dir.join("store.key");
+        warren_harness::write_store_key(&store_key)?;
         let delay = |part: &str| -> Vec<String> {
             match &spec.shutdown_delay {
                 Some(d) if supports(exe, part, "--shutdown-delay") => {
@@ -130,6 +133,8 @@ impl Cluster {
                 &format!("127.0.0.1:{admin}"),
                 "--database-url",
                 &spec.database_url,
+                "--store-key-file",
+                &store_key.display().to_string(),
                 "--lease",
                 &spec.lease,
                 "--sweep-interval",

@@ -31,7 +31,7 @@ fn warren() -> &'static Path {
 }
 
 /// A scheduler replica on `url`, sweeping every 50 ms.
-async fn replica(url: &str) -> Proc {
+async fn replica(url: &str, key: &std::path::Path) -> Proc {
     warren_test_support::spawn(
         warren(),
         &[
@@ -43,6 +43,8 @@ async fn replica(url: &str) -> Proc {
             "--insecure-internal",
             "--database-url",
             url,
+            "--store-key-file",
+            &key.display().to_string(),
             "--database-pool-size",
             "4",
             "--lease",
@@ -60,7 +62,8 @@ async fn replica(url: &str) -> Proc {
 /// Two replicas started at once (they race to migrate the fresh database).
 async fn two_replicas(pg: &PgServer, db: &str) -> (Proc, Proc) {
     let url = pg.create_database(db).unwrap();
-    tokio::join!(replica(&url), replica(&url))
+    let key = pg.store_key_file();
+    tokio::join!(replica(&url, &key), replica(&url, &key))
 }
 
 async fn client(p: &Proc) -> Client {

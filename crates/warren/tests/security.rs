@@ -410,6 +410,128 @@ async fn no_sandbox_reaches_the_operators_terminal() {
     .await;
 }
 
+/// Class 10: host files only root can reach. The scheduler's database
+/// holds no sandbox's envd token or `envVars` in the clear (sealed with
+/// the store key), and it, its journal and the key are 0600 in a 0700
+/// directory, so `nobody` reads none of them; the template store's blobs
+/// are 0600 and its `blobs/`, `rootfs/` and `tmp/` (where layers are
+/// unpacked) 0700, so a tenant's set-user-ID shell in a snapshot's layer
+/// cannot be run by `nobody` from anywhere in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_files_hold_nothing_another_account_can_use() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = cluster(&[]).await;
+    let secret = format!("sk-{:032x}", rand::random::<u128>());
+    let facts = attack(
+        &c,
+        "host_files",
+        &[("WARREN_SECRET_MARKER", secret.clone())],
+    )
+    .await;
+    let token = facts["token"]
+        .as_str()
+        .expect("the sandbox's envd token")
+        .to_string();
+    let snapshot = facts["snapshot"].as_str().expect("snapshot id").to_string();
+    assert!(token.len() >= 16, "{token:?}");
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    // The scheduler's files: private, and nothing in the clear.
+    let sched = c.dir().join("scheduler");
+    assert_eq!(mode(&sched), 0o700, "{}", sched.display());
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&sched)
+        .expect("the scheduler's data dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    assert!(
+        files.iter().any(|f| f.ends_with("store.key")),
+        "no store key beside the database: {files:?}"
+    );
+    for f in &files {
+        assert_eq!(
+            mode(f),
+            0o600,
+            "{} is readable by other accounts",
+            f.display()
+        );
+        let bytes = std::fs::read(f).expect("read");
+        for (what, needle) in [("envd token", &token), ("envVars value", &secret)] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{} holds the sandbox's {what} in the clear",
+                f.display()
+            );
+        }
+        assert!(
+            !as_nobody(&["cat", &f.display().to_string()]).0,
+            "nobody read {}",
+            f.display()
+        );
+    }
+    // The template store: private where it holds tenants' files.
+    let store = std::path::PathBuf::from(
+        std::env::var("WARREN_TEMPLATE_DIR").unwrap_or_else(|_| "/var/lib/warren/templates".into()),
+    );
+    for sub in ["blobs", "rootfs", "tmp"] {
+        assert_eq!(mode(&store.join(sub)), 0o700, "{sub}");
+    }
+    for blob in std::fs::read_dir(store.join("blobs"))
+        .expect("blobs")
+        .flatten()
+    {
+        assert_eq!(mode(&blob.path()), 0o600, "{}", blob.path().display());
+    }
+    let shells: Vec<std::path::PathBuf> = std::fs::read_dir(store.join("rootfs"))
+        .expect("rootfs")
+        .flatten()
+        .map(|e| e.path().join("home/user/suid-bash"))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(
+        !shells.is_empty(),
+        "the snapshot's layer is not unpacked in the store"
+    );
+    for shell in &shells {
+        let bits = std::fs::metadata(shell).expect("stat").permissions().mode();
+        assert_ne!(
+            bits & 0o4000,
+            0,
+            "the layer keeps the sandbox's set-user-ID bit"
+        );
+        let (ran, out) = as_nobody(&[&shell.display().to_string(), "-p", "-c", "id -u"]);
+        assert!(
+            !ran,
+            "nobody ran the tenant's set-user-ID shell {}: {out}",
+            shell.display()
+        );
+    }
+    attack(&c, "host_files_cleanup", &[("WARREN_SNAPSHOT", snapshot)]).await;
+}
+
+/// Runs `argv` as the account `nobody`: whether it succeeded, and its output.
+fn as_nobody(argv: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .args(argv)
+        .output()
+        .expect("runuser");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
 /// One node of `runtime`, each part logging to its file in the cluster's dir.
 async fn logged_cluster(runtime: &str) -> Cluster {
     Cluster::start(
