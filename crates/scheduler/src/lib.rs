@@ -53,7 +53,10 @@ const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs `warren scheduler` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config) -> anyhow::Result<()> {
-    config.validate()?;
+    let location = config.validate()?;
+    // The store key too, before any socket is bound (made on first start
+    // with SQLite; `serve` reads the same file).
+    sealer(&config, &location)?;
     // The scheduler starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.
     warren_core::server::raise_fd_limit();
@@ -132,7 +135,9 @@ fn sealer(
         return Sealer::from_file(path).map_err(bad);
     }
     match location.default_key_file() {
-        Some(Some(path)) => Sealer::open_or_create(&path).map_err(bad),
+        // Beside the database: a problem there is the data directory's.
+        Some(Some(path)) => Sealer::open_or_create(&path)
+            .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}"))),
         Some(None) => Ok(Sealer::ephemeral()),
         None => Err(warren_core::config::ConfigError::Invalid(
             "--store-key-file is required with a PostgreSQL store: every replica seals \

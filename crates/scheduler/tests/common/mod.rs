@@ -72,6 +72,15 @@ impl TestStore {
         TestStore::Postgres(pg_server().create_database(&name).unwrap())
     }
 
+    /// A URL to open this store's database directly (as an attacker with
+    /// the file, or an older version, would see it).
+    pub fn raw_url(&self) -> String {
+        match self {
+            TestStore::Sqlite(dir) => format!("sqlite://{}/scheduler.db", dir.path().display()),
+            TestStore::Postgres(url) => url.clone(),
+        }
+    }
+
     /// The scheduler flags that point at this store (and, on PostgreSQL,
     /// the store key every scheduler of the server shares).
     pub fn flags(&self) -> Vec<String> {
