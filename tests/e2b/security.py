@@ -111,7 +111,7 @@ def identities():
     assert maps[0][1] != maps[1][1], maps
     # User code is `user`, not envd's identity: it can neither read envd's
     # environment nor signal it.
-    code, out, err, _ = sh(a, "id -un; pid=$(pgrep -f 'warren envd' | head -1); "
+    code, out, err, _ = sh(a, "id -un; pid=$(pgrep -f '^/opt/warren/bin/warren envd'); "
                               "cat /proc/$pid/environ >/dev/null 2>&1 && echo READ; "
                               "ls /proc/$pid/fd >/dev/null 2>&1 && echo FDS; "
                               "kill -9 $pid 2>&1 || echo KILL_REFUSED")
@@ -320,6 +320,104 @@ def forged_marker():
     for _ in range(20):
         status, hdrs, body = http("GET", "/", headers, base=os.environ["E2B_SANDBOX_URL"])
         assert status == 404 and body == b"app says not here", (status, body)
+    assert ok(sbx)
+    result(sandbox=sbx.sandbox_id)
+
+
+# Every descriptor of every process of the sandbox, as its root sees them,
+# and whether any of them reads back the host's secret marker.
+DESCRIPTOR_PROBE = r"""
+import json, os, sys
+marker = sys.argv[1].encode()
+foreign, found, ttys = [], [], []
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    d = f'/proc/{pid}/fd'
+    try:
+        fds = os.listdir(d)
+    except OSError:
+        continue
+    for fd in fds:
+        p = f'{d}/{fd}'
+        try:
+            target = os.readlink(p)
+        except OSError:
+            continue
+        if target.split(':')[0] in ('pipe', 'socket', 'anon_inode') or target.startswith('/memfd:'):
+            continue
+        if target.startswith('/dev/pts/') or target == '/dev/ptmx':
+            continue  # envd's own PTYs (reading them would steal a command's output)
+        # A descriptor of a file outside the sandbox names a path that, in
+        # here, is missing or another file.
+        try:
+            same = os.stat(p).st_ino == os.stat(target).st_ino and os.stat(p).st_dev == os.stat(target).st_dev
+        except OSError:
+            same = False
+        if not same and not target.endswith(' (deleted)'):
+            foreign.append((p, target))
+        if target.startswith('/dev/tty') or target == '/dev/console':
+            ttys.append((p, target))
+        try:
+            f = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            data = os.read(f, 1 << 22)
+        except OSError:
+            data = b''
+        finally:
+            os.close(f)
+        if marker in data:
+            found.append((p, target))
+pid1 = {fd: os.readlink(f'/proc/1/fd/{fd}') for fd in os.listdir('/proc/1/fd')}
+print(json.dumps({'foreign': foreign, 'found': found, 'ttys': ttys, 'pid1': pid1,
+                  'exe': os.readlink('/proc/1/exe')}))
+"""
+
+
+@attack
+def descriptors():
+    marker = os.environ["WARREN_SECRET_MARKER"]
+    sbx = Sandbox.create(timeout=120)
+    sbx.files.write("/tmp/fds.py", DESCRIPTOR_PROBE)
+    code, out, err, _ = sh(sbx, f"python3 /tmp/fds.py {marker}", user="root")
+    assert code == 0, (out, err)
+    facts = json.loads(out)
+    # No descriptor of any process here leads to a host file (the node's
+    # log, a stray descriptor of the operator's shell) or terminal...
+    assert not facts["foreign"], facts["foreign"]
+    assert not facts["ttys"], facts["ttys"]
+    # ...nor reads back the secret the host put in one.
+    assert not facts["found"], facts["found"]
+    # Pid 1 keeps nothing but /dev/null, and runs the sandbox's own copy.
+    assert facts["pid1"] == {"0": "/dev/null", "1": "/dev/null", "2": "/dev/null"}, facts["pid1"]
+    assert facts["exe"] == "/opt/warren/bin/warren", facts["exe"]
+    # No terminal: /dev/tty is nobody's here, for user code as for root.
+    for user in ("user", "root"):
+        code, out, err, _ = sh(sbx, "python3 -c \"import os\ntry:\n    os.open('/dev/tty', os.O_RDWR)\n"
+                                    "    print('opened')\nexcept OSError as e:\n    print(e.errno)\"", user=user)
+        assert out.strip() == "6", f"/dev/tty as {user}: {out} {err}"  # ENXIO: no controlling terminal
+    # envd's stdout and stderr are the node's pipes: the sandbox's root
+    # cannot open them (they belong to the host's root).
+    code, out, err, _ = sh(sbx, "for n in 1 2; do echo x 2>/dev/null > /proc/$PPID/fd/$n && echo OPENED $n; done; "
+                                "ls -l /proc/$PPID/exe", user="root")
+    assert "OPENED" not in out, out
+    assert "/opt/warren/bin/warren" in out, out  # $PPID is envd
+    assert ok(sbx)
+    result(sandbox=sbx.sandbox_id)
+
+
+@attack
+def console_flood():
+    # Run on the `process` runtime, where a command may open envd's stderr
+    # (the same console pipe an isolated sandbox's envd writes to): what is
+    # written there reaches the node's log as this sandbox's output,
+    # escaped and bounded, a forged line and then 16 MiB.
+    forged = os.environ["WARREN_FORGED_MARKER"]
+    sbx = Sandbox.create(timeout=120)
+    flood = (f"printf '{forged} warren_node: forged \\033[31mred\\n' > /proc/$PPID/fd/2 && "
+             "head -c 16777216 /dev/zero | tr '\\0' 'x' | fold -w 1000 > /proc/$PPID/fd/2 && echo flooded")
+    code, out, err, _ = sh(sbx, flood, timeout=120)
+    assert out.strip() == "flooded", (out, err)
     assert ok(sbx)
     result(sandbox=sbx.sandbox_id)
 

@@ -18,6 +18,7 @@
 //! `spawn_blocking`): a launcher's parent-death signal is tied to the *thread*
 //! that forked it, and blocking-pool threads exit when idle.
 
+pub mod console;
 pub mod disk;
 pub mod egress;
 pub mod ids;
