@@ -45,6 +45,10 @@
 //! 3. `ENOSYS` for `clone3`: its flags sit behind a pointer seccomp cannot
 //!    read, and `ENOSYS` makes glibc fall back to `clone`, which program 1
 //!    checks.
+//!
+//! Calls of another architecture (i386) kill the process (seccompiler's
+//! architecture check); the x32 numbers of refused calls are refused as
+//! the x86_64 ones are.
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -167,6 +171,25 @@ fn any_flag(arg: u8, flags: &[libc::c_int]) -> Result<Vec<SeccompRule>, String> 
         .collect()
 }
 
+/// The x32 ABI's number for an x86_64 system call (`__X32_SYSCALL_BIT`).
+/// An x32 call passes the filter's architecture check (it is
+/// `AUDIT_ARCH_X86_64`), so each refusal is made for both numbers: on a
+/// kernel built with `CONFIG_X86_X32_ABI` the x32 number of a refused call
+/// is refused too (without it, the kernel answers `ENOSYS` anyway).
+#[cfg(target_arch = "x86_64")]
+fn with_x32(rules: BTreeMap<i64, Vec<SeccompRule>>) -> BTreeMap<i64, Vec<SeccompRule>> {
+    let x32: Vec<(i64, Vec<SeccompRule>)> = rules
+        .iter()
+        .map(|(nr, r)| (nr | 0x4000_0000, r.clone()))
+        .collect();
+    rules.into_iter().chain(x32).collect()
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn with_x32(rules: BTreeMap<i64, Vec<SeccompRule>>) -> BTreeMap<i64, Vec<SeccompRule>> {
+    rules
+}
+
 /// The first program: `EPERM` for [`DENIED`] and the argument rules of
 /// the module doc.
 fn first() -> Result<SeccompFilter, String> {
@@ -211,7 +234,7 @@ fn first() -> Result<SeccompFilter, String> {
     }
     deny.insert(libc::SYS_personality, vec![rule(conds)?]);
     SeccompFilter::new(
-        deny,
+        with_x32(deny),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
         arch()?,
@@ -222,7 +245,7 @@ fn first() -> Result<SeccompFilter, String> {
 /// The second program: `ENOSYS` for `clone3`.
 fn second() -> Result<SeccompFilter, String> {
     SeccompFilter::new(
-        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        with_x32([(libc::SYS_clone3, Vec::new())].into_iter().collect()),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch()?,
@@ -290,6 +313,8 @@ print("tiocsti", call(16, -1, 0x5412, ctypes.byref(c)))
 print("tiocsti_high_bits", call(16, -1, L(0x100005412), ctypes.byref(c)))
 print("tioclinux", call(16, -1, 0x541C, ctypes.byref(c)))
 print("fanotify_init", call(300, 0, 0))
+# x32's number for keyctl (ENOSYS unfiltered on a kernel without x32).
+print("x32_keyctl", call(0x40000000 | 250, 0, 0, 0, 0))
 pidfd = libc.syscall(434, os.getpid(), 0)
 print("pidfd_getfd", call(438, pidfd, 1, 0))
 # What a sandbox's programs do keeps working (not EPERM):
@@ -369,6 +394,7 @@ print("fork", 0 if os.waitpid(pid, 0)[1] >> 8 == 7 else 1)
             "tioclinux",
             "fanotify_init",
             "pidfd_getfd",
+            "x32_keyctl",
         ] {
             assert_eq!(got.get(name), Some(&eperm), "{name}: {text}");
         }
