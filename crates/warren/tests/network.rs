@@ -310,12 +310,12 @@ fn table_of(objects: &[serde_json::Value], uid: u64) -> Option<String> {
     })
 }
 
-/// `(chain, rules)` of table `table`, and `(set, elements)`.
-fn shape(
-    objects: &[serde_json::Value],
-    table: &str,
-) -> (Vec<(String, Vec<serde_json::Value>)>, Vec<(String, usize)>) {
-    let mut chains: Vec<(String, Vec<serde_json::Value>)> = Vec::new();
+/// `(chain, its rules' expressions)`, by chain name.
+type Chains = Vec<(String, Vec<serde_json::Value>)>;
+
+/// The chains of table `table`, and `(set, elements)`.
+fn shape(objects: &[serde_json::Value], table: &str) -> (Chains, Vec<(String, usize)>) {
+    let mut chains: Chains = Vec::new();
     let mut sets = Vec::new();
     for o in objects {
         if o["rule"]["table"] == table {
@@ -361,7 +361,7 @@ async fn egress_rules_cost_the_host_nothing_per_entry() {
     let (full_chains, full_sets) = shape(&objects, &full);
     let (small_chains, small_sets) = shape(&objects, &small);
     // The same rules, whatever the entries (the uid range aside).
-    let count = |chains: &[(String, Vec<serde_json::Value>)]| -> Vec<(String, usize)> {
+    let count = |chains: &Chains| -> Vec<(String, usize)> {
         chains.iter().map(|(c, r)| (c.clone(), r.len())).collect()
     };
     assert_eq!(count(&full_chains), count(&small_chains), "{full_chains:?}");
