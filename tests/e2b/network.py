@@ -402,8 +402,9 @@ except Exception as e:
 
 
 def spread(n, first, second=0):
-    """`n` single addresses `first.second.x.y`, none next to another (so
-    no two merge into one range)."""
+    """`n` single addresses `first.second+.x.1`, none next to another (so
+    no two merge into one range; keep them away from the target's
+    198.19.0.0/16 too, or one may merge with it)."""
     return [f"{first}.{second + i // 125}.{(i % 125) * 2}.1" for i in range(n)]
 
 
@@ -427,13 +428,13 @@ def bounded_lists():
     host, _ = target()
     errors = {}
     try:
-        Sandbox.create(timeout=60, network={"deny_out": spread(1001, 198, 18)})
+        Sandbox.create(timeout=60, network={"deny_out": spread(1001, 100, 64)})
     except Exception as e:  # the SDK's InvalidArgumentException
         errors["sdk create denyOut"] = f"{type(e).__name__}: {e}"
     else:
         raise AssertionError("a create with 1001 denyOut entries was accepted")
     assert "denyOut" in errors["sdk create denyOut"] and "1000" in errors["sdk create denyOut"], errors
-    body = json.dumps({"templateID": "base", "network": {"allowOut": spread(1001, 198, 18)}}).encode()
+    body = json.dumps({"templateID": "base", "network": {"allowOut": spread(1001, 100, 64)}}).encode()
     status, _, raw = http("POST", "/sandboxes", {"X-API-Key": API_KEY,
                                                 "Content-Type": "application/json"}, body)
     assert status == 400 and b"allowOut" in raw and b"1000" in raw, (status, raw)
@@ -441,13 +442,13 @@ def bounded_lists():
 
     # At the limit: the target among 1 000 denied addresses is refused, and
     # 1 000 allowed ones change nothing else.
-    deny = spread(999, 198, 18) + [host]
+    deny = spread(999, 100, 64) + [host]
     full = Sandbox.create(timeout=300, network={"deny_out": deny,
                                                 "allow_out": spread(1000, 203, 0)})
     full.files.write("/tmp/probe.py", PROBE)
     steps = {"denied among 1000": probe(full)}
     assert steps["denied among 1000"] != "ok", steps
-    status, err = put_network(full.sandbox_id, {"denyOut": spread(1001, 198, 18)})
+    status, err = put_network(full.sandbox_id, {"denyOut": spread(1001, 100, 64)})
     assert status == 400 and "denyOut" in err["message"] and "1000" in err["message"], (status, err)
     errors["put denyOut"] = err["message"]
     assert probe(full) != "ok", "a refused update changed the policy"
@@ -455,7 +456,7 @@ def bounded_lists():
     full.update_network({"deny_out": deny, "allow_out": spread(999, 203, 0) + [host]})
     steps["allowed among 1000"] = probe(full)
     assert steps["allowed among 1000"] == "ok", steps
-    small = Sandbox.create(timeout=300, network={"deny_out": ["198.18.0.1"],
+    small = Sandbox.create(timeout=300, network={"deny_out": ["100.64.0.1"],
                                                  "allow_out": ["203.0.0.1"]})
     assert ok(full) and ok(small)
     result(full=host_uid(full), small=host_uid(small), steps=steps, errors=errors)
