@@ -182,28 +182,93 @@ def limits():
     result(a=a.sandbox_id, b=b.sandbox_id)
 
 
+# Each call kernel_surface tries, as `user` and as root: `name ret errno`.
+# x86_64 numbers: keyctl 250, add_key 248, bpf 321, perf_event_open 298,
+# unshare 272, mount 165, io_uring_setup 425, socket 41, setsockopt 54,
+# pidfd_open 434, pidfd_getfd 438, ioctl 16.
+KERNEL_PROBE = r"""
+import ctypes, os, pty, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *a):
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *a)
+    return r, ctypes.get_errno()
+def show(name, r):
+    print(name, r[0] if r[0] < 0 else 0, r[1])
+show('keyctl', call(250, 0, 0, 0, 0))
+show('add_key', call(248, b'user', b'k', b'v', 1, ctypes.c_long(-4)))
+show('bpf', call(321, 0, 0, 0))
+show('perf', call(298, 0, 0, -1, -1, 0))
+show('mount', call(165, b'none', b'/mnt', b'tmpfs', 0, 0))
+for name, flag in [('user', 0x10000000), ('mnt', 0x20000), ('net', 0x40000000),
+                   ('uts', 0x4000000), ('ipc', 0x8000000), ('pid', 0x20000000),
+                   ('cgroup', 0x2000000), ('time', 0x80)]:
+    show('unshare_' + name, call(272, flag))
+params = ctypes.create_string_buffer(120)
+show('io_uring_setup', call(425, 4, params))
+# AF_NETLINK, SOCK_RAW, NETLINK_NETFILTER: how nft reaches nf_tables.
+show('netlink_netfilter', call(41, 16, 3, 12))
+one = ctypes.c_int(1)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+show('ipt_set_replace', call(54, u.fileno(), 0, 64, ctypes.byref(one), 4))
+pidfd = libc.syscall(434, os.getpid(), 0)
+show('pidfd_getfd', call(438, pidfd, 1, 0))
+# TIOCSTI into a terminal that is the caller's controlling one (a new
+# session's first terminal): what typed into the node's terminal.
+master, slave = pty.openpty()
+name = os.ttyname(slave)
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.setsid()
+    fd = os.open(name, os.O_RDWR)
+    c = ctypes.c_char(b'x')
+    got = call(16, fd, 0x5412, ctypes.byref(c))
+    os.write(w, ('%d %d' % (got[0] if got[0] < 0 else 0, got[1])).encode())
+    os._exit(0)
+os.waitpid(child, 0)
+got = os.read(r, 64).decode().split()
+print('tiocsti', got[0], got[1])
+"""
+
+
 @attack
 def kernel_surface():
     sbx = Sandbox.create(timeout=120)
-    probe = ("python3 -c \"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-             "def call(nr, *a):\n    r = libc.syscall(nr, *a)\n    return r, ctypes.get_errno()\n"
-             # x86_64: keyctl 250, add_key 248, bpf 321, perf_event_open 298, unshare 272, mount 165
-             "print('keyctl', *call(250, 0, 0, 0, 0))\n"
-             "print('add_key', *call(248, b'user', b'k', b'v', 1, ctypes.c_long(-4)))\n"
-             "print('bpf', *call(321, 0, 0, 0))\n"
-             "print('perf', *call(298, 0, 0, -1, -1, 0))\n"
-             "print('unshare_user', *call(272, 0x10000000))\n"
-             "print('mount', *call(165, b'none', b'/mnt', b'tmpfs', 0, 0))\n\"")
+    sbx.files.write("/tmp/kernel_probe.py", KERNEL_PROBE)
+    seen = {}
     for user in ("user", "root"):
-        code, out, err, _ = sh(sbx, probe, user=user)
+        code, out, err, _ = sh(sbx, "python3 /tmp/kernel_probe.py", user=user)
+        assert code == 0, (user, out, err)
         facts = {line.split()[0]: (int(line.split()[1]), int(line.split()[2]))
                  for line in out.strip().split("\n")}
+        seen[user] = facts
         for name, (ret, errno) in facts.items():
             assert ret == -1 and errno == 1, f"{name} as {user}: {ret} errno {errno} (want EPERM)"
-    code, out, err, _ = sh(sbx, "unshare -U true 2>&1; echo rc=$?", user="root")
-    assert "rc=0" not in out, out
+    # The tools, as root: each fails.
+    tools = {}
+    for cmd in ["unshare -U true", "unshare -n true", "unshare -m true", "unshare -T true",
+                "unshare -C true", "unshare -i true", "unshare -u true", "unshare -p -f true",
+                "nft add table inet x"]:
+        code, out, err, _ = sh(sbx, f"{cmd} 2>&1; echo rc=$?", user="root")
+        tools[cmd] = out.strip()
+        assert "rc=0" not in out, (cmd, out)
+    # What the SDK suites rely on keeps working: sudo, pip, threads and
+    # processes (Python's multiprocessing), node.
+    code, out, err, _ = sh(sbx, "sudo -n id -u")
+    assert code == 0 and out.strip() == "0", (code, out, err)
+    code, out, err, _ = sh(sbx, "pip --version")
+    assert code == 0 and "pip" in out, (code, out, err)
+    threads = ("python3 -c \"import threading, multiprocessing as mp\n"
+               "t = [threading.Thread(target=sum, args=([1],)) for _ in range(8)]\n"
+               "[x.start() for x in t]; [x.join() for x in t]\n"
+               "with mp.Pool(2) as p: print(sum(p.map(abs, range(-5, 5))))\"")
+    code, out, err, _ = sh(sbx, threads)
+    assert code == 0 and out.strip() == "25", (code, out, err)
+    code, out, err, _ = sh(sbx, "node -e 'require(\"fs\").readFileSync(\"/etc/hostname\"); console.log(\"node ok\")'")
+    assert code == 0 and out.strip() == "node ok", (code, out, err)
     assert ok(sbx)
-    result(sandbox=sbx.sandbox_id)
+    result(sandbox=sbx.sandbox_id, seen=seen, tools=tools)
 
 
 @attack

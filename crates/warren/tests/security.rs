@@ -218,8 +218,13 @@ async fn limits_end_attacks_inside_their_sandbox() {
     assert_eq!(health.status.as_u16(), 200, "the gateway still serves");
 }
 
-/// Class 5: a smaller kernel surface: keyrings, bpf, perf, mount and nested
-/// user namespaces are refused (EPERM), for `user` and for the sandbox's root.
+/// Class 5: a smaller kernel surface: keyrings, bpf, perf, mount, io_uring,
+/// nf_tables (a `NETLINK_NETFILTER` socket) and the legacy iptables
+/// `setsockopt`, every new namespace (`unshare` of user, mount, net, uts,
+/// ipc, pid, cgroup, time), `pidfd_getfd` and `TIOCSTI` into the caller's
+/// own terminal are refused (EPERM), for `user` and for the sandbox's root;
+/// `unshare -n`/`-m`/`-T`/`-C` ... fail as root; `sudo`, `pip`, threads,
+/// Python's multiprocessing and node still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seccomp_refuses_the_dangerous_system_calls() {
     let c = cluster(&[]).await;

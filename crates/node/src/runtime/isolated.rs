@@ -301,11 +301,17 @@ impl Isolated {
                         .into(),
                 )
             })?;
+            let procs = made.cgroup.as_ref().map(|c| c.procs_files());
             made.egress = Some(
                 egress
-                    .attach(pid, ids.base, ids.slot, spec.network)
-                    .await
-                    .map_err(RuntimeError::Egress)?,
+                    .attach(
+                        pid,
+                        ids.base,
+                        ids.slot,
+                        spec.network,
+                        procs.unwrap_or_default(),
+                    )
+                    .await?,
             );
         }
         let handle = Handle {
@@ -467,7 +473,7 @@ impl Runtime for Isolated {
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             if let Some(e) = egress.as_mut() {
-                return e.update(policy).await.map_err(RuntimeError::Egress);
+                return e.update(policy).await.map_err(RuntimeError::from);
             }
             if !policy.has_network() {
                 // No tap0 and none wanted: nothing leaves the sandbox.
@@ -488,11 +494,11 @@ impl Runtime for Isolated {
                     "the sandbox's launcher is gone; it cannot be given a network".into(),
                 ));
             }
+            let procs = handle.cgroup.as_ref().map(|c| c.procs_files());
             *egress = Some(
                 node_egress
-                    .attach(handle.pid, base, slot, policy)
-                    .await
-                    .map_err(RuntimeError::Egress)?,
+                    .attach(handle.pid, base, slot, policy, procs.unwrap_or_default())
+                    .await?,
             );
             Ok(())
         })
