@@ -15,7 +15,9 @@
 //! - the pipe is always drained, so a writer never blocks on the node.
 //!
 //! Lines go to the `warren_node::sandbox_output` target at INFO, with
-//! `sandbox` and `stream` fields.
+//! `sandbox` and `stream` fields. slirp4netns's stderr comes the same way
+//! (`stream="slirp4netns"`, and its nftables table for `sandbox`): it
+//! parses the sandbox's packets, so what it says is the sandbox's too.
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::time::Instant;

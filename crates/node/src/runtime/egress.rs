@@ -333,7 +333,10 @@ impl EgressHandle {
         .env("PATH", super::SANDBOX_PATH)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        // Never the node's own stderr (an operator's terminal under `warren
+        // dev`): slirp4netns parses the sandbox's packets, so what it says
+        // is treated as the sandbox's (`console`), labelled with its table.
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
         {
             use command_fds::{CommandFdExt, FdMapping};
@@ -351,9 +354,12 @@ impl EgressHandle {
                 .map_err(|_| node("descriptor numbers collide".into()))?;
         }
         self.exit = Some(exit_w);
-        let child = cmd
+        let mut child = cmd
             .spawn()
             .map_err(|e| node(format!("cannot start slirp4netns: {e}")))?;
+        if let Some(err) = child.stderr.take() {
+            super::console::relay(&self.table, "slirp4netns", err);
+        }
         let slirp_pid = child.id();
         self.slirp = Some(child);
         let ready = tokio::task::spawn_blocking(move || {
