@@ -94,7 +94,8 @@ for backend in $BACKENDS; do
       coproc PG { "$DRIVER" postgres; }
       PIDS+=("$PG_PID")
       read -r _ url <&"${PG[0]}"
-      db_args=(--database-url "$url") ;;
+      (umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$WORK/store.key")
+      db_args=(--database-url "$url" --store-key-file "$WORK/store.key") ;;
   esac
   WARREN_LOG=warn WARREN_EXIT_WITH_PARENT=1 "$BIN" scheduler --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --data-dir "$WORK/sched-$backend" "${db_args[@]}" --creating-timeout 1h --quota-sandboxes 0 \

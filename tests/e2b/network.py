@@ -15,7 +15,15 @@ Run by `crates/warren/tests/network.rs`, one case per invocation:
 with E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY and case-specific WARREN_*
 variables: WARREN_TARGET (`address:port` of a listener the host routes to
 but that is none of the host's own addresses), WARREN_OTHER_KEY (another
-team's API key). Each case prints one `RESULT {json}` line of facts.
+team's API key), WARREN_RESOLVERS (a JSON list of the host's resolvers, as
+its /etc/resolv.conf names them), WARREN_SANDBOX (a sandbox an earlier case
+left running). Each case prints one `RESULT {json}` line of facts.
+
+Also: `allowOut`/`denyOut` past 1 000 entries are a 400 naming the field
+and the limit, and a sandbox at the limit enforces it (the Rust side reads
+its nftables table back); DNS follows the policy (no internet and no
+domain: no DNS; a `denyOut` naming the resolver refuses it); a sandbox's
+slirp4netns survives a pause and goes with a kill while paused.
 """
 
 import json
@@ -361,6 +369,203 @@ def private_process():
     status, _, raw = port_get(sbx, port)
     assert status == 403, (status, raw)
     result(sandbox=sbx.sandbox_id, token=token, status=status)
+
+
+# Asks the resolver at argv[1] (port 53, UDP) for pypi.org's A record:
+# prints "answered" or "no answer" (three tries of 3 s).
+DNS_QUERY = r"""
+import socket, sys
+q = (b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+     b"\x04pypi\x03org\x00\x00\x01\x00\x01")
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(3)
+for _ in range(3):
+    try:
+        s.sendto(q, (sys.argv[1], 53))
+        data, _ = s.recvfrom(512)
+        if data[:2] == b"\x12\x34":
+            print("answered"); sys.exit()
+    except OSError:
+        pass
+print("no answer")
+"""
+
+# Resolves argv[1] with the sandbox's resolver (glibc, /etc/resolv.conf):
+# prints the first address or "error: ...".
+RESOLVE = r"""
+import socket, sys
+try:
+    print(socket.getaddrinfo(sys.argv[1], 443, socket.AF_INET)[0][4][0])
+except Exception as e:
+    print("error: %s" % e)
+"""
+
+
+def spread(n, first, second=0):
+    """`n` single addresses `first.second+.x.1`, none next to another (so
+    no two merge into one range; keep them away from the target's
+    198.19.0.0/16 too, or one may merge with it)."""
+    return [f"{first}.{second + i // 125}.{(i % 125) * 2}.1" for i in range(n)]
+
+
+def host_uid(sbx):
+    """The host uid the sandbox's root is (its uid_map's line for 0)."""
+    code, out, err, _ = run(sbx, "cat /proc/self/uid_map", user="root")
+    assert code == 0, (out, err)
+    for line in out.splitlines():
+        inside, outside, _ = line.split()
+        if inside == "0":
+            return int(outside)
+    raise AssertionError(out)
+
+
+@case
+def bounded_lists():
+    """Past 1 000 entries: a 400 naming the field and the limit, at create
+    (SDK and raw HTTP) and at update. At the limit: enforced. Leaves two
+    sandboxes running, one at the limit and one with one entry a list, for
+    the Rust side to read their tables."""
+    host, _ = target()
+    errors = {}
+    try:
+        Sandbox.create(timeout=60, network={"deny_out": spread(1001, 100, 64)})
+    except Exception as e:  # the SDK's InvalidArgumentException
+        errors["sdk create denyOut"] = f"{type(e).__name__}: {e}"
+    else:
+        raise AssertionError("a create with 1001 denyOut entries was accepted")
+    assert "denyOut" in errors["sdk create denyOut"] and "1000" in errors["sdk create denyOut"], errors
+    body = json.dumps({"templateID": "base", "network": {"allowOut": spread(1001, 100, 64)}}).encode()
+    status, _, raw = http("POST", "/sandboxes", {"X-API-Key": API_KEY,
+                                                "Content-Type": "application/json"}, body)
+    assert status == 400 and b"allowOut" in raw and b"1000" in raw, (status, raw)
+    errors["http create allowOut"] = json.loads(raw)["message"]
+
+    # At the limit: the target among 1 000 denied addresses is refused, and
+    # 1 000 allowed ones change nothing else.
+    deny = spread(999, 100, 64) + [host]
+    full = Sandbox.create(timeout=300, network={"deny_out": deny,
+                                                "allow_out": spread(1000, 203, 0)})
+    full.files.write("/tmp/probe.py", PROBE)
+    steps = {"denied among 1000": probe(full)}
+    assert steps["denied among 1000"] != "ok", steps
+    status, err = put_network(full.sandbox_id, {"denyOut": spread(1001, 100, 64)})
+    assert status == 400 and "denyOut" in err["message"] and "1000" in err["message"], (status, err)
+    errors["put denyOut"] = err["message"]
+    assert probe(full) != "ok", "a refused update changed the policy"
+    # allowOut wins, at the limit too: the target among 1 000 allowed.
+    full.update_network({"deny_out": deny, "allow_out": spread(999, 203, 0) + [host]})
+    steps["allowed among 1000"] = probe(full)
+    assert steps["allowed among 1000"] == "ok", steps
+    small = Sandbox.create(timeout=300, network={"deny_out": ["100.64.0.1"],
+                                                 "allow_out": ["203.0.0.1"]})
+    assert ok(full) and ok(small)
+    result(full=host_uid(full), small=host_uid(small), steps=steps, errors=errors)
+
+
+@case
+def dns_under_policy():
+    """DNS follows the policy. Inside, the resolver is slirp4netns's
+    10.0.2.3, which forwards to the host's resolvers (WARREN_RESOLVERS): a
+    query to either, and a name lookup, succeed or fail together."""
+    resolvers = json.loads(os.environ["WARREN_RESOLVERS"])
+    resolver = resolvers[0]
+    host, port = target()
+
+    def facts(sbx):
+        sbx.files.write("/tmp/probe.py", PROBE)
+        sbx.files.write("/tmp/dns.py", DNS_QUERY)
+        sbx.files.write("/tmp/resolve.py", RESOLVE)
+        out = {}
+        for name, cmd in [("lookup", "python3 /tmp/resolve.py pypi.org"),
+                          ("slirp resolver", "python3 /tmp/dns.py 10.0.2.3"),
+                          ("host resolver", f"python3 /tmp/dns.py {resolver}"),
+                          ("host resolver tcp", f"python3 /tmp/probe.py {resolver} 53")]:
+            code, o, e, _ = run(sbx, cmd, timeout=90)
+            assert code == 0, (name, o, e)
+            out[name] = o.strip()
+        return out
+
+    def resolves(f):
+        return not f["lookup"].startswith("error") and f["slirp resolver"] == "answered" \
+            and f["host resolver"] == "answered"
+
+    def refused(f):
+        return f["lookup"].startswith("error") and f["slirp resolver"] == "no answer" \
+            and f["host resolver"] == "no answer" and f["host resolver tcp"] == "refused"
+
+    seen = {}
+    # Control: a default sandbox resolves.
+    sbx = Sandbox.create(timeout=300)
+    seen["default"] = facts(sbx)
+    assert resolves(seen["default"]), seen
+    # denyOut naming the resolver refuses it (it came before the denials).
+    sbx.update_network({"deny_out": [resolver]})
+    seen["denyOut resolver (update)"] = facts(sbx)
+    assert refused(seen["denyOut resolver (update)"]), seen
+    # ... unless allowOut names it too: allowOut wins.
+    sbx.update_network({"deny_out": [resolver], "allow_out": [resolver]})
+    seen["allowOut and denyOut resolver"] = facts(sbx)
+    assert resolves(seen["allowOut and denyOut resolver"]), seen
+    sbx.kill()
+
+    sbx = Sandbox.create(timeout=300, network={"deny_out": [f"{resolver}/32"]})
+    seen["denyOut resolver"] = facts(sbx)
+    assert refused(seen["denyOut resolver"]), seen
+    sbx.kill()
+
+    # No internet, an address allowed (so a tap0): no DNS.
+    sbx = Sandbox.create(timeout=300, allow_internet_access=False,
+                         network={"allow_out": [host]})
+    seen["no internet, address allowed"] = facts(sbx)
+    assert refused(seen["no internet, address allowed"]), seen
+    sbx.files.write("/tmp/probe.py", PROBE)
+    assert probe(sbx) == "ok", "the allowed address"
+    sbx.kill()
+
+    # No internet, a domain allowed: DNS works (the domain must resolve).
+    sbx = Sandbox.create(timeout=300, allow_internet_access=False,
+                         network={"allow_out": ["pypi.org"]})
+    seen["no internet, domain allowed"] = facts(sbx)
+    assert resolves(seen["no internet, domain allowed"]), seen
+    sbx.kill()
+
+    # No internet at all: no tap0, nothing resolves.
+    sbx = Sandbox.create(timeout=300, allow_internet_access=False)
+    sbx.files.write("/tmp/resolve.py", RESOLVE)
+    code, o, _, _ = run(sbx, "python3 /tmp/resolve.py pypi.org", timeout=90)
+    seen["no internet"] = o.strip()
+    assert seen["no internet"].startswith("error"), seen
+    sbx.kill()
+    result(resolver=resolver, seen=seen)
+
+
+@case
+def slirp_running():
+    """A sandbox with internet, left running: the Rust side finds its
+    slirp4netns."""
+    sbx = Sandbox.create(timeout=300)
+    sbx.files.write("/tmp/probe.py", PROBE)
+    assert probe(sbx) == "ok", "the target"
+    result(sandbox=sbx.sandbox_id, uid=host_uid(sbx))
+
+
+@case
+def slirp_pause_kill():
+    """The running sandbox WARREN_SANDBOX (its slirp4netns in its cgroups)
+    pauses and resumes with its network, then is killed while paused."""
+    sbx = Sandbox.connect(os.environ["WARREN_SANDBOX"])
+    sbx.pause()
+    assert info(sbx.sandbox_id)["state"] == "paused"
+    sbx = Sandbox.connect(sbx.sandbox_id)  # resumes it
+    assert info(sbx.sandbox_id)["state"] == "running"
+    after = probe(sbx)
+    assert after == "ok", f"the network after a resume: {after}"
+    sbx.pause()
+    assert info(sbx.sandbox_id)["state"] == "paused"
+    sbx.kill()
+    status, _, _ = http("GET", f"/sandboxes/{sbx.sandbox_id}", {"X-API-Key": API_KEY})
+    assert status == 404, status
+    result(sandbox=sbx.sandbox_id, after_resume=after)
 
 
 if __name__ == "__main__":

@@ -111,7 +111,7 @@ def identities():
     assert maps[0][1] != maps[1][1], maps
     # User code is `user`, not envd's identity: it can neither read envd's
     # environment nor signal it.
-    code, out, err, _ = sh(a, "id -un; pid=$(pgrep -f 'warren envd' | head -1); "
+    code, out, err, _ = sh(a, "id -un; pid=$(pgrep -f '^/opt/warren/bin/warren envd'); "
                               "cat /proc/$pid/environ >/dev/null 2>&1 && echo READ; "
                               "ls /proc/$pid/fd >/dev/null 2>&1 && echo FDS; "
                               "kill -9 $pid 2>&1 || echo KILL_REFUSED")
@@ -182,28 +182,93 @@ def limits():
     result(a=a.sandbox_id, b=b.sandbox_id)
 
 
+# Each call kernel_surface tries, as `user` and as root: `name ret errno`.
+# x86_64 numbers: keyctl 250, add_key 248, bpf 321, perf_event_open 298,
+# unshare 272, mount 165, io_uring_setup 425, socket 41, setsockopt 54,
+# pidfd_open 434, pidfd_getfd 438, ioctl 16.
+KERNEL_PROBE = r"""
+import ctypes, os, pty, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *a):
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *a)
+    return r, ctypes.get_errno()
+def show(name, r):
+    print(name, r[0] if r[0] < 0 else 0, r[1])
+show('keyctl', call(250, 0, 0, 0, 0))
+show('add_key', call(248, b'user', b'k', b'v', 1, ctypes.c_long(-4)))
+show('bpf', call(321, 0, 0, 0))
+show('perf', call(298, 0, 0, -1, -1, 0))
+show('mount', call(165, b'none', b'/mnt', b'tmpfs', 0, 0))
+for name, flag in [('user', 0x10000000), ('mnt', 0x20000), ('net', 0x40000000),
+                   ('uts', 0x4000000), ('ipc', 0x8000000), ('pid', 0x20000000),
+                   ('cgroup', 0x2000000), ('time', 0x80)]:
+    show('unshare_' + name, call(272, flag))
+params = ctypes.create_string_buffer(120)
+show('io_uring_setup', call(425, 4, params))
+# AF_NETLINK, SOCK_RAW, NETLINK_NETFILTER: how nft reaches nf_tables.
+show('netlink_netfilter', call(41, 16, 3, 12))
+one = ctypes.c_int(1)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+show('ipt_set_replace', call(54, u.fileno(), 0, 64, ctypes.byref(one), 4))
+pidfd = libc.syscall(434, os.getpid(), 0)
+show('pidfd_getfd', call(438, pidfd, 1, 0))
+# TIOCSTI into a terminal that is the caller's controlling one (a new
+# session's first terminal): what typed into the node's terminal.
+master, slave = pty.openpty()
+name = os.ttyname(slave)
+r, w = os.pipe()
+child = os.fork()
+if child == 0:
+    os.setsid()
+    fd = os.open(name, os.O_RDWR)
+    c = ctypes.c_char(b'x')
+    got = call(16, fd, 0x5412, ctypes.byref(c))
+    os.write(w, ('%d %d' % (got[0] if got[0] < 0 else 0, got[1])).encode())
+    os._exit(0)
+os.waitpid(child, 0)
+got = os.read(r, 64).decode().split()
+print('tiocsti', got[0], got[1])
+"""
+
+
 @attack
 def kernel_surface():
     sbx = Sandbox.create(timeout=120)
-    probe = ("python3 -c \"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-             "def call(nr, *a):\n    r = libc.syscall(nr, *a)\n    return r, ctypes.get_errno()\n"
-             # x86_64: keyctl 250, add_key 248, bpf 321, perf_event_open 298, unshare 272, mount 165
-             "print('keyctl', *call(250, 0, 0, 0, 0))\n"
-             "print('add_key', *call(248, b'user', b'k', b'v', 1, ctypes.c_long(-4)))\n"
-             "print('bpf', *call(321, 0, 0, 0))\n"
-             "print('perf', *call(298, 0, 0, -1, -1, 0))\n"
-             "print('unshare_user', *call(272, 0x10000000))\n"
-             "print('mount', *call(165, b'none', b'/mnt', b'tmpfs', 0, 0))\n\"")
+    sbx.files.write("/tmp/kernel_probe.py", KERNEL_PROBE)
+    seen = {}
     for user in ("user", "root"):
-        code, out, err, _ = sh(sbx, probe, user=user)
+        code, out, err, _ = sh(sbx, "python3 /tmp/kernel_probe.py", user=user)
+        assert code == 0, (user, out, err)
         facts = {line.split()[0]: (int(line.split()[1]), int(line.split()[2]))
                  for line in out.strip().split("\n")}
+        seen[user] = facts
         for name, (ret, errno) in facts.items():
             assert ret == -1 and errno == 1, f"{name} as {user}: {ret} errno {errno} (want EPERM)"
-    code, out, err, _ = sh(sbx, "unshare -U true 2>&1; echo rc=$?", user="root")
-    assert "rc=0" not in out, out
+    # The tools, as root: each fails.
+    tools = {}
+    for cmd in ["unshare -U true", "unshare -n true", "unshare -m true", "unshare -T true",
+                "unshare -C true", "unshare -i true", "unshare -u true", "unshare -p -f true",
+                "nft add table inet x"]:
+        code, out, err, _ = sh(sbx, f"{cmd} 2>&1; echo rc=$?", user="root")
+        tools[cmd] = out.strip()
+        assert "rc=0" not in out, (cmd, out)
+    # What the SDK suites rely on keeps working: sudo, pip, threads and
+    # processes (Python's multiprocessing), node.
+    code, out, err, _ = sh(sbx, "sudo -n id -u")
+    assert code == 0 and out.strip() == "0", (code, out, err)
+    code, out, err, _ = sh(sbx, "pip --version")
+    assert code == 0 and "pip" in out, (code, out, err)
+    threads = ("python3 -c \"import threading, multiprocessing as mp\n"
+               "t = [threading.Thread(target=sum, args=([1],)) for _ in range(8)]\n"
+               "[x.start() for x in t]; [x.join() for x in t]\n"
+               "with mp.Pool(2) as p: print(sum(p.map(abs, range(-5, 5))))\"")
+    code, out, err, _ = sh(sbx, threads)
+    assert code == 0 and out.strip() == "25", (code, out, err)
+    code, out, err, _ = sh(sbx, "node -e 'require(\"fs\").readFileSync(\"/etc/hostname\"); console.log(\"node ok\")'")
+    assert code == 0 and out.strip() == "node ok", (code, out, err)
     assert ok(sbx)
-    result(sandbox=sbx.sandbox_id)
+    result(sandbox=sbx.sandbox_id, seen=seen, tools=tools)
 
 
 @attack
@@ -255,6 +320,124 @@ def forged_marker():
     for _ in range(20):
         status, hdrs, body = http("GET", "/", headers, base=os.environ["E2B_SANDBOX_URL"])
         assert status == 404 and body == b"app says not here", (status, body)
+    assert ok(sbx)
+    result(sandbox=sbx.sandbox_id)
+
+
+# Every descriptor of every process of the sandbox, as its root sees them,
+# and whether any of them reads back the host's secret marker.
+DESCRIPTOR_PROBE = r"""
+import json, os, sys
+marker = sys.argv[1].encode()
+foreign, found, ttys = [], [], []
+for pid in [p for p in os.listdir('/proc') if p.isdigit()]:
+    d = f'/proc/{pid}/fd'
+    try:
+        fds = os.listdir(d)
+    except OSError:
+        continue
+    for fd in fds:
+        p = f'{d}/{fd}'
+        try:
+            target = os.readlink(p)
+        except OSError:
+            continue
+        if target.split(':')[0] in ('pipe', 'socket', 'anon_inode') or target.startswith('/memfd:'):
+            continue
+        if target.startswith('/dev/pts/') or target == '/dev/ptmx':
+            continue  # envd's own PTYs (reading them would steal a command's output)
+        # A descriptor of a file outside the sandbox names a path that, in
+        # here, is missing or another file.
+        try:
+            same = os.stat(p).st_ino == os.stat(target).st_ino and os.stat(p).st_dev == os.stat(target).st_dev
+        except OSError:
+            same = False
+        if not same and not target.endswith(' (deleted)'):
+            foreign.append((p, target))
+        if target.startswith('/dev/tty') or target == '/dev/console':
+            ttys.append((p, target))
+        try:
+            f = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            data = os.read(f, 1 << 22)
+        except OSError:
+            data = b''
+        finally:
+            os.close(f)
+        if marker in data:
+            found.append((p, target))
+pid1 = {fd: os.readlink(f'/proc/1/fd/{fd}') for fd in os.listdir('/proc/1/fd')}
+print(json.dumps({'foreign': foreign, 'found': found, 'ttys': ttys, 'pid1': pid1,
+                  'exe': os.readlink('/proc/1/exe')}))
+"""
+
+
+@attack
+def descriptors():
+    marker = os.environ["WARREN_SECRET_MARKER"]
+    sbx = Sandbox.create(timeout=120)
+    sbx.files.write("/tmp/fds.py", DESCRIPTOR_PROBE)
+    code, out, err, _ = sh(sbx, f"python3 /tmp/fds.py {marker}", user="root")
+    assert code == 0, (out, err)
+    facts = json.loads(out)
+    # No descriptor of any process here leads to a host file (the node's
+    # log, a stray descriptor of the operator's shell) or terminal...
+    assert not facts["foreign"], facts["foreign"]
+    assert not facts["ttys"], facts["ttys"]
+    # ...nor reads back the secret the host put in one.
+    assert not facts["found"], facts["found"]
+    # Pid 1 keeps nothing but /dev/null, and runs the sandbox's own copy.
+    assert facts["pid1"] == {"0": "/dev/null", "1": "/dev/null", "2": "/dev/null"}, facts["pid1"]
+    assert facts["exe"] == "/opt/warren/bin/warren", facts["exe"]
+    # No terminal: /dev/tty is nobody's here, for user code as for root.
+    for user in ("user", "root"):
+        code, out, err, _ = sh(sbx, "python3 -c \"import os\ntry:\n    os.open('/dev/tty', os.O_RDWR)\n"
+                                    "    print('opened')\nexcept OSError as e:\n    print(e.errno)\"", user=user)
+        assert out.strip() == "6", f"/dev/tty as {user}: {out} {err}"  # ENXIO: no controlling terminal
+    # envd's stdout and stderr are the node's pipes: the sandbox's root
+    # cannot open them (they belong to the host's root).
+    code, out, err, _ = sh(sbx, "for n in 1 2; do echo x 2>/dev/null > /proc/$PPID/fd/$n && echo OPENED $n; done; "
+                                "ls -l /proc/$PPID/exe", user="root")
+    assert "OPENED" not in out, out
+    assert "/opt/warren/bin/warren" in out, out  # $PPID is envd
+    assert ok(sbx)
+    result(sandbox=sbx.sandbox_id)
+
+
+@attack
+def host_files():
+    # What another host account would look for: this sandbox's envd token
+    # and an API key in its envVars (in the scheduler's database), and a
+    # set-user-ID root shell in a snapshot's layer (in the template store).
+    marker = os.environ["WARREN_SECRET_MARKER"]
+    sbx = Sandbox.create(timeout=120, envs={"OPENAI_API_KEY": marker})
+    code, out, err, _ = sh(sbx, "cp /bin/bash /home/user/suid-bash && chmod 4755 /home/user/suid-bash "
+                                "&& stat -c %a /home/user/suid-bash", user="root")
+    assert out.strip() == "4755", (out, err)
+    snap = sbx.create_snapshot()
+    result(sandbox=sbx.sandbox_id, token=sbx._envd_access_token, snapshot=snap.snapshot_id)
+
+
+@attack
+def host_files_cleanup():
+    assert Sandbox.delete_snapshot(os.environ["WARREN_SNAPSHOT"]) is True
+    result(deleted=True)
+
+
+@attack
+def console_flood():
+    # Run on the `process` runtime, where a command may open envd's stderr
+    # (the same console pipe an isolated sandbox's envd writes to): what is
+    # written there reaches the node's log as this sandbox's output,
+    # escaped and bounded, a forged line and then 16 MiB.
+    forged = os.environ["WARREN_FORGED_MARKER"]
+    sbx = Sandbox.create(timeout=120)
+    flood = (f"printf '{forged} warren_node: forged \\033[31mred\\n' > /proc/$PPID/fd/2 && "
+             "head -c 16777216 /dev/zero | tr '\\0' 'x' | fold -w 1000 > /proc/$PPID/fd/2 && echo flooded")
+    code, out, err, _ = sh(sbx, flood, timeout=120)
+    assert out.strip() == "flooded", (out, err)
     assert ok(sbx)
     result(sandbox=sbx.sandbox_id)
 

@@ -82,6 +82,9 @@ impl Cluster {
     pub async fn start(exe: &Path, dir: &Path, spec: &ClusterSpec) -> anyhow::Result<Cluster> {
         let logs = dir.join("logs");
         std::fs::create_dir_all(&logs)?;
+        // Both replicas seal tokens and envVars with one key.
+        let store_key = dir.join("store.key");
+        warren_harness::write_store_key(&store_key)?;
         let delay = |part: &str| -> Vec<String> {
             match &spec.shutdown_delay {
                 Some(d) if supports(exe, part, "--shutdown-delay") => {
@@ -130,6 +133,8 @@ impl Cluster {
                 &format!("127.0.0.1:{admin}"),
                 "--database-url",
                 &spec.database_url,
+                "--store-key-file",
+                &store_key.display().to_string(),
                 "--lease",
                 &spec.lease,
                 "--sweep-interval",
@@ -176,7 +181,7 @@ impl Cluster {
         }
         // The key in a file only this account reads, never on a command line.
         let keys = dir.join("gateway-api-keys");
-        warren_core::config::write_private_file(&keys, &format!("{} {TEAM}\n", spec.api_key))?;
+        warren_core::private::write(&keys, format!("{} {TEAM}\n", spec.api_key).as_bytes())?;
         for i in 1..=2 {
             let (port, admin) = (free_port()?, free_port()?);
             let mut args = strings(&[

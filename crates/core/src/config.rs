@@ -145,43 +145,6 @@ fn scalar(v: &toml::Value, path: &str, key: &str) -> Result<String, ConfigError>
     }
 }
 
-/// Reads a file of secrets given by `flag` (API keys): refused, naming the
-/// flag, when an account other than its owner may read or write it.
-pub fn read_private_file(path: &Path, flag: &str) -> Result<String, ConfigError> {
-    use std::os::unix::fs::MetadataExt;
-    let read = |source| ConfigError::Read {
-        path: path.display().to_string(),
-        source,
-    };
-    let file = std::fs::File::open(path).map_err(read)?;
-    let mode = file.metadata().map_err(read)?.mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(ConfigError::Invalid(format!(
-            "{flag} {}: mode {mode:04o} lets other accounts read it; chmod 600 it",
-            path.display()
-        )));
-    }
-    std::io::read_to_string(file).map_err(read)
-}
-
-/// Writes `contents` to `path` readable and writable by this account only
-/// (0600 from creation; an existing file is made 0600 before it is
-/// written): how a part hands a secret to another without a command line.
-pub fn write_private_file(path: &Path, contents: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.set_len(0)?;
-    f.write_all(contents.as_bytes())?;
-    f.sync_all()
-}
-
 /// Parses a duration such as `500ms`, `2s`, `5m`, `1h` or a bare number of
 /// seconds. Used as a clap `value_parser` for every duration setting.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -231,21 +194,6 @@ mod tests {
             .chain(a.iter().copied())
             .map(Into::into)
             .collect()
-    }
-
-    #[test]
-    fn private_files_are_private() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("keys");
-        std::fs::write(&path, "old and longer").unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = read_private_file(&path, "--keys").unwrap_err().to_string();
-        assert!(err.contains("--keys") && err.contains("chmod 600"), "{err}");
-        write_private_file(&path, "k t\n").unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        assert_eq!(read_private_file(&path, "--keys").unwrap(), "k t\n");
     }
 
     #[test]

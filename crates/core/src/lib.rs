@@ -15,6 +15,7 @@
 //! - [`server`]: the one HTTP server loop every listener runs, generic over
 //!   how connections are accepted (a handshake step for TLS), with the same
 //!   timeouts, connection limits, metrics and graceful drain.
+//! - [`private`]: host files only their owner may read (made so, checked).
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.
@@ -29,6 +30,7 @@ pub mod id;
 pub mod logging;
 pub mod network;
 pub mod node_api;
+pub mod private;
 pub mod server;
 pub mod shutdown;
 pub mod time;

@@ -1,9 +1,29 @@
 //! A sandbox's egress policy as E2B's API states it (`allow_internet_access`,
 //! `network.allowOut`, `network.denyOut`), shared by the gateway (which
-//! validates it) and the node (which enforces it).
+//! validates it) and the node (which validates it again and enforces it).
+//!
+//! The lists are bounded ([`MAX_ENTRIES`], [`MAX_DOMAINS`]): E2B's API
+//! states no bound, and the node turns every entry into an element of an
+//! nftables set, so an unbounded list would be unbounded kernel memory and
+//! an unbounded transaction on every policy change.
 
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
+
+/// Most entries `allowOut` or `denyOut` may have, each. E2B's OpenAPI spec
+/// and SDKs state no bound; a thousand is far more than a policy written by
+/// hand needs, and a list past it (a blocklist of a whole country) belongs
+/// in an egress proxy, not in per-sandbox kernel rules.
+pub const MAX_ENTRIES: usize = 1000;
+
+/// Most domain names among `allowOut`'s entries: the node resolves each
+/// when the sandbox starts and at every update, under the sandbox's lock.
+pub const MAX_DOMAINS: usize = 100;
+
+/// Most addresses one `allowOut` domain may resolve to (the node refuses a
+/// policy whose domain answers with more); with [`MAX_DOMAINS`] this bounds
+/// the addresses a policy's domains add to its allow set.
+pub const MAX_ADDRESSES_PER_DOMAIN: usize = 64;
 
 /// A sandbox's egress policy (E2B's `allow_internet_access` and
 /// `network.allowOut`/`denyOut`).
@@ -30,9 +50,35 @@ impl NetworkPolicy {
         self.allow_internet || !self.allow_out.is_empty()
     }
 
+    /// Whether `allowOut` names a domain (the sandbox then needs DNS).
+    pub fn has_domains(&self) -> bool {
+        self.allow_out.iter().any(|e| parse_net(e).is_none())
+    }
+
     /// Checks every entry: a CIDR, a bare address, or (in `allowOut` only)
-    /// a domain name. The error names the entry.
+    /// a domain name; and the bounds ([`MAX_ENTRIES`] per list,
+    /// [`MAX_DOMAINS`]). The error names the entry or the field and the
+    /// limit.
     pub fn validate(&self) -> Result<(), String> {
+        for (field, list) in [("allowOut", &self.allow_out), ("denyOut", &self.deny_out)] {
+            if list.len() > MAX_ENTRIES {
+                return Err(format!(
+                    "network.{field} has {} entries; at most {MAX_ENTRIES} are allowed",
+                    list.len()
+                ));
+            }
+        }
+        let domains = self
+            .allow_out
+            .iter()
+            .filter(|e| parse_net(e).is_none())
+            .count();
+        if domains > MAX_DOMAINS {
+            return Err(format!(
+                "network.allowOut has {domains} domain names; at most {MAX_DOMAINS} are allowed \
+                 (addresses and CIDRs count only against the {MAX_ENTRIES} entries)"
+            ));
+        }
         for e in &self.allow_out {
             if parse_net(e).is_none() && !is_domain(e) {
                 return Err(format!(
@@ -166,5 +212,54 @@ mod tests {
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn lists_are_bounded_and_the_error_names_field_and_limit() {
+        let addrs = |n: usize| -> Vec<String> {
+            (0..n)
+                .map(|i| format!("10.{}.{}.0/24", i / 256, i % 256))
+                .collect()
+        };
+        let at_limit = NetworkPolicy {
+            allow_internet: true,
+            allow_out: addrs(MAX_ENTRIES),
+            deny_out: addrs(MAX_ENTRIES),
+        };
+        assert!(at_limit.validate().is_ok());
+        for (policy, field) in [
+            (
+                NetworkPolicy {
+                    deny_out: addrs(MAX_ENTRIES + 1),
+                    ..at_limit.clone()
+                },
+                "network.denyOut",
+            ),
+            (
+                NetworkPolicy {
+                    allow_out: addrs(MAX_ENTRIES + 1),
+                    ..at_limit.clone()
+                },
+                "network.allowOut",
+            ),
+        ] {
+            let e = policy.validate().unwrap_err();
+            assert!(e.contains(field) && e.contains("1000"), "{e}");
+        }
+        let domains =
+            |n: usize| -> Vec<String> { (0..n).map(|i| format!("h{i}.example.com")).collect() };
+        let ok = NetworkPolicy {
+            allow_out: domains(MAX_DOMAINS),
+            ..Default::default()
+        };
+        assert!(ok.validate().is_ok() && ok.has_domains());
+        let e = NetworkPolicy {
+            allow_out: domains(MAX_DOMAINS + 1),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("network.allowOut") && e.contains("100 "), "{e}");
+        assert!(!at_limit.has_domains());
     }
 }

@@ -365,7 +365,7 @@ impl Config {
                 .map_err(|e| invalid(format!("--api-key: {e}")))?;
         }
         if let Some(path) = &self.api_keys_file {
-            let text = warren_core::config::read_private_file(path, "--api-keys-file")?;
+            let text = read_private(path, "--api-keys-file")?;
             for (n, line) in text.lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if line.is_empty() {
@@ -522,6 +522,16 @@ where
         ));
     }
     Ok(())
+}
+
+/// A file of secrets named by `flag`, refused (naming the flag and the
+/// fix) when an account other than its owner may read or write it.
+pub fn read_private(path: &std::path::Path, flag: &str) -> Result<String, ConfigError> {
+    warren_core::private::check(path).map_err(|e| ConfigError::Invalid(format!("{flag}: {e}")))?;
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })
 }
 
 /// Shows only the start of a secret in error messages.

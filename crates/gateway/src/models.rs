@@ -554,6 +554,44 @@ mod tests {
         }
     }
 
+    /// Past the entry bound, create and update are a 400 naming the field
+    /// and the limit; at it they pass.
+    #[test]
+    fn network_lists_are_bounded() {
+        use warren_core::network::MAX_ENTRIES;
+        let list = |n: usize| -> String {
+            let v: Vec<String> = (0..n)
+                .map(|i| format!("10.{}.{}.1", i / 256, i % 256))
+                .collect();
+            serde_json::to_string(&v).unwrap()
+        };
+        let create = |field: &str, n: usize| {
+            let body = format!(
+                r#"{{"templateID":"base","network":{{"{field}":{}}}}}"#,
+                list(n)
+            );
+            NewSandbox::parse(body.as_bytes(), 300)
+        };
+        let update = |field: &str, n: usize| {
+            NetworkUpdate::parse(format!(r#"{{"{field}":{}}}"#, list(n)).as_bytes())
+        };
+        for field in ["allowOut", "denyOut"] {
+            assert!(create(field, MAX_ENTRIES).is_ok());
+            assert!(update(field, MAX_ENTRIES).is_ok());
+            for e in [
+                create(field, MAX_ENTRIES + 1).unwrap_err(),
+                update(field, MAX_ENTRIES + 1).unwrap_err(),
+            ] {
+                assert_eq!(e.status.as_u16(), 400);
+                assert!(
+                    e.message.contains(field) && e.message.contains("at most 1000"),
+                    "{}",
+                    e.message
+                );
+            }
+        }
+    }
+
     #[test]
     fn port_access_at_create() {
         let s = NewSandbox::parse(

@@ -25,6 +25,16 @@ pub use process::{Exit, Launch, Proc, EXIT_WITH_PARENT, START_TIMEOUT};
 use std::future::Future;
 use std::time::Duration;
 
+/// Writes a new scheduler store key (`--store-key-file`: 32 random bytes
+/// as 64 hex digits) to `path`, readable by its owner only.
+pub fn write_store_key(path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Read;
+    let mut key = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut key)?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    warren_core::private::write(path, format!("{hex}\n").as_bytes())
+}
+
 /// A loopback port that was free a moment ago (bound and released; the
 /// process that gets it binds it right after).
 pub fn free_port() -> std::io::Result<u16> {

@@ -71,6 +71,7 @@ impl PgServer {
                 dir.path().display()
             );
         }
+        crate::write_store_key(&dir.path().join("store.key"))?;
         let server = PgServer {
             url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
             port,
@@ -157,6 +158,12 @@ impl PgServer {
     }
 
     /// The server's data directory.
+    /// A scheduler store key (`--store-key-file`) for the schedulers of
+    /// this server's databases: replicas of one store must share one.
+    pub fn store_key_file(&self) -> PathBuf {
+        self.dir.path().join("store.key")
+    }
+
     pub fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
     }

@@ -106,6 +106,11 @@ impl Launch {
             .stdout(Stdio::piped())
             .stderr(stderr)
             .kill_on_drop(true);
+        // A session of its own: no part holds the terminal this was started
+        // from as its controlling terminal, so nothing a part (or a sandbox
+        // under it) runs can type into it or signal it. Ctrl-C there reaches
+        // only the process that started the parts, which stops them.
+        warren_sys::new_session(cmd.as_std_mut());
         for (k, v) in &self.envs {
             cmd.env(k, v);
         }

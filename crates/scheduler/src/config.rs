@@ -47,6 +47,14 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_DATABASE_URL")]
     pub database_url: Option<String>,
 
+    /// The key file sealing access tokens and `envVars` in the store: one
+    /// or more keys of 64 hex digits, one per line, the first sealing, all
+    /// opening; readable by its owner only (see docs/security.md, "Host
+    /// files"). Required with PostgreSQL (every replica the same file);
+    /// with SQLite, `store.key` beside the database is made on first start.
+    #[arg(long, env = "WARREN_SCHEDULER_STORE_KEY_FILE")]
+    pub store_key_file: Option<PathBuf>,
+
     /// Connections for reads (lookups, lists, watch replays); writes use one
     /// more, since writers take the store's write lock one at a time anyway.
     #[arg(long, env = "WARREN_SCHEDULER_DATABASE_POOL_SIZE", default_value_t = 8)]
@@ -233,6 +241,35 @@ pub enum StoreLocation {
     SqliteUrl(String),
     /// A PostgreSQL URL as given (`postgres://...`).
     Postgres(String),
+}
+
+impl StoreLocation {
+    /// Where the store key is when `--store-key-file` names none: beside
+    /// an SQLite database file (made on first start); `None` for an
+    /// in-memory database (a key for this process only will do) and for
+    /// PostgreSQL (the key file must be named).
+    pub fn default_key_file(&self) -> Option<Option<PathBuf>> {
+        let beside = |db: &std::path::Path| {
+            Some(
+                db.parent()
+                    .unwrap_or(std::path::Path::new("."))
+                    .join("store.key"),
+            )
+        };
+        match self {
+            StoreLocation::SqliteFile(db) => Some(beside(db)),
+            StoreLocation::SqliteUrl(url) => {
+                let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url).ok()?;
+                let db = opts.get_filename();
+                if db.as_os_str().is_empty() || db == std::path::Path::new(":memory:") {
+                    Some(None)
+                } else {
+                    Some(beside(db))
+                }
+            }
+            StoreLocation::Postgres(_) => None,
+        }
+    }
 }
 
 /// Shortest lease accepted: below this, ordinary scheduling jitter kills nodes.

@@ -54,7 +54,10 @@ const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Runs `warren scheduler` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config) -> anyhow::Result<()> {
     config::refuse_secrets_in_args(std::env::args_os())?;
-    config.validate()?;
+    let location = config.validate()?;
+    // The store key too, before any socket is bound (made on first start
+    // with SQLite; `serve` reads the same file).
+    sealer(&config, &location)?;
     // The scheduler starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.
     warren_core::server::raise_fd_limit();
@@ -96,11 +99,13 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
     let location = config.validate()?;
+    let sealer = Arc::new(sealer(&config, &location)?);
     let trust = config
         .tls
         .load(warren_trust::Role::Scheduler, None)
         .map_err(warren_core::config::ConfigError::Invalid)?;
-    let store = Arc::new(open_store(location, config.database_pool_size).await?);
+    let store = Arc::new(open_store(location, config.database_pool_size, sealer).await?);
+    tokio::spawn(reseal_all(store.clone()));
     let lease = match store.postgres_url() {
         None => ReplicaLease::Sole(sweep::SoleReplica),
         Some(url) => ReplicaLease::Advisory(Box::new(
@@ -119,16 +124,71 @@ pub async fn serve(
     result
 }
 
+/// The store's sealer: from `--store-key-file`, else the default key file
+/// for `location` (made on first start), else refused (PostgreSQL).
+fn sealer(
+    config: &Config,
+    location: &config::StoreLocation,
+) -> Result<store::seal::Sealer, warren_core::config::ConfigError> {
+    use store::seal::Sealer;
+    let bad = |e: store::seal::KeyError| warren_core::config::ConfigError::Invalid(e.to_string());
+    if let Some(path) = &config.store_key_file {
+        return Sealer::from_file(path).map_err(bad);
+    }
+    match location.default_key_file() {
+        // Beside the database: a problem there is the data directory's.
+        Some(Some(path)) => Sealer::open_or_create(&path)
+            .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}"))),
+        Some(None) => Ok(Sealer::ephemeral()),
+        None => Err(warren_core::config::ConfigError::Invalid(
+            "--store-key-file is required with a PostgreSQL store: every replica seals \
+             access tokens and envVars with the same key. Make one, readable by its owner \
+             only, with: (umask 077; openssl rand -hex 32 > store.key)"
+                .into(),
+        )),
+    }
+}
+
+/// Seals again, in the background, every token and `envVars` stored under
+/// another key than the one that seals now (a rotation), or before sealing
+/// existed; says once when none is left.
+async fn reseal_all(store: Arc<SqlStore>) {
+    let mut total = 0usize;
+    loop {
+        match store.reseal(500).await {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e) => {
+                tracing::error!(error = %e, "store: cannot seal stored values again; they stay readable, under their old key");
+                return;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    if total > 0 {
+        tracing::info!(
+            values = total,
+            key = store.sealing_key_id(),
+            "store: sealed again every access token and envVars stored under another key or unsealed"
+        );
+    }
+}
+
 async fn open_store(
     location: config::StoreLocation,
     pool_size: u32,
+    sealer: Arc<store::seal::Sealer>,
 ) -> Result<SqlStore, store::OpenError> {
     match location {
         config::StoreLocation::SqliteFile(path) => {
-            SqlStore::open_sqlite_file(path, pool_size).await
+            SqlStore::open_sqlite_file(path, pool_size, sealer).await
         }
-        config::StoreLocation::SqliteUrl(url) => SqlStore::open_sqlite_url(&url, pool_size).await,
-        config::StoreLocation::Postgres(url) => SqlStore::open_postgres(&url, pool_size).await,
+        config::StoreLocation::SqliteUrl(url) => {
+            SqlStore::open_sqlite_url(&url, pool_size, sealer).await
+        }
+        config::StoreLocation::Postgres(url) => {
+            SqlStore::open_postgres(&url, pool_size, sealer).await
+        }
     }
 }
 

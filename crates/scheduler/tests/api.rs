@@ -599,7 +599,86 @@ async fn heartbeats_say_when_the_next_sandbox_ends(store: TestStore) {
     s.stop().await;
 }
 
+/// An attacker with a copy of the database finds no envd token and no
+/// `envVars` value: both are sealed. Values an older version stored in
+/// the clear are sealed again at the next start, and read the same.
+async fn tokens_and_env_vars_are_sealed_at_rest(store: TestStore) {
+    use sqlx::Row;
+    let s = Sched::start(&store, &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    let marker = format!("sk-{:032x}", rand::random::<u128>());
+    let mut req = place_req("team-1");
+    req.env_vars = HashMap::from([("OPENAI_API_KEY".into(), marker.clone())]);
+    let p = c.place(req).await.unwrap().into_inner();
+    record(&mut c, &p).await;
+    let token = p.binding.clone().unwrap().access_token;
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
+    let raw = |db: sqlx::AnyPool, id: String| async move {
+        let row = sqlx::query("SELECT access_token, env_vars FROM bindings WHERE sandbox_id = $1")
+            .bind(id)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+        (
+            row.get::<String, _>("access_token"),
+            row.get::<String, _>("env_vars"),
+        )
+    };
+    let (t, e) = raw(db.clone(), p.sandbox_id.clone()).await;
+    assert!(t.starts_with("sealed:v1:") && !t.contains(&token), "{t}");
+    assert!(e.starts_with("sealed:v1:") && !e.contains(&marker), "{e}");
+    let got = c
+        .get_access_token(pb::GetAccessTokenRequest {
+            sandbox_id: p.sandbox_id.clone(),
+            team_id: "team-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.access_token, token);
+    // A fork copies the parent's envVars, opened.
+    let mut fork = place_req("team-1");
+    fork.fork_of = p.sandbox_id.clone();
+    let child = c.place(fork).await.unwrap().into_inner();
+    let child_env = child.binding.unwrap().env_vars;
+    assert_eq!(child_env.get("OPENAI_API_KEY"), Some(&marker));
+    // What an older version left in the clear...
+    sqlx::query("UPDATE bindings SET access_token = $1, env_vars = $2 WHERE sandbox_id = $3")
+        .bind(&token)
+        .bind(format!("{{\"OPENAI_API_KEY\":\"{marker}\"}}"))
+        .bind(&p.sandbox_id)
+        .execute(&db)
+        .await
+        .unwrap();
+    s.stop().await;
+    let s = Sched::start(&store, &[]).await;
+    let mut c = s.client().await;
+    let (db2, id) = (db.clone(), p.sandbox_id.clone());
+    eventually("the clear values sealed again", || {
+        let (db, id) = (db2.clone(), id.clone());
+        async move {
+            let (t, e) = raw(db, id).await;
+            (t.starts_with("sealed:v1:") && e.starts_with("sealed:v1:")).then_some(())
+        }
+    })
+    .await;
+    let got = c
+        .get_access_token(pb::GetAccessTokenRequest {
+            sandbox_id: p.sandbox_id.clone(),
+            team_id: "team-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.access_token, token);
+    db.close().await;
+    s.stop().await;
+}
+
 on_both_stores!(
+    tokens_and_env_vars_are_sealed_at_rest,
     place_record_lookup,
     delayed_delete_of_an_old_generation_leaves_the_new_binding,
     the_same_idempotency_key_returns_the_same_sandbox,

@@ -3,8 +3,11 @@
 //! `0..65536`, seen by each sandbox as its own host id range), and
 //! installing a seccomp filter without `no_new_privs` (so `sudo` inside a
 //! sandbox still works; allowed to a process with `CAP_SYS_ADMIN` in its
-//! user namespace); and, for envd's PTY processes, making a child the
-//! leader of a session whose controlling terminal is its stdin.
+//! user namespace); for envd's PTY processes, making a child the leader of
+//! a session whose controlling terminal is its stdin; and, so that nothing
+//! a sandbox runs can reach the operator's terminal or a host descriptor,
+//! starting a child in a session of its own and closing (or marking
+//! close-on-exec) every descriptor past a number.
 //!
 //! Every function is safe to call: arguments are descriptors and paths Rust
 //! owns, results are checked, and the kernel structures are built here.
@@ -206,8 +209,84 @@ pub fn controlling_terminal_from_stdin(cmd: &mut std::process::Command) {
     }
 }
 
+/// Makes the child `cmd` starts the leader of a new session, with no
+/// controlling terminal (`setsid(2)` between fork and exec). Whatever it
+/// starts can neither open the terminal of the process that started it
+/// (`/dev/tty` answers `ENXIO`) nor get signals typed there: Ctrl-C in an
+/// operator's terminal reaches only its foreground process group, which
+/// then stops its children itself. Do not combine with `process_group`
+/// (the child would be a group leader, and `setsid` fails then).
+pub fn new_session(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec, so it may
+    // only make async-signal-safe calls: `setsid` is one, and
+    // `last_os_error` reads errno without allocating.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes the calling process the leader of a new session with no
+/// controlling terminal (`setsid(2)`). Fails with `EPERM` when it already
+/// leads a process group.
+pub fn leave_terminal() -> io::Result<()> {
+    // SAFETY: a plain system call without pointers.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Closes every descriptor numbered `first` or more (`close_range(2)`).
+/// Call it where no other thread may be using one of them: in a
+/// single-threaded process, before it starts any thread.
+pub fn close_from(first: u32) -> io::Result<()> {
+    // SAFETY: no pointers; the descriptors closed are, by the caller's
+    // contract, owned by nothing that will use them again.
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) })?;
+    Ok(())
+}
+
+/// Marks every descriptor numbered `first` or more close-on-exec
+/// (`close_range(2)` with `CLOSE_RANGE_CLOEXEC`): they stay usable here,
+/// and no program this process starts inherits them unless it hands them
+/// on by name (a child's descriptor mapping clears the flag on the copy).
+pub fn cloexec_from(first: u32) -> io::Result<()> {
+    // SAFETY: no pointers; only descriptor flags change.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    })?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn descriptors_past_a_number_are_marked_close_on_exec() {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::File::open("/dev/null").expect("open");
+        let fd = f.as_raw_fd();
+        // std opens with O_CLOEXEC; clear it to see the call set it again.
+        // SAFETY: `fd` is open (owned by `f`) for both calls; only its flags change.
+        unsafe {
+            assert_eq!(libc::fcntl(fd, libc::F_SETFD, 0), 0);
+        }
+        super::cloexec_from(fd as u32).expect("close_range");
+        // SAFETY: as above.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+        assert_ne!(flags & libc::FD_CLOEXEC, 0);
+    }
+
     #[test]
     fn malformed_programs_are_refused() {
         assert!(super::install_seccomp(&[]).is_err());

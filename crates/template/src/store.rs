@@ -6,9 +6,14 @@
 //!                             snapshot's layer (immutable)
 //! rootfs/<hex>/               that tarball unpacked, read-only to sandboxes
 //!                             (0700: only root enters; a layer holds a tenant's files)
+//! tmp/                        scratch (unpacking, builds, snapshots), 0700
 //! templates/<name>.json       name → digest (+ layers) and sandbox defaults
 //! unused/sha256-<hex>         a layer whose last record went (crate::unused)
 //! ```
+//!
+//! `blobs/` is 0700 and every blob 0600; nothing that holds a tenant's
+//! files is ever reachable by another host account, not even while it is
+//! being unpacked (see [`Store::open`]).
 //!
 //! A snapshot (`POST /sandboxes/{id}/snapshots`) is a template too: its
 //! record names its parent's root (`digest`, plus the parent's `layers`)
@@ -120,21 +125,47 @@ pub struct Store {
 }
 
 impl Store {
-    /// The store at `dir` (created if missing).
+    /// The store at `dir` (created if missing). Its `blobs/`, `rootfs/`
+    /// and `tmp/` are made its owner's only (0700), and every blob 0600:
+    /// they hold every team's files, set-user-ID programs among them, and
+    /// everything is unpacked under `tmp/` before it moves into `rootfs/`.
+    /// A process running as root (a node, `warren template build`) that
+    /// cannot make them so fails; another (a gateway reading a store it
+    /// does not own) goes on.
     pub fn open(dir: &Path) -> Result<Store, TemplateError> {
-        for sub in ["blobs", "rootfs", "templates", "tmp"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(io(format!("cannot create {}", dir.join(sub).display())))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir.join("templates")).map_err(io(format!(
+            "cannot create {}",
+            dir.join("templates").display()
+        )))?;
+        let root = nix_is_root();
+        for sub in ["blobs", "rootfs", "tmp"] {
+            let path = dir.join(sub);
+            match warren_core::private::dir(&path) {
+                Ok(()) => {}
+                Err(e) if root => {
+                    return Err(io(format!("cannot make {} private (0700)", path.display()))(e))
+                }
+                Err(_) if path.is_dir() => {}
+                Err(e) => return Err(io(format!("cannot create {}", path.display()))(e)),
+            }
         }
-        // Unpacked roots keep set-user-ID files, and a snapshot's layer has
-        // a tenant's: no account but root may reach them. Best effort (a
-        // gateway reading a store it does not own cannot, and need not).
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(
-                dir.join("rootfs"),
-                std::fs::Permissions::from_mode(0o700),
-            );
+        if root {
+            // Blobs an earlier version stored readable by every account.
+            if let Ok(blobs) = std::fs::read_dir(dir.join("blobs")) {
+                for blob in blobs.flatten() {
+                    let wide = blob
+                        .metadata()
+                        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o077 != 0);
+                    if wide {
+                        std::fs::set_permissions(
+                            blob.path(),
+                            std::fs::Permissions::from_mode(0o600),
+                        )
+                        .map_err(io(format!("cannot make {} private", blob.path().display())))?;
+                    }
+                }
+            }
         }
         Ok(Store {
             dir: dir.to_path_buf(),
@@ -166,6 +197,10 @@ impl Store {
         let digest = format!("sha256-{hex}");
         let blob = self.blob_path(&digest);
         if !blob.exists() {
+            // Private before it is in place: a blob may hold a tenant's files.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(tar, std::fs::Permissions::from_mode(0o600))
+                .map_err(io(format!("cannot make {} private", tar.display())))?;
             std::fs::rename(tar, &blob)
                 .or_else(|_| std::fs::copy(tar, &blob).map(|_| ()))
                 .map_err(io(format!("cannot store {}", blob.display())))?;
@@ -303,8 +338,14 @@ impl Store {
                 actual,
             });
         }
-        let tmp = self.scratch("unpack");
-        std::fs::create_dir_all(&tmp).map_err(io(format!("cannot create {}", tmp.display())))?;
+        // Unpacked one level down in a private scratch directory (inside
+        // the private `tmp/`): tar gives the tree's top the archive's mode
+        // (0755) when it finishes, which must never open it to other accounts.
+        let scratch = self.scratch("unpack");
+        warren_core::private::dir(&scratch)
+            .map_err(io(format!("cannot create {}", scratch.display())))?;
+        let tmp = scratch.join("root");
+        std::fs::create_dir(&tmp).map_err(io(format!("cannot create {}", tmp.display())))?;
         let out = std::process::Command::new("tar")
             // Overlay whiteouts' markers (`trusted.overlay.*`) as well as the
             // `user.*` attributes tar restores by default: a snapshot's
@@ -323,7 +364,7 @@ impl Store {
             .output()
             .map_err(io("cannot run tar"))?;
         if !out.status.success() {
-            let _ = std::fs::remove_dir_all(&tmp);
+            let _ = std::fs::remove_dir_all(&scratch);
             return Err(TemplateError::Tool {
                 tool: "tar".into(),
                 message: String::from_utf8_lossy(&out.stderr).trim().to_string(),
@@ -331,11 +372,15 @@ impl Store {
         }
         std::fs::write(tmp.join(".warren-complete"), digest)
             .map_err(io("cannot mark the unpacked template"))?;
-        match std::fs::rename(&tmp, &dir) {
-            Ok(()) => Ok(()),
+        let moved = std::fs::rename(&tmp, &dir);
+        match moved {
+            Ok(()) => {
+                let _ = std::fs::remove_dir(&scratch);
+                Ok(())
+            }
             // Another process unpacked it first.
             Err(_) if dir.join(".warren-complete").exists() => {
-                let _ = std::fs::remove_dir_all(&tmp);
+                let _ = std::fs::remove_dir_all(&scratch);
                 Ok(())
             }
             Err(e) => Err(io(format!(
@@ -344,6 +389,18 @@ impl Store {
             ))(e)),
         }
     }
+}
+
+fn nix_is_root() -> bool {
+    // The euid, without a dependency for one call: `/proc/self/status`.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|v| v.split_whitespace().nth(1).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
 }
 
 /// The hex SHA-256 of a file.
@@ -428,5 +485,49 @@ mod tests {
             Err(TemplateError::NotFound(_))
         ));
         assert!(store.remove_layer("../x").is_err());
+    }
+
+    #[test]
+    fn what_holds_tenant_files_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // An older store: wide directories and a wide blob.
+        for sub in ["blobs", "rootfs", "tmp"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+            std::fs::set_permissions(dir.path().join(sub), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+        }
+        let old_blob = dir.path().join("blobs/sha256-old.tar");
+        std::fs::write(&old_blob, "x").unwrap();
+        std::fs::set_permissions(&old_blob, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        if !nix_is_root() {
+            return; // narrowing an existing store is for its owner, root
+        }
+        for sub in ["blobs", "rootfs", "tmp"] {
+            assert_eq!(mode(&dir.path().join(sub)), 0o700, "{sub}");
+        }
+        assert_eq!(mode(&old_blob), 0o600);
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("f"), "hi").unwrap();
+        let tar = dir.path().join("in.tar");
+        let ok = std::process::Command::new("tar")
+            .arg("-cf")
+            .arg(&tar)
+            .arg("-C")
+            .arg(src.path())
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        std::fs::set_permissions(&tar, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let digest = store.add_blob(&tar).unwrap();
+        assert_eq!(mode(&dir.path().join(format!("blobs/{digest}.tar"))), 0o600);
+        // Nothing is left in tmp/, and what was unpacked is only under rootfs/.
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tmp")).unwrap().count(),
+            0
+        );
     }
 }

@@ -30,6 +30,9 @@ pub struct Spec {
     /// dir, as `warren dev` does). Tests that call a node's or the
     /// scheduler's API directly set false (`--insecure-internal`).
     pub tls: bool,
+    /// Each part's stderr appended to `<dir>/<name>.log` ([`Cluster::log`])
+    /// instead of the test's own stderr.
+    pub logs: bool,
 }
 
 impl Default for Spec {
@@ -45,6 +48,7 @@ impl Default for Spec {
             per_gateway_args: vec![],
             dead_scheduler_first: false,
             tls: true,
+            logs: false,
         }
     }
 }
@@ -139,7 +143,11 @@ impl Cluster {
             ));
             args.extend(spec.gateway_args.iter().cloned());
             args.extend(spec.per_gateway_args.get(g).into_iter().flatten().cloned());
-            let gw = spawn(bin, &args, &["gateway http", "gateway admin"]).await?;
+            let name = format!("gateway-{}", g + 1);
+            let log = spec
+                .logs
+                .then(|| dir_of(&cluster).join(format!("{name}.log")));
+            let gw = launch(bin, &args, &["gateway http", "gateway admin"], log).await?;
             cluster.gateways.push(gw);
         }
         Ok(cluster)
@@ -169,7 +177,14 @@ impl Cluster {
         .collect();
         args.extend(tls_args(self.dir.path(), &self.spec, Role::Node, &id));
         args.extend(self.spec.node_args.iter().cloned());
-        spawn(&self.bin, &args, &["node http", "node admin"]).await
+        let log = self.spec.logs.then(|| self.log(&id));
+        launch(&self.bin, &args, &["node http", "node admin"], log).await
+    }
+
+    /// Where part `name` (`scheduler`, `node-1`, `gateway-1`, ...) logs
+    /// when [`Spec::logs`] is set.
+    pub fn log(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("{name}.log"))
     }
 
     /// Starts the scheduler again on `listen` (e.g. the address it had before
@@ -226,7 +241,7 @@ impl Cluster {
             .iter()
             .map(|(key, team)| format!("{key} {team}\n"))
             .collect();
-        warren_core::config::write_private_file(&path, &text)?;
+        warren_core::private::write(&path, text.as_bytes())?;
         Ok(path)
     }
 }
@@ -297,7 +312,23 @@ async fn spawn_scheduler(
     .collect();
     args.extend(tls_args(dir, spec, Role::Scheduler, "scheduler"));
     args.extend(spec.scheduler_args.iter().cloned());
-    spawn(bin, &args, &["scheduler grpc", "scheduler admin"]).await
+    let log = spec.logs.then(|| dir.join("scheduler.log"));
+    launch(bin, &args, &["scheduler grpc", "scheduler admin"], log).await
+}
+
+/// `bin args`, announcing `wait_for`, its stderr appended to `log` or
+/// the test's own.
+async fn launch(
+    bin: &Path,
+    args: &[String],
+    wait_for: &[&str],
+    log: Option<PathBuf>,
+) -> anyhow::Result<Proc> {
+    let mut launch = crate::Launch::new(bin, args).wait_for(wait_for);
+    if let Some(log) = log {
+        launch = launch.log_to(&log);
+    }
+    launch.spawn().await
 }
 
 fn dir_of(cluster: &Cluster) -> &Path {
@@ -316,8 +347,4 @@ fn tls_args(dir: &Path, spec: &Spec, role: Role, name: &str) -> Vec<String> {
     } else {
         vec!["--insecure-internal".into()]
     }
-}
-
-async fn spawn(bin: &Path, args: &[String], wait_for: &[&str]) -> anyhow::Result<Proc> {
-    crate::spawn(bin, args, &[], wait_for).await
 }

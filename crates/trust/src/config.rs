@@ -345,6 +345,9 @@ fn read_own(
     } else {
         None
     };
+    // A private key another account could read is a key that may be
+    // copied: refused, as ssh refuses one.
+    warren_core::private::check(key).map_err(|e| e.to_string())?;
     let private = PrivateKeyDer::from_pem_file(key).map_err(|e| match e {
         rustls::pki_types::pem::Error::Io(e) => format!("cannot read {}: {e}", key.display()),
         e => format!("{}: not a PEM private key: {e}", key.display()),

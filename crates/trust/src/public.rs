@@ -51,7 +51,7 @@ mod tests {
             dir.join(format!("{name}.key")),
         );
         std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
+        warren_core::private::write(Path::new(&k), key.serialize_pem().as_bytes()).unwrap();
         (c.display().to_string(), k.display().to_string())
     }
 
@@ -97,6 +97,15 @@ mod tests {
             err.contains("no certificate") && err.contains("a.key"),
             "{err}"
         );
+        {
+            use std::os::unix::fs::PermissionsExt;
+            // A key file other accounts may read is refused, naming the fix.
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let err = load(&cert, &key).unwrap_err();
+            assert!(err.contains("a.key") && err.contains("chmod 600"), "{err}");
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let err = load(&cert, &cert).unwrap_err();
         assert!(
             err.contains("not a PEM private key") && err.contains("a.pem"),

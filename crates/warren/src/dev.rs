@@ -169,7 +169,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     }
     // The gateways read the key from a file only this account can read.
     let keys_file = data_dir.join("gateway-api-keys");
-    warren_core::config::write_private_file(&keys_file, &format!("{api_key} {DEV_TEAM}\n"))
+    warren_core::private::write(&keys_file, format!("{api_key} {DEV_TEAM}\n").as_bytes())
         .with_context(|| format!("cannot write {}", keys_file.display()))?;
 
     let (exited_tx, mut exited_rx) = mpsc::unbounded_channel::<String>();
@@ -248,7 +248,7 @@ where
         }
         (Some(k), None) => Some(k.clone()),
         (None, Some(path)) => {
-            let text = warren_core::config::read_private_file(path, "--api-key-file")?;
+            let text = warren_gateway::config::read_private(path, "--api-key-file")?;
             Some(text.lines().next().unwrap_or("").trim().to_string())
         }
         (None, None) => None,
@@ -496,7 +496,7 @@ mod tests {
         // From a file only its owner reads.
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("key");
-        warren_core::config::write_private_file(&file, &format!("{key}\n")).unwrap();
+        warren_core::private::write(&file, format!("{key}\n").as_bytes()).unwrap();
         let path = file.display().to_string();
         let c = config(&["--api-key-file", &path]);
         assert_eq!(api_key(&c, ["warren", "dev"]).unwrap(), key);

@@ -58,6 +58,20 @@ fn main() -> ExitCode {
         return ExitCode::from(EX_CONFIG as u8);
     }
     let sub = args.remove(1).to_string_lossy().into_owned();
+    // Whatever descriptors this process inherited (an operator's shell
+    // leaves some open; a supervisor may too) go no further than this
+    // process: nothing it starts gets one unless it is handed on by name.
+    // Not for the sandbox's first processes, which pass theirs on by
+    // number and close the rest themselves (`runtime::launch`). Before any
+    // thread exists.
+    if sub != warren_node::runtime::launch::SUBCOMMAND
+        && sub != warren_node::runtime::launch::INIT_SUBCOMMAND
+    {
+        if let Err(e) = warren_sys::cloexec_from(3) {
+            eprintln!("warren: cannot mark inherited descriptors close-on-exec: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let log_format = take_log_format(&mut args);
     let prog = format!("warren {sub}");
     args[0] = prog.clone().into();

@@ -8,6 +8,13 @@
 //! any runtime, and the token is stored nowhere; `mask_request_host` is the Host a server in the
 //! sandbox sees.
 //!
+//! Egress under load and bounds: `allowOut`/`denyOut` past 1 000 entries
+//! are a 400 naming the field and the limit, and a sandbox's nftables
+//! table (read back from the kernel) has as many rules with a thousand
+//! entries as with one, its addresses in sets; DNS follows the policy; a
+//! sandbox's slirp4netns is in the sandbox's cgroups and goes with a kill
+//! while paused.
+//!
 //! The egress target is a listener in a network namespace of its own,
 //! reached over a veth pair: routable from the host, yet none of the
 //! host's own addresses (which every sandbox is refused), and no outside
@@ -260,4 +267,261 @@ async fn the_traffic_token_is_checked_on_any_runtime_and_never_stored() {
         digests, 1,
         "the sandbox's sandbox.json keeps the token's digest"
     );
+}
+
+/// The host's resolvers, as its /etc/resolv.conf names them (what the node
+/// reads too).
+fn host_resolvers() -> Vec<String> {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .expect("/etc/resolv.conf")
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .map(|a| a.trim().to_string())
+        .filter(|a| a.parse::<std::net::Ipv4Addr>().is_ok())
+        .collect()
+}
+
+/// The host's ruleset as `nft -j` reports it.
+fn ruleset() -> Vec<serde_json::Value> {
+    let out = std::process::Command::new("nft")
+        .args(["-j", "list", "ruleset"])
+        .output()
+        .expect("nft runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("nft -j is JSON");
+    v["nftables"].as_array().cloned().unwrap_or_default()
+}
+
+/// The name of the table whose base chain sends the sockets of host uids
+/// `uid..uid+65535` on (the sandbox's own; the guard covers every range).
+fn table_of(objects: &[serde_json::Value], uid: u64) -> Option<String> {
+    objects.iter().find_map(|o| {
+        let r = &o["rule"];
+        let starts = r["expr"].as_array()?.iter().any(|e| {
+            e["match"]["left"]["meta"]["key"] == "skuid"
+                && e["match"]["right"]["range"][0].as_u64() == Some(uid)
+                && e["match"]["right"]["range"][1].as_u64() == Some(uid + 65535)
+        });
+        starts.then(|| r["table"].as_str().map(str::to_string))?
+    })
+}
+
+/// `(chain, its rules' expressions)`, by chain name.
+type Chains = Vec<(String, Vec<serde_json::Value>)>;
+
+/// The chains of table `table`, and `(set, elements)`.
+fn shape(objects: &[serde_json::Value], table: &str) -> (Chains, Vec<(String, usize)>) {
+    let mut chains: Chains = Vec::new();
+    let mut sets = Vec::new();
+    for o in objects {
+        if o["rule"]["table"] == table {
+            let chain = o["rule"]["chain"].as_str().unwrap_or_default().to_string();
+            let expr = o["rule"]["expr"].clone();
+            match chains.iter_mut().find(|(c, _)| *c == chain) {
+                Some((_, rules)) => rules.push(expr),
+                None => chains.push((chain, vec![expr])),
+            }
+        }
+        if o["set"]["table"] == table {
+            let n = o["set"]["elem"].as_array().map_or(0, Vec::len);
+            sets.push((o["set"]["name"].as_str().unwrap_or_default().to_string(), n));
+        }
+    }
+    chains.sort_by(|a, b| a.0.cmp(&b.0));
+    sets.sort();
+    (chains, sets)
+}
+
+/// The structural side of "egress rules cost the host nothing per entry":
+/// past 1 000 entries a create (SDK and HTTP) and an update are a 400
+/// naming the field and the limit; at the limit the policy holds (its
+/// denied address refused, then allowed when `allowOut` names it), and the
+/// sandbox's table, read back from the kernel, has exactly the rules of a
+/// sandbox with one entry a list (one in the hooked chain: host packets
+/// meet only that), its entries all in sets. Timing the host's connects is
+/// `bench/egress-rules.sh`'s (docs/benchmarks.md), not a test's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_rules_cost_the_host_nothing_per_entry() {
+    let target = Target::start();
+    let c = cluster("isolated").await;
+    let facts = run(
+        &c,
+        "bounded_lists",
+        &[("WARREN_TARGET", target.addr.clone())],
+    )
+    .await;
+    let objects = ruleset();
+    let uid = |k: &str| facts[k].as_u64().unwrap_or_else(|| panic!("{k}: {facts}"));
+    let full = table_of(&objects, uid("full")).expect("the full sandbox's table");
+    let small = table_of(&objects, uid("small")).expect("the small sandbox's table");
+    let (full_chains, full_sets) = shape(&objects, &full);
+    let (small_chains, small_sets) = shape(&objects, &small);
+    // The same rules, whatever the entries (the uid range aside).
+    let count = |chains: &Chains| -> Vec<(String, usize)> {
+        chains.iter().map(|(c, r)| (c.clone(), r.len())).collect()
+    };
+    assert_eq!(count(&full_chains), count(&small_chains), "{full_chains:?}");
+    let out = full_chains
+        .iter()
+        .find(|(c, _)| c == "out")
+        .expect("a hooked chain");
+    assert_eq!(out.1.len(), 1, "host packets meet one rule: {:?}", out.1);
+    assert_eq!(
+        full_chains
+            .iter()
+            .find(|(c, _)| c == "egress")
+            .map(|(_, r)| r),
+        small_chains
+            .iter()
+            .find(|(c, _)| c == "egress")
+            .map(|(_, r)| r),
+        "the policy chains differ"
+    );
+    // Entries live in sets: no rule names an address of the lists.
+    let rules_text = serde_json::to_string(&full_chains).expect("json");
+    assert!(
+        !rules_text.contains("100.64.") && !rules_text.contains("203.0."),
+        "an entry became a rule: {rules_text}"
+    );
+    let elems = |sets: &[(String, usize)], name: &str| {
+        sets.iter().find(|(n, _)| n == name).map_or(0, |(_, n)| *n)
+    };
+    assert_eq!(elems(&full_sets, "deny4"), 1000, "{full_sets:?}");
+    assert_eq!(elems(&full_sets, "allow4"), 1000, "{full_sets:?}");
+    assert_eq!(
+        (elems(&small_sets, "deny4"), elems(&small_sets, "allow4")),
+        (1, 1)
+    );
+    assert_eq!(facts["steps"]["allowed among 1000"], "ok", "{facts}");
+}
+
+/// DNS under the policy: a default sandbox resolves (through slirp's
+/// 10.0.2.3 and at the host's resolver itself); a `denyOut` naming the
+/// resolver refuses DNS (at create and by an update), unless `allowOut`
+/// names it too; with internet off, a sandbox with an address allowed
+/// cannot resolve, one with a domain allowed can, one with nothing has no
+/// network at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dns_follows_the_policy() {
+    let resolvers = host_resolvers();
+    assert!(!resolvers.is_empty(), "the host has an IPv4 resolver");
+    let target = Target::start();
+    let c = cluster("isolated").await;
+    let facts = run(
+        &c,
+        "dns_under_policy",
+        &[
+            ("WARREN_TARGET", target.addr.clone()),
+            (
+                "WARREN_RESOLVERS",
+                serde_json::to_string(&resolvers).expect("json"),
+            ),
+        ],
+    )
+    .await;
+    assert_eq!(
+        facts["seen"]["no internet, address allowed"]["host resolver tcp"], "refused",
+        "{facts}"
+    );
+}
+
+/// The `(pid, uid, launcher pid)` of every slirp4netns on the host.
+fn slirps() -> Vec<(i32, u64, i32)> {
+    let mut found = Vec::new();
+    for pid in std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() != "slirp4netns" {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let launcher = cmdline
+            .split(|b| *b == 0)
+            .filter_map(|a| std::str::from_utf8(a).ok())
+            .find_map(|a| a.strip_prefix("--userns-path=/proc/"))
+            .and_then(|a| a.split('/').next()?.parse().ok())
+            .unwrap_or(0);
+        found.push((pid, uid, launcher));
+    }
+    found
+}
+
+/// slirp4netns inside the sandbox's bounds: the sandbox's slirp4netns (the
+/// one running as its first host uid) is in exactly the cgroups of the
+/// sandbox's launcher, every hierarchy, named for the sandbox; it lives
+/// through a pause and a resume (the network works after), and a kill
+/// while paused takes it and its nftables table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slirp4netns_runs_inside_the_sandboxs_cgroups() {
+    let target = Target::start();
+    let c = cluster("isolated").await;
+    let env = [("WARREN_TARGET", target.addr.clone())];
+    let facts = run(&c, "slirp_running", &env).await;
+    let sandbox = facts["sandbox"].as_str().expect("sandbox").to_string();
+    let uid = facts["uid"].as_u64().expect("uid");
+    let mine: Vec<_> = slirps().into_iter().filter(|s| s.1 == uid).collect();
+    assert_eq!(mine.len(), 1, "the sandbox's slirp4netns: {:?}", slirps());
+    let (pid, _, launcher) = mine[0];
+    let cgroups = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .unwrap_or_else(|e| panic!("/proc/{pid}/cgroup: {e}"))
+    };
+    let (theirs, its) = (cgroups(pid), cgroups(launcher));
+    assert_eq!(
+        theirs, its,
+        "slirp4netns ({pid}) is not in the cgroups of its sandbox's launcher ({launcher})"
+    );
+    let named: Vec<&str> = theirs.lines().filter(|l| l.contains(&sandbox)).collect();
+    assert!(
+        named
+            .iter()
+            .any(|l| l.contains("memory") || l.starts_with("0::")),
+        "slirp4netns is not in the sandbox's memory cgroup:\n{theirs}"
+    );
+    for controller in ["pids", "freezer"] {
+        assert!(
+            theirs.starts_with("0::")
+                || named
+                    .iter()
+                    .any(|l| l.split(':').nth(1).is_some_and(|c| c.contains(controller))),
+            "slirp4netns is not in the sandbox's {controller} cgroup:\n{theirs}"
+        );
+    }
+    let facts = run(
+        &c,
+        "slirp_pause_kill",
+        &[
+            ("WARREN_TARGET", target.addr.clone()),
+            ("WARREN_SANDBOX", sandbox.clone()),
+        ],
+    )
+    .await;
+    assert_eq!(facts["after_resume"], "ok", "{facts}");
+    // Killed while frozen, it dies once thawed; its table goes after it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && slirps().iter().any(|s| s.0 == pid);
+        let table = table_of(&ruleset(), uid);
+        if !alive && table.is_none() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "60 s after the kill: slirp4netns alive {alive}, table {table:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

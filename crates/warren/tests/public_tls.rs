@@ -36,7 +36,8 @@ fn make_certs(dir: &Path) -> rustls::pki_types::CertificateDer<'static> {
         .signed_by(&key, &issuer)
         .expect("the leaf certificate");
     std::fs::write(dir.join("leaf.pem"), leaf.pem()).expect("write leaf.pem");
-    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).expect("write leaf.key");
+    warren_core::private::write(&dir.join("leaf.key"), key.serialize_pem().as_bytes())
+        .expect("write leaf.key");
     ca_cert.der().clone()
 }
 
@@ -275,7 +276,8 @@ fn a_key_of_another_certificate_stops_the_gateway_at_start() {
     make_certs(certs.path());
     let other = KeyPair::generate().expect("a key");
     let other_key = certs.path().join("other.key");
-    std::fs::write(&other_key, other.serialize_pem()).expect("write other.key");
+    warren_core::private::write(&other_key, other.serialize_pem().as_bytes())
+        .expect("write other.key");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_warren"))
         .arg("gateway")
         .env("WARREN_GATEWAY_API_KEY", format!("{KEY}:team-a"))

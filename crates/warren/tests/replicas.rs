@@ -31,7 +31,7 @@ fn warren() -> &'static Path {
 }
 
 /// A scheduler replica on `url`, sweeping every 50 ms.
-async fn replica(url: &str) -> Proc {
+async fn replica(url: &str, key: &std::path::Path) -> Proc {
     warren_test_support::spawn(
         warren(),
         &[
@@ -43,6 +43,8 @@ async fn replica(url: &str) -> Proc {
             "--insecure-internal",
             "--database-url",
             url,
+            "--store-key-file",
+            &key.display().to_string(),
             "--database-pool-size",
             "4",
             "--lease",
@@ -60,7 +62,8 @@ async fn replica(url: &str) -> Proc {
 /// Two replicas started at once (they race to migrate the fresh database).
 async fn two_replicas(pg: &PgServer, db: &str) -> (Proc, Proc) {
     let url = pg.create_database(db).unwrap();
-    tokio::join!(replica(&url), replica(&url))
+    let key = pg.store_key_file();
+    tokio::join!(replica(&url, &key), replica(&url, &key))
 }
 
 async fn client(p: &Proc) -> Client {
@@ -97,6 +100,24 @@ async fn register(c: &mut Client, node_id: &str) -> u64 {
     .await
     .unwrap();
     incarnation
+}
+
+/// Heartbeats `node_id` (empty roster) every 200 ms until aborted, so that
+/// a slow machine never lets its short lease run out mid-test.
+fn keep_alive(c: &Client, node_id: &str, incarnation: u64) -> tokio::task::JoinHandle<()> {
+    let (mut c, node_id) = (c.clone(), node_id.to_string());
+    tokio::spawn(async move {
+        loop {
+            let _ = c
+                .heartbeat(pb::HeartbeatRequest {
+                    node_id: node_id.clone(),
+                    incarnation,
+                    roster: vec![],
+                })
+                .await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
 }
 
 /// Place + RecordAssignment: a RUNNING sandbox on `node_id`.
@@ -149,7 +170,8 @@ async fn a_delete_through_replica_2_reaches_a_watch_on_replica_1() {
         .into_inner();
     assert_eq!(next_change(&mut watch).await.kind, ChangeKind::Hello as i32);
 
-    register(&mut c2, "node-a").await;
+    let inc = register(&mut c2, "node-a").await;
+    let beating = keep_alive(&c2, "node-a", inc);
     let p = running(&mut c2, "node-a").await;
     let assigned = next_change(&mut watch).await;
     assert_eq!(
@@ -192,6 +214,7 @@ async fn a_delete_through_replica_2_reaches_a_watch_on_replica_1() {
     assert_eq!(removed.generation, p.generation);
     let gone = lookup(&mut c1, &p.sandbox_id).await.unwrap_err();
     assert_eq!(gone.code(), Code::NotFound, "{gone:?}");
+    beating.abort();
 }
 
 #[tokio::test]
@@ -244,8 +267,11 @@ async fn killing_the_sweeping_replica_hands_the_lease_to_the_other() {
 
     // The survivor sweeps: a node that never heartbeats again is found dead
     // and its sandbox marked LOST; the heartbeating node keeps its own.
-    register(&mut c, "node-silent").await;
+    // (Kept alive until its sandbox runs, then silent.)
+    let silent_inc = register(&mut c, "node-silent").await;
+    let beating = keep_alive(&c, "node-silent", silent_inc);
     let doomed = running(&mut c, "node-silent").await;
+    beating.abort();
     wait_until("the silent node's sandbox to be LOST", PATIENCE, || {
         let mut c = c.clone();
         let id = doomed.sandbox_id.clone();

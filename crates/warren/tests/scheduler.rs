@@ -145,12 +145,34 @@ fn bad_configuration_exits_64_naming_the_flag() {
             "unsupported scheme",
         ),
         (&["--database-pool-size", "0"], "--database-pool-size"),
+        // Replicas must share a store key: PostgreSQL without one is refused.
+        (
+            &["--database-url", "postgres://warren@127.0.0.1:1/warren"],
+            "--store-key-file is required",
+        ),
+        (
+            &["--store-key-file", "/nonexistent/store.key"],
+            "/nonexistent/store.key",
+        ),
     ];
     for (args, needle) in cases {
         let (code, stderr) = run_scheduler(args, dir.path());
         assert_eq!(code, Some(64), "{args:?}: {stderr}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
+    // A store key other accounts could read is refused, naming the fix.
+    let wide = dir.path().join("wide.key");
+    std::fs::write(&wide, format!("{}\n", "ab".repeat(32))).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wide, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let (code, stderr) = run_scheduler(&["--store-key-file", wide.to_str().unwrap()], dir.path());
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("wide.key") && stderr.contains("chmod 600"),
+        "{stderr}"
+    );
     // The same checks apply to the environment and the TOML file.
     let (code, stderr) = run_scheduler_env(&[], dir.path(), &[("WARREN_SCHEDULER_LEASE", "soon")]);
     assert_eq!(code, Some(64), "{stderr}");

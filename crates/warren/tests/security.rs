@@ -218,8 +218,13 @@ async fn limits_end_attacks_inside_their_sandbox() {
     assert_eq!(health.status.as_u16(), 200, "the gateway still serves");
 }
 
-/// Class 5: a smaller kernel surface: keyrings, bpf, perf, mount and nested
-/// user namespaces are refused (EPERM), for `user` and for the sandbox's root.
+/// Class 5: a smaller kernel surface: keyrings, bpf, perf, mount, io_uring,
+/// nf_tables (a `NETLINK_NETFILTER` socket) and the legacy iptables
+/// `setsockopt`, every new namespace (`unshare` of user, mount, net, uts,
+/// ipc, pid, cgroup, time), `pidfd_getfd` and `TIOCSTI` into the caller's
+/// own terminal are refused (EPERM), for `user` and for the sandbox's root;
+/// `unshare -n`/`-m`/`-T`/`-C` ... fail as root; `sudo`, `pip`, threads,
+/// Python's multiprocessing and node still work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seccomp_refuses_the_dangerous_system_calls() {
     let c = cluster(&[]).await;
@@ -283,6 +288,272 @@ async fn sandbox_apps_cannot_forge_routing_signals() {
         stale, 0.0,
         "the gateway evicted a route for a sandbox app's 404:\n{metrics}"
     );
+}
+
+/// Class 8: no host descriptor and no terminal inside. A descriptor the
+/// node inherited (as from an operator's shell) to a file holding a
+/// secret, and the node's own log with that secret in it, are not
+/// reachable from any process of the sandbox, as its root sees them
+/// (`/proc/*/fd`, pid 1 included); `/dev/tty` is nobody's; envd's stdout
+/// and stderr are the node's pipes, which the sandbox cannot open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_host_descriptor_reaches_a_sandbox() {
+    use std::os::fd::AsRawFd;
+    let secret = format!("SECRET{:016x}", rand::random::<u64>());
+    let host = tempfile::tempdir().expect("tempdir");
+    let secret_file = host.path().join("secret");
+    std::fs::write(&secret_file, format!("{secret}\n")).expect("secret");
+    // Inherited by what this test starts (std opens close-on-exec; an
+    // operator's shell leaves descriptors open like this).
+    let stray = std::fs::File::open(&secret_file).expect("open");
+    nix::fcntl::fcntl(
+        &stray,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .expect("clear FD_CLOEXEC");
+    let c = logged_cluster("isolated").await;
+    let node_pid = c.nodes[0].as_ref().and_then(|n| n.pid()).expect("node pid");
+    let inherited = std::fs::read_link(format!("/proc/{node_pid}/fd/{}", stray.as_raw_fd()));
+    assert_eq!(
+        inherited.ok().as_deref(),
+        Some(secret_file.as_path()),
+        "the node inherited the stray descriptor (the attack needs it)"
+    );
+    drop(stray);
+    // The node's log holds the secret too (as `warren dev`'s held its API key).
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(c.log("node-1"))
+            .expect("the node's log");
+        writeln!(f, "{secret}").expect("append");
+    }
+    attack(
+        &c,
+        "descriptors",
+        &[("WARREN_SECRET_MARKER", secret.clone())],
+    )
+    .await;
+}
+
+/// Class 8, the node's side: what a sandbox's first processes write on
+/// stdout and stderr (envd's log; anything the sandbox's root makes envd
+/// write, by ptrace) reaches the node's log only as that sandbox's output,
+/// labelled, with control characters escaped, and bounded: a 16 MiB flood
+/// grows the log by a bounded amount. Run on the `process` runtime, whose
+/// commands can open envd's stderr (an isolated sandbox's cannot), through
+/// the same console code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandbox_output_reaches_the_node_log_labelled_escaped_and_bounded() {
+    let forged = format!("FORGED{:016x}", rand::random::<u64>());
+    let c = logged_cluster("process").await;
+    let log = c.log("node-1");
+    let before = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+    let facts = attack(
+        &c,
+        "console_flood",
+        &[("WARREN_FORGED_MARKER", forged.clone())],
+    )
+    .await;
+    let sandbox = facts["sandbox"].as_str().expect("sandbox id").to_string();
+    // The flood is over when the command answered; the node may still be
+    // reading what the pipe held, so wait for the forged line.
+    let text = warren_test_support::wait_until(
+        "the forged line in the node's log",
+        Duration::from_secs(60),
+        || {
+            let log = log.clone();
+            let forged = forged.clone();
+            async move {
+                let text = std::fs::read_to_string(&log).ok()?;
+                text.contains(&forged).then_some(text)
+            }
+        },
+    )
+    .await;
+    for line in text.lines().filter(|l| l.contains(&forged)) {
+        assert!(
+            line.contains("warren_node::sandbox_output") && line.contains(&sandbox),
+            "a line the sandbox wrote is not labelled as its output: {line}"
+        );
+        assert!(
+            !line.contains('\u{1b}') && line.contains("\\u{1b}"),
+            "a control character from the sandbox reached the log unescaped: {line:?}"
+        );
+    }
+    // The node logs at most its burst plus its refill over the attack (the
+    // case has at most 300 s): well under 4 MiB, whatever is still queued.
+    let grown = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) - before;
+    assert!(
+        grown < 4 << 20,
+        "a 16 MiB write on envd's stderr grew the node's log by {grown} bytes"
+    );
+}
+
+/// Class 9: the operator's terminal. `warren dev` runs on a
+/// pseudo-terminal as from a shell (`tests/e2b/terminal.py`); a sandbox,
+/// as `user` and as root, tries to type into it (`TIOCSTI` on `/dev/tty`
+/// and on every terminal descriptor it can find), to send it Ctrl-C and
+/// to take its foreground: nothing reaches the terminal, `warren dev`
+/// keeps running, and no process of the sandbox has a controlling
+/// terminal. Then Ctrl-C typed into the terminal stops every part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sandbox_reaches_the_operators_terminal() {
+    let data = tempfile::tempdir().expect("tempdir");
+    run_case(
+        "http://127.0.0.1:9",
+        "terminal.py",
+        "terminal",
+        "unused",
+        &[
+            ("WARREN_BIN", env!("CARGO_BIN_EXE_warren").to_string()),
+            ("WARREN_DATA_DIR", data.path().display().to_string()),
+        ],
+        Duration::from_secs(600),
+    )
+    .await;
+}
+
+/// Class 10: host files only root can reach. The scheduler's database
+/// holds no sandbox's envd token or `envVars` in the clear (sealed with
+/// the store key), and it, its journal and the key are 0600 in a 0700
+/// directory, so `nobody` reads none of them; the template store's blobs
+/// are 0600 and its `blobs/`, `rootfs/` and `tmp/` (where layers are
+/// unpacked) 0700, so a tenant's set-user-ID shell in a snapshot's layer
+/// cannot be run by `nobody` from anywhere in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_files_hold_nothing_another_account_can_use() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = cluster(&[]).await;
+    let secret = format!("sk-{:032x}", rand::random::<u128>());
+    let facts = attack(
+        &c,
+        "host_files",
+        &[("WARREN_SECRET_MARKER", secret.clone())],
+    )
+    .await;
+    let token = facts["token"]
+        .as_str()
+        .expect("the sandbox's envd token")
+        .to_string();
+    let snapshot = facts["snapshot"].as_str().expect("snapshot id").to_string();
+    assert!(token.len() >= 16, "{token:?}");
+    let mode = |p: &std::path::Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    // The scheduler's files: private, and nothing in the clear.
+    let sched = c.dir().join("scheduler");
+    assert_eq!(mode(&sched), 0o700, "{}", sched.display());
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&sched)
+        .expect("the scheduler's data dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    assert!(
+        files.iter().any(|f| f.ends_with("store.key")),
+        "no store key beside the database: {files:?}"
+    );
+    for f in &files {
+        assert_eq!(
+            mode(f),
+            0o600,
+            "{} is readable by other accounts",
+            f.display()
+        );
+        let bytes = std::fs::read(f).expect("read");
+        for (what, needle) in [("envd token", &token), ("envVars value", &secret)] {
+            assert!(
+                !bytes.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{} holds the sandbox's {what} in the clear",
+                f.display()
+            );
+        }
+        assert!(
+            !as_nobody(&["cat", &f.display().to_string()]).0,
+            "nobody read {}",
+            f.display()
+        );
+    }
+    // The template store: private where it holds tenants' files.
+    let store = std::path::PathBuf::from(
+        std::env::var("WARREN_TEMPLATE_DIR").unwrap_or_else(|_| "/var/lib/warren/templates".into()),
+    );
+    for sub in ["blobs", "rootfs", "tmp"] {
+        assert_eq!(mode(&store.join(sub)), 0o700, "{sub}");
+    }
+    for blob in std::fs::read_dir(store.join("blobs"))
+        .expect("blobs")
+        .flatten()
+    {
+        assert_eq!(mode(&blob.path()), 0o600, "{}", blob.path().display());
+    }
+    let shells: Vec<std::path::PathBuf> = std::fs::read_dir(store.join("rootfs"))
+        .expect("rootfs")
+        .flatten()
+        .map(|e| e.path().join("home/user/suid-bash"))
+        .filter(|p| p.exists())
+        .collect();
+    assert!(
+        !shells.is_empty(),
+        "the snapshot's layer is not unpacked in the store"
+    );
+    for shell in &shells {
+        let bits = std::fs::metadata(shell).expect("stat").permissions().mode();
+        assert_ne!(
+            bits & 0o4000,
+            0,
+            "the layer keeps the sandbox's set-user-ID bit"
+        );
+        let (ran, out) = as_nobody(&[&shell.display().to_string(), "-p", "-c", "id -u"]);
+        assert!(
+            !ran,
+            "nobody ran the tenant's set-user-ID shell {}: {out}",
+            shell.display()
+        );
+    }
+    attack(&c, "host_files_cleanup", &[("WARREN_SNAPSHOT", snapshot)]).await;
+}
+
+/// Runs `argv` as the account `nobody`: whether it succeeded, and its output.
+fn as_nobody(argv: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "nobody", "--"])
+        .args(argv)
+        .output()
+        .expect("runuser");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// One node of `runtime`, each part logging to its file in the cluster's dir.
+async fn logged_cluster(runtime: &str) -> Cluster {
+    Cluster::start(
+        env!("CARGO_BIN_EXE_warren").as_ref(),
+        Spec {
+            nodes: 1,
+            runtime: runtime.into(),
+            keys: vec![
+                (KEY_A.into(), "team-a".into()),
+                (KEY_B.into(), "team-b".into()),
+            ],
+            logs: true,
+            ..Spec::default()
+        },
+    )
+    .await
+    .expect("a cluster starts")
 }
 
 async fn get(addr: &str, path: &str) -> warren_test_support::http::Answer {

@@ -4,8 +4,14 @@
 //! userspace TCP/IP stack: the sandbox is `10.0.2.100`, its gateway
 //! `10.0.2.2`, its resolver [`DNS`]), started with `--disable-host-loopback`
 //! and as the sandbox's own first host uid, so every connection it makes on
-//! the sandbox's behalf is a host socket owned by that uid. Two kinds of
-//! nftables tables judge those sockets on the host's output hook.
+//! the sandbox's behalf is a host socket owned by that uid. Once it is up,
+//! slirp4netns joins the sandbox's cgroups (every hierarchy): the CPU it
+//! spends and the memory it allocates for the sandbox's traffic count
+//! against the sandbox's limits, a pause freezes it with the sandbox, and
+//! the sandbox's kill takes it too. Two kinds of nftables tables judge its
+//! sockets on the host's output hook ([`rules`]: each table's base chain
+//! is one rule, so a host packet pays one rule per table, whatever the
+//! policies hold).
 //!
 //! **The guard** (`inet warren_guard_<first uid>`, one per id space) refuses
 //! the host and link-local to every uid of every range of the node. It is
@@ -13,11 +19,17 @@
 //! sandbox's table, and never removed: whatever happens to a sandbox's own
 //! table (not yet there, being replaced or removed, deleted by hand), the
 //! host stays out of reach. A packet must pass every table, so the guard
-//! only ever adds refusals.
+//! only ever adds refusals (its `accept` of the host's resolvers on port 53
+//! ends only its own chain).
 //!
-//! **A table per sandbox** (`inet warren_<slot>_<nonce>`) holds its policy:
+//! **A table per sandbox** (`inet warren_<slot>_<nonce>`) holds its policy,
+//! its addresses in sets:
 //!
-//! 1. the host's nameservers on port 53 are allowed (when DNS is allowed);
+//! 1. the host's resolvers on port 53 are allowed when the policy lets the
+//!    sandbox resolve: it has domains in `allowOut`, or it may reach the
+//!    resolver anyway (`allowOut` names it, or internet is on and no
+//!    `denyOut` entry covers it). With internet off and no domains, or a
+//!    `denyOut` naming a resolver, DNS is refused like the rest;
 //! 2. always refused: every address of the host itself (`fib daddr type
 //!    local`: loopback, the node's, gateway's and scheduler's ports on any
 //!    local address), link-local and cloud metadata (`169.254.0.0/16`,
@@ -26,60 +38,30 @@
 //! 4. `denyOut` entries are refused, and everything when the sandbox was
 //!    created with `allow_internet_access: false`.
 //!
-//! Domains in `allowOut` are resolved when the sandbox starts, and again
-//! when its policy is replaced (`PUT /sandboxes/{id}/network`: the table,
-//! which holds addresses, is rewritten in one transaction,
-//! [`EgressHandle::update`]). A sandbox with no internet access and no
-//! `allowOut` gets no `tap0` at all: only `lo`, no route — until an update
-//! gives it a network (slirp4netns is started then; the tap stays after a
-//! later update takes the network away, its table refusing everything).
-//! Other sandboxes are unreachable either way: each sits behind its own
-//! slirp4netns, and the host's addresses are refused.
+//! The lists are bounded where the policy is validated (1 000 entries each,
+//! 100 domains: [`warren_core::network`]), and a domain may resolve to at
+//! most 64 addresses. Domains in `allowOut` are resolved (on a blocking
+//! thread) when the sandbox starts, and again when its policy is replaced
+//! (`PUT /sandboxes/{id}/network`: the table is rewritten in one
+//! transaction, [`EgressHandle::update`]). A sandbox with no internet access
+//! and no `allowOut` gets no `tap0` at all: only `lo`, no route — until an
+//! update gives it a network (slirp4netns is started then; the tap stays
+//! after a later update takes the network away, its table refusing
+//! everything). Other sandboxes are unreachable either way: each sits
+//! behind its own slirp4netns, and the host's addresses are refused.
 
+mod rules;
+
+pub use rules::EgressError;
+use rules::Plan;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
-use warren_core::network::parse_net;
 pub use warren_core::network::NetworkPolicy;
 
 /// The resolver address a sandbox with egress uses (slirp4netns's).
 pub const DNS: &str = "10.0.2.3";
-
-/// The nftables expression for a network: `ip daddr 1.2.3.0/24`.
-fn daddr(ip: IpAddr, len: u8) -> String {
-    let family = if ip.is_ipv4() { "ip" } else { "ip6" };
-    format!("{family} daddr {ip}/{len}")
-}
-
-/// Rules refusing what `matching` matches (everything when empty): TCP with
-/// a reset, so the sandbox's connect fails at once with "connection
-/// refused", anything else with ICMP. (Answered with ICMP only, the
-/// connects slirp4netns makes to the host's own addresses were left to
-/// time out, and the sandbox's with them.)
-fn refuse(matching: &str) -> [String; 2] {
-    let sep = if matching.is_empty() { "" } else { " " };
-    [
-        format!("{matching}{sep}meta l4proto tcp reject with tcp reset"),
-        format!("{matching}{sep}reject"),
-    ]
-}
-
-/// An nftables script that replaces table `name` with one output chain of
-/// `rules` at `priority`, in one transaction (`table` first so `delete`
-/// finds it the first time).
-fn table_script(name: &str, priority: i32, rules: &[String]) -> String {
-    let mut out = format!(
-        "table inet {name}\ndelete table inet {name}\ntable inet {name} {{\n  chain out {{\n    type filter hook output priority {priority}; policy accept;\n"
-    );
-    for r in rules {
-        out.push_str("    ");
-        out.push_str(r);
-        out.push('\n');
-    }
-    out.push_str("  }\n}\n");
-    out
-}
 
 /// The egress machinery of a node; `None` of it means sandboxes cannot get
 /// internet access on this node.
@@ -175,41 +157,9 @@ impl Egress {
         format!("warren_guard_{}", self.uids.0)
     }
 
-    /// The rules every connection of the sandbox with host uids
-    /// `first..=last` meets, whatever its policy: the host's resolvers on
-    /// port 53 pass (they may be local, e.g. `127.0.0.53`), then every
-    /// address of the host and link-local are refused. Refusals answer TCP
-    /// with a reset, so the sandbox sees "connection refused" at once.
-    fn host_rules(&self, first: u32, last: u32) -> Vec<String> {
-        let mut rules = Vec::new();
-        for ns in &self.nameservers {
-            for proto in ["udp", "tcp"] {
-                rules.push(format!(
-                    "{} {proto} dport 53 accept",
-                    daddr(*ns, if ns.is_ipv4() { 32 } else { 128 })
-                ));
-            }
-        }
-        for what in [
-            "fib daddr type local",
-            "ip daddr 169.254.0.0/16",
-            "ip6 daddr fe80::/10",
-        ] {
-            rules.extend(refuse(what));
-        }
-        rules
-            .into_iter()
-            .map(|r| format!("meta skuid {first}-{last} {r}"))
-            .collect()
-    }
-
     /// The nftables script that (re)installs the guard, atomically.
     fn guard(&self) -> String {
-        table_script(
-            &self.guard_table(),
-            -10,
-            &self.host_rules(self.uids.0, self.uids.1),
-        )
+        rules::guard_script(&self.guard_table(), self.uids, &self.nameservers)
     }
 
     /// A table name of its own for a sandbox in range `slot`: the slot (so
@@ -219,41 +169,26 @@ impl Egress {
         format!("warren_{slot}_{:08x}", rand::random::<u32>())
     }
 
+    /// `policy` as sets, its domains resolved on a blocking thread (a slow
+    /// resolver holds no async worker).
+    async fn plan(&self, policy: &NetworkPolicy) -> Result<Plan, EgressError> {
+        let (policy, ns) = (policy.clone(), self.nameservers.clone());
+        tokio::task::spawn_blocking(move || Plan::of(&policy, &ns, &mut lookup))
+            .await
+            .map_err(|e| EgressError::Node(format!("the resolver task failed: {e}")))?
+    }
+
     /// The nftables script for one sandbox's table, after the guard's
     /// (reasserted in the same transaction: if anything removed it, it is
     /// back before this sandbox's slirp4netns exists).
-    fn ruleset(&self, base: u32, table: &str, policy: &NetworkPolicy) -> Result<String, String> {
+    fn ruleset(&self, base: u32, table: &str, plan: &Plan) -> Result<String, EgressError> {
         let end = base
             .checked_add(super::launch::IDS_PER_SANDBOX - 1)
-            .ok_or_else(|| format!("id range {base} runs past the id space"))?;
-        // Every rule matches the sandbox's own sockets only. (An early
-        // `meta skuid != ... return` would not do: packets without a socket,
-        // such as the kernel's own resets, have no skuid, skip that rule and
-        // would fall into the rejections below.)
-        let mut rules = self.host_rules(base, end);
-        let mut policy_rules = Vec::new();
-        for entry in &policy.allow_out {
-            for (ip, len) in resolve(entry)? {
-                policy_rules.push(format!("{} accept", daddr(ip, len)));
-            }
-        }
-        for entry in &policy.deny_out {
-            let (ip, len) =
-                parse_net(entry).ok_or_else(|| format!("bad denyOut entry {entry:?}"))?;
-            policy_rules.extend(refuse(&daddr(ip, len)));
-        }
-        if !policy.allow_internet {
-            policy_rules.extend(refuse(""));
-        }
-        rules.extend(
-            policy_rules
-                .into_iter()
-                .map(|r| format!("meta skuid {base}-{end} {r}")),
-        );
+            .ok_or_else(|| EgressError::Node(format!("id range {base} runs past the id space")))?;
         Ok(format!(
             "{}{}",
             self.guard(),
-            table_script(table, 0, &rules)
+            rules::sandbox_script(table, (base, end), plan)
         ))
     }
 
@@ -283,34 +218,40 @@ impl Egress {
         }
     }
 
-    async fn nft(&self, script: &str) -> Result<(), String> {
+    async fn nft(&self, script: &str) -> Result<(), EgressError> {
         let (me, script) = (self.clone(), script.to_string());
         tokio::task::spawn_blocking(move || me.nft_blocking(&script))
             .await
-            .map_err(|e| format!("nft: {e}"))?
+            .map_err(|e| format!("nft: {e}"))
+            .and_then(|r| r)
+            .map_err(EgressError::Node)
     }
 
     /// Gives the sandbox whose launcher is `pid` (it has made the network
     /// namespace) its table under `policy` and, when the policy gives it a
-    /// network, a `tap0` through slirp4netns. Returns once the interface is
-    /// configured.
+    /// network, a `tap0` through slirp4netns, which joins the sandbox's
+    /// cgroups (`cgroup_procs`, every hierarchy's `cgroup.procs`). Returns
+    /// once the interface is configured.
     pub async fn attach(
         &self,
         pid: i32,
         base: u32,
         slot: u32,
         policy: &NetworkPolicy,
-    ) -> Result<EgressHandle, String> {
+        cgroup_procs: Vec<PathBuf>,
+    ) -> Result<EgressHandle, EgressError> {
         let table = Egress::table(slot);
-        let rules = self.ruleset(base, &table, policy)?;
+        let rules = self.ruleset(base, &table, &self.plan(policy).await?)?;
         self.nft(&rules).await?;
         let mut handle = EgressHandle {
             egress: self.clone(),
             pid,
             base,
             table,
+            cgroup_procs,
             slirp: None,
             exit: None,
+            table_handed_off: false,
         };
         if policy.has_network() {
             handle.start_slirp().await?;
@@ -329,9 +270,15 @@ pub struct EgressHandle {
     /// The sandbox's first host uid (its rules match its uids).
     base: u32,
     table: String,
+    /// The `cgroup.procs` of each of the sandbox's cgroups: slirp4netns
+    /// joins them all.
+    cgroup_procs: Vec<PathBuf>,
     slirp: Option<tokio::process::Child>,
     /// Closing it tells slirp4netns to exit (`--exit-fd`).
     exit: Option<std::os::fd::OwnedFd>,
+    /// A task waiting for slirp4netns to die removes the table (see
+    /// [`EgressHandle::detach`]), not the drop.
+    table_handed_off: bool,
 }
 
 impl EgressHandle {
@@ -341,8 +288,9 @@ impl EgressHandle {
     /// next packet on. A sandbox that had no `tap0` gets one when the new
     /// policy gives it a network; one that has a `tap0` keeps it (its table
     /// then refuses everything the policy does not allow).
-    pub async fn update(&mut self, policy: &NetworkPolicy) -> Result<(), String> {
-        let rules = self.egress.ruleset(self.base, &self.table, policy)?;
+    pub async fn update(&mut self, policy: &NetworkPolicy) -> Result<(), EgressError> {
+        let plan = self.egress.plan(policy).await?;
+        let rules = self.egress.ruleset(self.base, &self.table, &plan)?;
         self.egress.nft(&rules).await?;
         if policy.has_network() && self.slirp.is_none() {
             self.start_slirp().await?;
@@ -350,10 +298,12 @@ impl EgressHandle {
         Ok(())
     }
 
-    async fn start_slirp(&mut self) -> Result<(), String> {
+    async fn start_slirp(&mut self) -> Result<(), EgressError> {
         let (e, pid, base) = (&self.egress, self.pid, self.base);
-        let pipe =
-            || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
+        let node = EgressError::Node;
+        let pipe = || {
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| node(format!("pipe: {e}")))
+        };
         let (ready_r, ready_w) = pipe()?;
         // slirp4netns exits when this pipe's write end closes: at detach,
         // and with the node however it dies.
@@ -383,7 +333,10 @@ impl EgressHandle {
         .env("PATH", super::SANDBOX_PATH)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        // Never the node's own stderr (an operator's terminal under `warren
+        // dev`): slirp4netns parses the sandbox's packets, so what it says
+        // is treated as the sandbox's (`console`), labelled with its table.
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
         {
             use command_fds::{CommandFdExt, FdMapping};
@@ -398,45 +351,110 @@ impl EgressHandle {
                         child_fd: 4,
                     },
                 ])
-                .map_err(|_| "descriptor numbers collide".to_string())?;
+                .map_err(|_| node("descriptor numbers collide".into()))?;
         }
         self.exit = Some(exit_w);
-        self.slirp = Some(
-            cmd.spawn()
-                .map_err(|e| format!("cannot start slirp4netns: {e}"))?,
-        );
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| node(format!("cannot start slirp4netns: {e}")))?;
+        if let Some(err) = child.stderr.take() {
+            super::console::relay(&self.table, "slirp4netns", err);
+        }
+        let slirp_pid = child.id();
+        self.slirp = Some(child);
         let ready = tokio::task::spawn_blocking(move || {
             let mut f = std::fs::File::from(ready_r);
             let mut b = [0u8; 1];
             std::io::Read::read(&mut f, &mut b).map(|n| n == 1)
         });
         match tokio::time::timeout(Duration::from_secs(10), ready).await {
-            Ok(Ok(Ok(true))) => Ok(()),
-            Ok(_) => Err("slirp4netns exited before the sandbox's network was up (its error is in the node's log)".into()),
-            Err(_) => Err("slirp4netns did not bring the sandbox's network up within 10s".into()),
+            Ok(Ok(Ok(true))) => {}
+            Ok(_) => return Err(node("slirp4netns exited before the sandbox's network was up (its error is in the node's log)".into())),
+            Err(_) => return Err(node("slirp4netns did not bring the sandbox's network up within 10s".into())),
+        }
+        // Into the sandbox's cgroups, now that it is up. Not before exec (a
+        // wrapper could): a paused sandbox given a network by an update is
+        // frozen, and a slirp4netns in its freezer would never get ready.
+        // Until now it has forwarded nothing, and the process it forked to
+        // enter the namespaces has exited: all that runs for the sandbox
+        // from here on is counted against it.
+        let joined = match slirp_pid {
+            Some(p) => self.cgroup_procs.iter().try_for_each(|f| {
+                std::fs::write(f, p.to_string()).map_err(|e| format!("{}: {e}", f.display()))
+            }),
+            None => Ok(()),
+        };
+        if let Err(why) = joined {
+            self.stop_slirp();
+            return Err(node(format!(
+                "cannot move slirp4netns into the sandbox's cgroups ({why})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Kills slirp4netns and waits for it briefly (blocking); true when it
+    /// is gone.
+    fn stop_slirp(&mut self) -> bool {
+        self.exit.take();
+        match self.slirp.as_mut() {
+            Some(c) => {
+                let _ = c.start_kill();
+                let gone = reaped(c, Duration::from_secs(5));
+                if gone {
+                    self.slirp = None;
+                }
+                gone
+            }
+            None => true,
         }
     }
-    /// Stops slirp4netns and removes the table.
+
+    /// Stops slirp4netns and removes the table. A slirp4netns that does
+    /// not die at once is in a frozen sandbox (it shares its freezer, and a
+    /// frozen process dies only once thawed, which the sandbox's kill that
+    /// follows does): a task then waits for it and removes the table after,
+    /// so the table never goes while slirp4netns can still forward. One
+    /// already dead (killed with its cgroup) is simply reaped.
     pub async fn detach(mut self) {
         self.exit.take();
-        if let Some(mut c) = self.slirp.take() {
-            let _ = c.kill().await;
+        let Some(mut c) = self.slirp.take() else {
+            return;
+        };
+        let _ = c.start_kill();
+        if tokio::time::timeout(Duration::from_secs(2), c.wait())
+            .await
+            .is_ok()
+        {
+            return;
         }
+        self.table_handed_off = true;
+        let (nft, table) = (self.egress.nft.clone(), self.table.clone());
+        tokio::spawn(async move {
+            let _ = c.wait().await;
+            let _ = tokio::process::Command::new(&nft)
+                .args(["delete", "table", "inet", &table])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .await;
+            tracing::info!(table = %table, "slirp4netns exited once its sandbox was thawed; table removed");
+        });
     }
 }
 
 impl Drop for EgressHandle {
     fn drop(&mut self) {
+        if self.table_handed_off {
+            return;
+        }
         // The table goes only once slirp4netns is gone: removed first, it
         // would leave a moment in which slirp4netns forwards under nothing
         // but the guard. One that will not die keeps its table (the next
         // node start sweeps it once the range is free).
-        if let Some(c) = self.slirp.as_mut() {
-            let _ = c.start_kill();
-            if !reaped(c, Duration::from_secs(5)) {
-                tracing::warn!(table = %self.table, "slirp4netns did not exit after SIGKILL; keeping its nftables table");
-                return;
-            }
+        if !self.stop_slirp() {
+            tracing::warn!(table = %self.table, "slirp4netns did not exit after SIGKILL; keeping its nftables table");
+            return;
         }
         let _ = std::process::Command::new(&self.egress.nft)
             .args(["delete", "table", "inet", &self.table])
@@ -461,143 +479,13 @@ fn reaped(child: &mut tokio::process::Child, within: Duration) -> bool {
     }
 }
 
-/// Addresses of an `allowOut` entry (a domain is resolved now).
-fn resolve(entry: &str) -> Result<Vec<(IpAddr, u8)>, String> {
-    if let Some(net) = parse_net(entry) {
-        return Ok(vec![net]);
-    }
-    let addrs: Vec<(IpAddr, u8)> = (entry, 443)
+/// The addresses an `allowOut` domain resolves to now (blocking).
+fn lookup(domain: &str) -> Result<Vec<IpAddr>, EgressError> {
+    Ok((domain, 443)
         .to_socket_addrs()
-        .map_err(|e| format!("network.allowOut: cannot resolve {entry:?}: {e}"))?
-        .map(|a| (a.ip(), if a.is_ipv4() { 32 } else { 128 }))
-        .collect();
-    Ok(addrs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BASE: u32 = 2_000_000_000;
-
-    fn egress() -> Egress {
-        Egress {
-            slirp: "/x".into(),
-            nft: "/x".into(),
-            setpriv: "/x".into(),
-            nameservers: vec!["10.255.255.53".parse().unwrap()],
-            uids: (BASE, BASE + 32 * 65536 - 1),
-        }
-    }
-
-    /// The rule lines of table `name` in `script`.
-    fn rules_of<'a>(script: &'a str, name: &str) -> Vec<&'a str> {
-        let head = format!("table inet {name} {{\n");
-        let start = script
-            .find(&head)
-            .unwrap_or_else(|| panic!("{name} missing in {script}"));
-        script[start + head.len()..]
-            .lines()
-            .take_while(|l| l.trim() != "}")
-            .map(str::trim)
-            .filter(|l| !l.starts_with("chain") && !l.starts_with("type"))
-            .collect()
-    }
-
-    #[test]
-    fn the_guard_refuses_the_host_to_every_range_and_nothing_else() {
-        let e = egress();
-        let script = e.guard();
-        let rules = rules_of(&script, "warren_guard_2000000000");
-        assert!(!rules.is_empty(), "{script}");
-        for r in &rules {
-            assert!(r.starts_with("meta skuid 2000000000-2002097151 "), "{r}");
-        }
-        let pos = |s: &str| {
-            rules
-                .iter()
-                .position(|r| r.contains(s))
-                .unwrap_or_else(|| panic!("{s} missing in {script}"))
-        };
-        assert!(pos("10.255.255.53/32 udp dport 53 accept") < pos("fib daddr type local"));
-        for what in ["fib daddr type local", "169.254.0.0/16", "fe80::/10"] {
-            for verdict in ["meta l4proto tcp reject with tcp reset", "reject"] {
-                let rule = format!("{what} {verdict}");
-                assert!(rules.iter().any(|r| r.ends_with(&rule)), "{rule}: {script}");
-            }
-        }
-        // Only refusals (and the resolvers let through to the tables after it).
-        assert!(
-            rules.iter().all(|r| r.ends_with("reject")
-                || r.ends_with("reset")
-                || r.contains("dport 53 accept")),
-            "{script}"
-        );
-        // Replaced atomically, never a moment without it.
-        assert!(
-            script.starts_with(
-                "table inet warren_guard_2000000000\ndelete table inet warren_guard_2000000000\n"
-            ),
-            "{script}"
-        );
-    }
-
-    #[test]
-    fn rules_refuse_the_host_and_order_allow_before_deny() {
-        let e = egress();
-        let p = NetworkPolicy {
-            allow_internet: false,
-            allow_out: vec!["1.1.1.1".into()],
-            deny_out: vec!["8.8.8.0/24".into()],
-        };
-        let script = e.ruleset(BASE, "warren_3_0000abcd", &p).unwrap();
-        // The guard comes back in the same transaction, before the table.
-        assert!(
-            script.find("table inet warren_guard_2000000000 {").unwrap()
-                < script.find("table inet warren_3_0000abcd {").unwrap(),
-            "{script}"
-        );
-        let rules = rules_of(&script, "warren_3_0000abcd");
-        assert!(!script.contains("return"), "{script}");
-        for r in &rules {
-            assert!(r.starts_with("meta skuid 2000000000-2000065535 "), "{r}");
-        }
-        let pos = |s: &str| {
-            rules
-                .iter()
-                .position(|r| r.contains(s))
-                .unwrap_or_else(|| panic!("{s} missing in {script}"))
-        };
-        assert!(pos("ip daddr 10.255.255.53/32 udp dport 53 accept") < pos("fib daddr type local"));
-        assert!(pos("fib daddr type local") < pos("ip daddr 1.1.1.1/32 accept"));
-        assert!(
-            pos("ip daddr 1.1.1.1/32 accept")
-                < pos("ip daddr 8.8.8.0/24 meta l4proto tcp reject with tcp reset")
-        );
-        assert!(pos("ip daddr 1.1.1.1/32 accept") < pos("ip daddr 8.8.8.0/24 reject"));
-        // No internet: everything else refused, last.
-        assert_eq!(
-            rules.last(),
-            Some(&"meta skuid 2000000000-2000065535 reject"),
-            "{script}"
-        );
-        assert_eq!(
-            rules[rules.len() - 2],
-            "meta skuid 2000000000-2000065535 meta l4proto tcp reject with tcp reset"
-        );
-    }
-
-    #[test]
-    fn an_open_sandbox_refuses_only_the_host() {
-        let script = egress()
-            .ruleset(BASE, "warren_0_00000001", &NetworkPolicy::open())
-            .unwrap();
-        let rules = rules_of(&script, "warren_0_00000001");
-        assert!(
-            rules
-                .last()
-                .is_some_and(|r| r.ends_with("ip6 daddr fe80::/10 reject")),
-            "{script}"
-        );
-    }
+        .map_err(|e| {
+            EgressError::Node(format!("network.allowOut: cannot resolve {domain:?}: {e}"))
+        })?
+        .map(|a| a.ip())
+        .collect())
 }

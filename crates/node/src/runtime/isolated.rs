@@ -22,6 +22,7 @@
 //!    envd as the namespace's root — no `no_new_privs`, so `sudo` works;
 //! 8. its egress, when the sandbox may reach the internet ([`super::egress`]).
 
+use super::console;
 use super::disk;
 use super::egress::{Egress, EgressHandle};
 use super::ids::{IdRange, IdRanges};
@@ -102,7 +103,7 @@ impl Isolated {
             .envs(super::log_settings())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(Stdio::piped());
         c
     }
 
@@ -200,6 +201,9 @@ impl Isolated {
                 what: format!("{} sandbox-launch --hold", self.launcher.display()),
                 source: e,
             })?;
+        if let Some(err) = holder.stderr.take() {
+            console::relay(spec.sandbox_id, "holder", err);
+        }
         let result = async {
             let userns = launch::map_holder(&mut holder, ids.base).await?;
             // 6: the root.
@@ -267,10 +271,18 @@ impl Isolated {
                 what: format!("{} sandbox-launch", self.launcher.display()),
                 source: e,
             })?;
+            if let Some(err) = child.stderr.take() {
+                console::relay(spec.sandbox_id, "stderr", err);
+            }
             let ready = launch::namespaces_ready(&mut child).await;
             if let Err(e) = ready {
                 let _ = child.start_kill();
                 return Err(e);
+            }
+            // Past the launcher's one control byte, its stdout is the
+            // sandbox's (pid 1's and envd's).
+            if let Some(out) = child.stdout.take() {
+                console::relay(spec.sandbox_id, "stdout", out);
             }
             Ok(child)
         }
@@ -289,11 +301,17 @@ impl Isolated {
                         .into(),
                 )
             })?;
+            let procs = made.cgroup.as_ref().map(|c| c.procs_files());
             made.egress = Some(
                 egress
-                    .attach(pid, ids.base, ids.slot, spec.network)
-                    .await
-                    .map_err(RuntimeError::Egress)?,
+                    .attach(
+                        pid,
+                        ids.base,
+                        ids.slot,
+                        spec.network,
+                        procs.unwrap_or_default(),
+                    )
+                    .await?,
             );
         }
         let handle = Handle {
@@ -455,7 +473,7 @@ impl Runtime for Isolated {
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             if let Some(e) = egress.as_mut() {
-                return e.update(policy).await.map_err(RuntimeError::Egress);
+                return e.update(policy).await.map_err(RuntimeError::from);
             }
             if !policy.has_network() {
                 // No tap0 and none wanted: nothing leaves the sandbox.
@@ -476,11 +494,11 @@ impl Runtime for Isolated {
                     "the sandbox's launcher is gone; it cannot be given a network".into(),
                 ));
             }
+            let procs = handle.cgroup.as_ref().map(|c| c.procs_files());
             *egress = Some(
                 node_egress
-                    .attach(handle.pid, base, slot, policy)
-                    .await
-                    .map_err(RuntimeError::Egress)?,
+                    .attach(handle.pid, base, slot, policy, procs.unwrap_or_default())
+                    .await?,
             );
             Ok(())
         })

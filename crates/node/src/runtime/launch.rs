@@ -1,6 +1,12 @@
 //! The first two processes of an isolated sandbox, and the node's part in
 //! starting them.
 //!
+//! Both leave the node's session first (`setsid`): no process of a sandbox
+//! has a controlling terminal, so none can open, type into (`TIOCSTI`) or
+//! signal the terminal the node runs in. Each closes every descriptor it
+//! was not handed on purpose, and their stdout and stderr are pipes the
+//! node reads ([`super::console`]), never a host file.
+//!
 //! **`warren sandbox-launch --hold`** (the holder) makes the sandbox's user
 //! namespace: it becomes the sandbox's first host uid (`base`, so the
 //! namespace belongs to `base` and the egress helper running as `base` may
@@ -15,7 +21,8 @@
 //! listening sockets, 5 and 6 the seccomp programs, 7 the sandbox's root (an
 //! `O_PATH` descriptor of the overlay the node mounted), 8 envd's binary, 9
 //! the holder's user namespace. It:
-//! 1. asks for SIGKILL when the node goes away, enters the sandbox's
+//! 1. asks for SIGKILL when the node goes away, closes every descriptor
+//!    past 9, enters the sandbox's
 //!    cgroups (so nothing it starts can be outside them), sets
 //!    `RLIMIT_CORE` to 0;
 //! 2. becomes host uid `base` and joins the user namespace (as its owner it
@@ -33,9 +40,13 @@
 //! `/proc/sys/kernel/random/boot_id` bound over the host's: one per boot)
 //! and `/dev/pts`, brings `lo`
 //! up, installs the seccomp filter — without `no_new_privs`, so `sudo`
-//! works inside — closes every descriptor envd must not have, starts envd as
-//! the namespace's root with its listeners and stdin, and reaps orphans
-//! until envd exits.
+//! works inside — closes every descriptor envd must not have and
+//! re-executes itself from the sandbox's copy of the binary
+//! (`sandbox-init --reap`, so `/proc/1/exe` names no host path), which
+//! starts envd as the namespace's root with its listeners, stdin and the
+//! console pipes, points its own standard descriptors at `/dev/null`
+//! (nothing left for `/proc/1/fd` to reopen), and reaps orphans until envd
+//! exits.
 //!
 //! Nothing either process does depends on a value a tenant chose: their
 //! arguments and environment are the node's, and the sandbox's own
@@ -52,6 +63,9 @@ use tokio::io::AsyncReadExt;
 pub const SUBCOMMAND: &str = "sandbox-launch";
 /// Pid 1's subcommand name (`warren sandbox-init`).
 pub const INIT_SUBCOMMAND: &str = "sandbox-init";
+
+/// Pid 1's argument for its second stage (see [`reap`]).
+const REAP: &str = "--reap";
 
 /// An empty host directory pid 1 mounts its staging tmpfs on (only in the
 /// sandbox's own mount namespace).
@@ -174,6 +188,14 @@ fn become_base(base: u32) -> Result<(), String> {
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))
 }
 
+/// Leaves the node's session: the sandbox gets no controlling terminal,
+/// so nothing in it can open, type into or signal the terminal the node
+/// was started from (its `/dev/tty` answers `ENXIO`; terminals inside
+/// come only from envd's PTYs).
+fn detach() -> Result<(), String> {
+    warren_sys::leave_terminal().map_err(|e| format!("setsid: {e}"))
+}
+
 fn tell_node(byte: u8) -> Result<(), String> {
     use std::io::Write;
     std::io::stdout()
@@ -188,6 +210,8 @@ fn hold(a: &LaunchArgs) -> Result<ExitCode, String> {
     use std::io::Read;
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    detach()?;
+    warren_sys::close_from(3).map_err(|e| format!("close_range: {e}"))?;
     become_base(a.base)?;
     unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| format!("unshare(CLONE_NEWUSER): {e}"))?;
     tell_node(b'R')?;
@@ -201,6 +225,9 @@ fn launcher(a: &LaunchArgs) -> Result<ExitCode, String> {
     use nix::sched::{setns, unshare, CloneFlags};
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
+    detach()?;
+    // Only the descriptors the node hands on by number go further.
+    warren_sys::close_from(FD_USERNS as u32 + 1).map_err(|e| format!("close_range: {e}"))?;
     let me = std::process::id().to_string();
     for procs in &a.cgroup_procs {
         std::fs::write(procs, &me)
@@ -227,11 +254,8 @@ fn launcher(a: &LaunchArgs) -> Result<ExitCode, String> {
     .map_err(|e| format!("unshare(namespaces): {e}"))?;
     nix::unistd::sethostname(&a.hostname).map_err(|e| format!("sethostname: {e}"))?;
     tell_node(b'N')?;
-    let null = std::fs::OpenOptions::new()
-        .write(true)
-        .open("/dev/null")
-        .map_err(|e| format!("/dev/null: {e}"))?;
-    nix::unistd::dup2_stdout(&null).map_err(|e| format!("dup2: {e}"))?;
+    // From here stdout is the sandbox's console like stderr (the node
+    // reads both: `console`).
     let mut init = std::process::Command::new("/proc/self/exe");
     init.arg(INIT_SUBCOMMAND);
     if let Some(dns) = &a.dns {
@@ -240,7 +264,8 @@ fn launcher(a: &LaunchArgs) -> Result<ExitCode, String> {
     init.arg("--")
         .args(&a.envd_args)
         .env_clear()
-        .env("PATH", super::SANDBOX_PATH);
+        .env("PATH", super::SANDBOX_PATH)
+        .envs(super::log_settings());
     let status = init
         .status()
         .map_err(|e| format!("cannot start the sandbox's init: {e}"))?;
@@ -264,6 +289,9 @@ pub fn init_main(args: &[OsString]) -> ExitCode {
 fn init(args: &[OsString]) -> Result<ExitCode, String> {
     use nix::mount::{mount, umount2, MntFlags, MsFlags};
     let envd_args: Vec<&OsString> = args.iter().skip_while(|a| *a != "--").skip(1).collect();
+    if args.first().is_some_and(|a| a == REAP) {
+        return reap(&envd_args);
+    }
     let dns = args
         .iter()
         .take_while(|a| *a != "--")
@@ -424,9 +452,34 @@ fn init(args: &[OsString]) -> Result<ExitCode, String> {
         warren_sys::install_seccomp(&program)
             .map_err(|e| format!("cannot install seccomp: {e}"))?;
     }
-    for fd in FD_SECCOMP.into_iter().chain([FD_ROOT, FD_ENVD]) {
-        let _ = nix::unistd::close(fd);
-    }
+    // Every descriptor but stdin (envd's settings), stdout and stderr (the
+    // console pipes) and envd's two listeners goes now: the seccomp
+    // programs, the root, envd's binary and anything else.
+    warren_sys::close_from(FD_SECCOMP[0] as u32).map_err(|e| format!("close_range: {e}"))?;
+    // Pid 1 goes on as the sandbox's own copy of the binary, so that its
+    // `/proc/1/exe` names a path inside the sandbox, not the node's.
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(ENVD_IN_SANDBOX)
+        .arg0("warren")
+        .arg(INIT_SUBCOMMAND)
+        .arg(REAP)
+        .arg("--")
+        .args(envd_args)
+        .env_clear()
+        .env("PATH", super::SANDBOX_PATH)
+        .envs(super::log_settings())
+        .current_dir("/")
+        .exec();
+    Err(format!("cannot exec {ENVD_IN_SANDBOX} as pid 1: {err}"))
+}
+
+/// Pid 1 once the sandbox is set up (`sandbox-init --reap -- ENVD_ARGS`):
+/// starts envd with the descriptors it was left (stdin, the console,
+/// envd's listeners), keeps none of them itself, and reaps every orphan
+/// until envd exits.
+fn reap(envd_args: &[&OsString]) -> Result<ExitCode, String> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     let mut envd = std::process::Command::new(ENVD_IN_SANDBOX);
     envd.arg("envd")
         .args(envd_args)
@@ -442,6 +495,18 @@ fn init(args: &[OsString]) -> Result<ExitCode, String> {
         .spawn()
         .map_err(|e| format!("cannot start envd: {e}"))?;
     let envd_pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // envd has its own copies: pid 1 holds nothing a process of the
+    // sandbox could reopen through `/proc/1/fd`.
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| format!("/dev/null: {e}"))?;
+    nix::unistd::dup2_stdin(&null).map_err(|e| format!("dup2: {e}"))?;
+    nix::unistd::dup2_stdout(&null).map_err(|e| format!("dup2: {e}"))?;
+    nix::unistd::dup2_stderr(&null).map_err(|e| format!("dup2: {e}"))?;
+    drop(null);
+    warren_sys::close_from(FD_API as u32).map_err(|e| format!("close_range: {e}"))?;
     // Pid 1 reaps every orphan; it ends when envd does.
     loop {
         use nix::sys::wait::{waitpid, WaitStatus};

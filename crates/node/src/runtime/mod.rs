@@ -18,6 +18,7 @@
 //! `spawn_blocking`): a launcher's parent-death signal is tied to the *thread*
 //! that forked it, and blocking-pool threads exit when idle.
 
+pub mod console;
 pub mod disk;
 pub mod egress;
 pub mod ids;
@@ -70,6 +71,10 @@ pub enum RuntimeError {
     Template(String),
     #[error("egress: {0}")]
     Egress(String),
+    /// The network policy cannot be enforced as given (the client's to
+    /// fix: a domain that resolves to too many addresses).
+    #[error("{0}")]
+    Policy(String),
     #[error("cannot freeze the parent sandbox: {0}")]
     Freeze(#[source] std::io::Error),
     #[error("cannot pause or resume the sandbox: {0}")]

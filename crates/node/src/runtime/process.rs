@@ -93,7 +93,7 @@ impl Process {
             .envs(super::log_settings())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::inherit());
+            .stderr(std::process::Stdio::piped());
         if self.setsid.is_none() {
             command.process_group(0);
         }
@@ -102,6 +102,9 @@ impl Process {
             what: format!("envd ({})", spec.envd_bin.display()),
             source,
         })?;
+        if let Some(err) = child.stderr.take() {
+            super::console::relay(spec.sandbox_id, "stderr", err);
+        }
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         let handle = Handle {
             runtime: RuntimeKind::Process,

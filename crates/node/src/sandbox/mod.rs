@@ -436,7 +436,9 @@ impl Registry {
                     self.cleanup(&paths, None, &req.sandbox_id).await;
                 }
                 return Err(match e {
-                    runtime::RuntimeError::Template(m) => NodeError::BadRequest(m),
+                    runtime::RuntimeError::Template(m) | runtime::RuntimeError::Policy(m) => {
+                        NodeError::BadRequest(m)
+                    }
                     e => NodeError::Internal(format!("cannot start the sandbox: {e}")),
                 });
             }

@@ -143,6 +143,7 @@ impl Registry {
         match applied {
             Ok(()) => {}
             Err(runtime::RuntimeError::Unsupported(m)) => return Err(NodeError::Unsupported(m)),
+            Err(runtime::RuntimeError::Policy(m)) => return Err(NodeError::BadRequest(m)),
             Err(e) => {
                 return Err(NodeError::Internal(format!(
                     "cannot apply the network policy: {e}"

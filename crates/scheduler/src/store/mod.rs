@@ -29,6 +29,7 @@
 pub mod backend;
 mod migrate;
 pub mod postgres;
+pub mod seal;
 mod sql;
 mod sqlstore;
 pub mod types;

@@ -180,3 +180,13 @@ pub const STUCK_CREATES: &str =
 pub const BINDING_CENSUS: &str = "SELECT state, COUNT(*) FROM bindings GROUP BY state";
 pub const NODE_CENSUS: &str = "SELECT \
      COALESCE(SUM(CASE WHEN lease_expires_at_ms > $1 THEN 1 ELSE 0 END), 0), COUNT(*) FROM nodes";
+
+// ---- sealing (store/seal.rs) ----
+
+/// Bindings with a token or `envVars` not sealed under the current key
+/// (`$1` is `sealed:v1:<key id>:%`), a batch at a time.
+pub const UNSEALED_BATCH: &str = "SELECT sandbox_id, access_token, env_vars FROM bindings \
+     WHERE access_token NOT LIKE $1 OR env_vars NOT LIKE $1 LIMIT $2";
+/// Stores a binding's values sealed again, unless they changed since read.
+pub const RESEAL: &str = "UPDATE bindings SET access_token = $1, env_vars = $2 \
+     WHERE sandbox_id = $3 AND access_token = $4 AND env_vars = $5";

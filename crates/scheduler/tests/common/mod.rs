@@ -72,11 +72,27 @@ impl TestStore {
         TestStore::Postgres(pg_server().create_database(&name).unwrap())
     }
 
-    /// The scheduler flag that points at this store.
-    pub fn flag(&self) -> String {
+    /// A URL to open this store's database directly (as an attacker with
+    /// the file, or an older version, would see it).
+    pub fn raw_url(&self) -> String {
         match self {
-            TestStore::Sqlite(dir) => format!("--data-dir={}", dir.path().display()),
-            TestStore::Postgres(url) => format!("--database-url={url}"),
+            TestStore::Sqlite(dir) => format!("sqlite://{}/scheduler.db", dir.path().display()),
+            TestStore::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// The scheduler flags that point at this store (and, on PostgreSQL,
+    /// the store key every scheduler of the server shares).
+    pub fn flags(&self) -> Vec<String> {
+        match self {
+            TestStore::Sqlite(dir) => vec![format!("--data-dir={}", dir.path().display())],
+            TestStore::Postgres(url) => vec![
+                format!("--database-url={url}"),
+                format!(
+                    "--store-key-file={}",
+                    pg_server().store_key_file().display()
+                ),
+            ],
         }
     }
 }
@@ -134,8 +150,8 @@ impl Sched {
             "--admin-listen=127.0.0.1:0".into(),
             // The tests call the scheduler's API with a plain client.
             "--insecure-internal".into(),
-            store.flag(),
         ];
+        args.extend(store.flags());
         args.extend(extra.iter().map(|s| s.to_string()));
         let config = Config::try_parse_from(args).unwrap();
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();

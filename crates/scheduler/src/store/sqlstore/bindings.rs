@@ -1,6 +1,8 @@
 //! Bindings: place, reassign, record, node events, reads and timeouts.
 
-use super::{binding_from_row, map_json, nodes, to_i64, SqlStore, WriteTx};
+use super::{
+    binding_from_row, map_json, nodes, sealed_env, sealed_token, to_i64, SqlStore, WriteTx,
+};
 use crate::error::{Error, Result};
 use crate::store::{sql, types::*};
 
@@ -20,7 +22,7 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
             .await?;
         if let Some(row) = row {
             return Ok(Placed {
-                binding: binding_from_row(&row)?,
+                binding: binding_from_row(&row, &tx.sealer)?,
                 existing: true,
             });
         }
@@ -75,8 +77,16 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         .bind(binding.started_at_ms)
         .bind(binding.end_at_ms)
         .bind(map_json(&binding.metadata))
-        .bind(map_json(&binding.env_vars))
-        .bind(&binding.access_token)
+        .bind(sealed_env(
+            &tx.sealer,
+            &binding.sandbox_id,
+            &binding.env_vars,
+        ))
+        .bind(sealed_token(
+            &tx.sealer,
+            &binding.sandbox_id,
+            &binding.access_token,
+        ))
         .bind(i64::from(binding.cpu_count))
         .bind(i64::from(binding.memory_mb))
         .bind(binding.assigned_at_ms)
@@ -421,7 +431,7 @@ pub(super) async fn list(
             .await?;
         let exhausted = rows.len() < batch as usize;
         for row in &rows {
-            let b = binding_from_row(row)?;
+            let b = binding_from_row(row, &store.sealer)?;
             after = ListCursor {
                 sandbox_id: b.sandbox_id.clone(),
                 started_at_ms: b.started_at_ms,

@@ -24,6 +24,7 @@ mod sweep;
 pub use open::{redact as redact_url, OpenError};
 
 use super::backend::{Backend, WRITE_LOCK_KEY};
+use super::seal::{self, Sealer};
 use super::{sql, types::*};
 use crate::error::{Error, Result};
 use sqlx::any::AnyRow;
@@ -47,6 +48,9 @@ pub struct SqlStore {
     /// The PostgreSQL URL, for the connections that are not pooled (the
     /// change listener and the sweep lease).
     pg_url: Option<String>,
+    /// Seals access tokens and `envVars` before they are stored, and opens
+    /// them when they are read (`store::seal`).
+    sealer: Arc<Sealer>,
 }
 
 impl SqlStore {
@@ -85,6 +89,7 @@ impl SqlStore {
         Ok(WriteTx {
             tx,
             now,
+            sealer: self.sealer.clone(),
             changes: 0,
             notify: self.backend.notify(),
             change_at: None,
@@ -116,6 +121,8 @@ struct WriteTx {
     /// The store's clock when the transaction began (after the write lock
     /// was taken); every comparison and timestamp inside it uses this value.
     now: i64,
+    /// The store's [`Sealer`], for the bindings read inside it.
+    sealer: Arc<Sealer>,
     /// Change-log rows appended, to wake the watch hubs after commit.
     changes: u32,
     /// The backend's statement that wakes other replicas' hubs at commit.
@@ -228,7 +235,10 @@ impl WriteTx {
             .bind(sandbox_id)
             .fetch_optional(self.conn())
             .await?;
-        row.as_ref().map(binding_from_row).transpose()
+        let sealer = self.sealer.clone();
+        row.as_ref()
+            .map(|r| binding_from_row(r, &sealer))
+            .transpose()
     }
 
     /// Why a write fenced on `(sandbox_id, node_id, generation)` found nothing
@@ -293,9 +303,28 @@ fn map_json(m: &BTreeMap<String, String>) -> String {
     serde_json::to_string(m).unwrap_or_else(|_| "{}".into())
 }
 
-fn binding_from_row(r: &AnyRow) -> Result<BindingRow> {
+/// The stored (sealed) text of a binding's `envVars`.
+fn sealed_env(sealer: &Sealer, sandbox_id: &str, env: &BTreeMap<String, String>) -> String {
+    sealer.seal(sandbox_id, seal::ENV_VARS, &map_json(env))
+}
+
+/// The stored (sealed) text of a binding's access token.
+fn sealed_token(sealer: &Sealer, sandbox_id: &str, token: &str) -> String {
+    sealer.seal(sandbox_id, seal::ACCESS_TOKEN, token)
+}
+
+fn binding_from_row(r: &AnyRow, sealer: &Sealer) -> Result<BindingRow> {
+    let sandbox_id: String = r.try_get("sandbox_id")?;
+    let open = |column: &'static str| -> Result<String> {
+        let stored: String = r.try_get(column)?;
+        sealer
+            .open(&sandbox_id, column, &stored)
+            .map_err(|e| Error::Corrupt(e.to_string()))
+    };
+    let env_vars = json_map(&open(seal::ENV_VARS)?, "env_vars")?;
+    let access_token = open(seal::ACCESS_TOKEN)?;
     Ok(BindingRow {
-        sandbox_id: r.try_get("sandbox_id")?,
+        sandbox_id: sandbox_id.clone(),
         node_id: r.try_get("node_id")?,
         endpoint: r.try_get("endpoint")?,
         generation: to_u64(r.try_get("generation")?, "generation")?,
@@ -305,8 +334,8 @@ fn binding_from_row(r: &AnyRow) -> Result<BindingRow> {
         started_at_ms: r.try_get("started_at_ms")?,
         end_at_ms: r.try_get("end_at_ms")?,
         metadata: json_map(r.try_get("metadata")?, "metadata")?,
-        env_vars: json_map(r.try_get("env_vars")?, "env_vars")?,
-        access_token: r.try_get("access_token")?,
+        env_vars,
+        access_token,
         cpu_count: to_u32(r.try_get("cpu_count")?, "cpu_count")?,
         memory_mb: to_u32(r.try_get("memory_mb")?, "memory_mb")?,
         assigned_at_ms: r.try_get("assigned_at_ms")?,
@@ -413,13 +442,64 @@ impl SqlStore {
         nodes::require(self, node_id).await
     }
 
+    /// Seals again, under the key that seals now, up to `batch` bindings'
+    /// tokens and `envVars` stored under another key or before sealing
+    /// existed (one write transaction). Returns how many it looked at; 0
+    /// when none is left. Safe beside other replicas doing the same: a row is
+    /// rewritten only if it still holds what was read.
+    pub async fn reseal(&self, batch: u32) -> Result<usize> {
+        let rows = sqlx::query(sql::UNSEALED_BATCH)
+            .bind(self.sealer.current_pattern())
+            .bind(i64::from(batch))
+            .fetch_all(&self.reader)
+            .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.write().await?;
+        let mut sealed = 0;
+        for r in &rows {
+            let id: String = r.try_get("sandbox_id")?;
+            let (token, env): (String, String) =
+                (r.try_get("access_token")?, r.try_get("env_vars")?);
+            let open = |column, stored: &str| {
+                self.sealer
+                    .open(&id, column, stored)
+                    .map_err(|e| Error::Corrupt(e.to_string()))
+            };
+            let new_token = sealed_token(&self.sealer, &id, &open(seal::ACCESS_TOKEN, &token)?);
+            let new_env = self
+                .sealer
+                .seal(&id, seal::ENV_VARS, &open(seal::ENV_VARS, &env)?);
+            sealed += sqlx::query(sql::RESEAL)
+                .bind(&new_token)
+                .bind(&new_env)
+                .bind(&id)
+                .bind(&token)
+                .bind(&env)
+                .execute(tx.conn())
+                .await?
+                .rows_affected() as usize;
+        }
+        tx.commit(&self.changed).await?;
+        tracing::debug!(sealed, looked_at = rows.len(), "store: sealed again");
+        Ok(rows.len())
+    }
+
+    /// The id of the key the store seals with now.
+    pub fn sealing_key_id(&self) -> &str {
+        self.sealer.current_id()
+    }
+
     /// One binding, if it exists.
     pub async fn get(&self, sandbox_id: &str) -> Result<Option<BindingRow>> {
         let row = sqlx::query(sql::BINDING_BY_ID)
             .bind(sandbox_id)
             .fetch_optional(&self.reader)
             .await?;
-        row.as_ref().map(binding_from_row).transpose()
+        row.as_ref()
+            .map(|r| binding_from_row(r, &self.sealer))
+            .transpose()
     }
 
     /// Where a sandbox is, if it exists (the columns `LookupNode` answers).

@@ -3,6 +3,7 @@
 use super::{local_clock_ms, SqlStore};
 use crate::store::backend::Backend;
 use crate::store::migrate;
+use crate::store::seal::Sealer;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -42,27 +43,45 @@ pub enum OpenError {
 
 impl SqlStore {
     /// Opens (creating if missing) the SQLite database file at `path`.
-    pub async fn open_sqlite_file(path: PathBuf, readers: u32) -> Result<SqlStore, OpenError> {
-        Self::open_sqlite(SqliteConnectOptions::new().filename(&path), readers).await
+    pub async fn open_sqlite_file(
+        path: PathBuf,
+        readers: u32,
+        sealer: Arc<Sealer>,
+    ) -> Result<SqlStore, OpenError> {
+        Self::open_sqlite(SqliteConnectOptions::new().filename(&path), readers, sealer).await
     }
 
     /// Opens a `sqlite://...` URL.
-    pub async fn open_sqlite_url(url: &str, readers: u32) -> Result<SqlStore, OpenError> {
+    pub async fn open_sqlite_url(
+        url: &str,
+        readers: u32,
+        sealer: Arc<Sealer>,
+    ) -> Result<SqlStore, OpenError> {
         let opts = SqliteConnectOptions::from_str(url).map_err(|source| OpenError::Url {
             url: url.to_string(),
             source,
         })?;
-        Self::open_sqlite(opts, readers).await
+        Self::open_sqlite(opts, readers, sealer).await
     }
 
-    async fn open_sqlite(opts: SqliteConnectOptions, readers: u32) -> Result<SqlStore, OpenError> {
+    async fn open_sqlite(
+        opts: SqliteConnectOptions,
+        readers: u32,
+        sealer: Arc<Sealer>,
+    ) -> Result<SqlStore, OpenError> {
         let path = opts.get_filename().to_path_buf();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| OpenError::CreateDir {
+        // A data directory made here is its owner's only; one the operator
+        // made keeps its mode (the files in it are 0600 either way).
+        if let Some(dir) = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty() && !d.exists())
+        {
+            warren_core::private::dir(dir).map_err(|source| OpenError::CreateDir {
                 path: dir.display().to_string(),
                 source,
             })?;
         }
+        private_database(&path)?;
         // The `Any` driver connects from a URL; an absolute path keeps the
         // file name intact through it (a relative one would be read as a host).
         let path = absolute(&path);
@@ -91,13 +110,18 @@ impl SqlStore {
             reader,
             changed: Arc::new(Notify::new()),
             pg_url: None,
+            sealer,
         })
     }
 
     /// Connects to a `postgres://` URL: one writer connection and up to
     /// `readers` reader connections; applies migrations (under the write
     /// lock, so replicas starting together migrate once).
-    pub async fn open_postgres(url: &str, readers: u32) -> Result<SqlStore, OpenError> {
+    pub async fn open_postgres(
+        url: &str,
+        readers: u32,
+        sealer: Arc<Sealer>,
+    ) -> Result<SqlStore, OpenError> {
         // Parse with the native driver first, for a clear error.
         PgConnectOptions::from_str(url).map_err(|source| OpenError::Url {
             url: redact(url),
@@ -127,8 +151,53 @@ impl SqlStore {
             reader,
             changed: Arc::new(Notify::new()),
             pg_url: Some(url.to_string()),
+            sealer,
         })
     }
+}
+
+/// Makes the SQLite database at `path` (and its journal files, which
+/// SQLite creates with the database's mode) readable by its owner only:
+/// created so when missing, narrowed (with a warning) when an earlier
+/// version left it wider. An in-memory database has no file.
+fn private_database(path: &Path) -> Result<(), OpenError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if path.as_os_str().is_empty() || path == Path::new(":memory:") {
+        return Ok(());
+    }
+    let fail = |source| OpenError::CreateDir {
+        path: path.display().to_string(),
+        source,
+    };
+    if !path.exists() {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(fail)?;
+    }
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut file = path.as_os_str().to_owned();
+        file.push(suffix);
+        let file = PathBuf::from(file);
+        let Ok(md) = std::fs::metadata(&file) else {
+            continue;
+        };
+        let mode = md.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                file = %file.display(),
+                mode = format!("{mode:03o}"),
+                "the store was readable by other accounts; narrowing it to 0600 (it holds \
+                 every team's sandboxes)"
+            );
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))
+                .map_err(fail)?;
+        }
+    }
+    Ok(())
 }
 
 fn absolute(path: &Path) -> PathBuf {
