@@ -180,7 +180,7 @@ async fn python_env_vars_apply_to_one_run() {
     d.stop().await;
 }
 
-/// The attack of issue 21 (#8): knowing a sandbox's id but not its access
+/// The attack: knowing a sandbox's id but not its access
 /// token, a client lists, creates, restarts and deletes its contexts and
 /// runs code. Every route but the ready probe is 401 (without a token and
 /// with a wrong one), no kernel starts, the victim's context keeps its

@@ -99,7 +99,7 @@ fn names(store: &Path, dir: &str) -> Vec<String> {
     v
 }
 
-/// The attack of issue 21 (#7): three snapshots of 100 MiB, all deleted,
+/// The attack: three snapshots of 100 MiB, all deleted,
 /// used to leave their 300 MiB in the store every team shares, owned by
 /// nobody. Now a deleted snapshot's layer goes once no record names it and
 /// no node's sandbox stacks it: the two nothing uses go, the one a running

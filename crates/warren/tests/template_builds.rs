@@ -197,7 +197,7 @@ async fn sandbox_of(c: &Cluster, template: &str) -> String {
     a.str("sandboxID")
 }
 
-/// The attack of issue 21 (#4): a tenant set its own limits through the
+/// The attack: a tenant set its own limits through the
 /// build API (1 TiB of memory, 64 CPUs) and nodes capped nothing. Now the
 /// gateway refuses what is past its caps with a 400 naming the flag; a
 /// template under them gets exactly what it asked for in the sandbox's
@@ -246,7 +246,7 @@ async fn a_tenant_asks_for_resources_within_the_operators_caps_and_nodes_cap_aga
     drop(c);
 }
 
-/// The attack of issue 21 (#9): builds were held per gateway, 1 000 for
+/// The attack: builds were held per gateway, 1 000 for
 /// all teams, and requested ones never expired: 1 000 cheap requests
 /// locked every other team out. Now team A filling its own bound is a 429
 /// naming `--build-team-count` while team B builds, and requested builds

@@ -419,7 +419,7 @@ async fn a_node_killed_under_create_load_fails_no_create() {
 }
 
 /// A paused sandbox keeps its node slot, so it keeps its place in the
-/// team's `--quota-sandboxes` (issue 21: with paused sandboxes free, one
+/// team's `--quota-sandboxes` (with paused sandboxes free, one
 /// team could take every slot by pausing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_sandbox_keeps_its_place_in_the_quota() {
