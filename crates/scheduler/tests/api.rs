@@ -599,6 +599,18 @@ async fn heartbeats_say_when_the_next_sandbox_ends(store: TestStore) {
     s.stop().await;
 }
 
+/// The sandbox's envd token, as its team's gateway asks for it.
+async fn access_token(c: &mut Client, sandbox_id: &str) -> String {
+    c.get_access_token(pb::GetAccessTokenRequest {
+        sandbox_id: sandbox_id.into(),
+        team_id: "team-1".into(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .access_token
+}
+
 /// An attacker with a copy of the database finds no envd token and no
 /// `envVars` value: both are sealed. Values an older version stored in
 /// the clear are sealed again at the next start, and read the same.
@@ -629,15 +641,7 @@ async fn tokens_and_env_vars_are_sealed_at_rest(store: TestStore) {
     let (t, e) = raw(db.clone(), p.sandbox_id.clone()).await;
     assert!(t.starts_with("sealed:v1:") && !t.contains(&token), "{t}");
     assert!(e.starts_with("sealed:v1:") && !e.contains(&marker), "{e}");
-    let got = c
-        .get_access_token(pb::GetAccessTokenRequest {
-            sandbox_id: p.sandbox_id.clone(),
-            team_id: "team-1".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(got.access_token, token);
+    assert_eq!(access_token(&mut c, &p.sandbox_id).await, token);
     // A fork copies the parent's envVars, opened.
     let mut fork = place_req("team-1");
     fork.fork_of = p.sandbox_id.clone();
@@ -664,15 +668,7 @@ async fn tokens_and_env_vars_are_sealed_at_rest(store: TestStore) {
         }
     })
     .await;
-    let got = c
-        .get_access_token(pb::GetAccessTokenRequest {
-            sandbox_id: p.sandbox_id.clone(),
-            team_id: "team-1".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(got.access_token, token);
+    assert_eq!(access_token(&mut c, &p.sandbox_id).await, token);
     db.close().await;
     s.stop().await;
 }

@@ -420,6 +420,26 @@ pub fn sha256_file(path: &Path) -> Result<String, TemplateError> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Test helper: a tarball at `tar` holding `files` (path, contents).
+#[cfg(test)]
+pub(crate) fn tar_of(tar: &Path, files: &[(&str, &str)]) {
+    let src = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let p = src.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let ok = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(tar)
+        .arg("-C")
+        .arg(src.path())
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,19 +448,8 @@ mod tests {
     fn blobs_are_content_addressed_and_records_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
-        let src = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(src.path().join("etc")).unwrap();
-        std::fs::write(src.path().join("etc/hello"), "hi").unwrap();
         let tar = dir.path().join("in.tar");
-        let ok = std::process::Command::new("tar")
-            .arg("-cf")
-            .arg(&tar)
-            .arg("-C")
-            .arg(src.path())
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        tar_of(&tar, &[("etc/hello", "hi")]);
         let digest = store.add_blob(&tar).unwrap();
         assert!(digest.starts_with("sha256-"));
         let root = store.rootfs(&digest).unwrap();
@@ -509,18 +518,8 @@ mod tests {
             assert_eq!(mode(&dir.path().join(sub)), 0o700, "{sub}");
         }
         assert_eq!(mode(&old_blob), 0o600);
-        let src = tempfile::tempdir().unwrap();
-        std::fs::write(src.path().join("f"), "hi").unwrap();
         let tar = dir.path().join("in.tar");
-        let ok = std::process::Command::new("tar")
-            .arg("-cf")
-            .arg(&tar)
-            .arg("-C")
-            .arg(src.path())
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        tar_of(&tar, &[("f", "hi")]);
         std::fs::set_permissions(&tar, std::fs::Permissions::from_mode(0o644)).unwrap();
         let digest = store.add_blob(&tar).unwrap();
         assert_eq!(mode(&dir.path().join(format!("blobs/{digest}.tar"))), 0o600);

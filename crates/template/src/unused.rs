@@ -131,18 +131,8 @@ mod tests {
     use crate::Template;
 
     fn layer(store: &Store, dir: &std::path::Path, content: &str) -> String {
-        let src = tempfile::tempdir().unwrap();
-        std::fs::write(src.path().join("f"), content).unwrap();
         let tar = dir.join(format!("{content}.tar"));
-        let ok = std::process::Command::new("tar")
-            .arg("-cf")
-            .arg(&tar)
-            .arg("-C")
-            .arg(src.path())
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        crate::store::tar_of(&tar, &[("f", content)]);
         store.add_blob(&tar).unwrap()
     }
 

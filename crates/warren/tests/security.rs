@@ -20,21 +20,28 @@ const KEY_A: &str = "e2b_3e9a1c7f5b2d8e4a6c0f9b1d3e5a7c2f4b6d8e0a";
 const KEY_B: &str = "e2b_8c2e4a6f0b1d3c5e7a9f2b4d6c8e0a1f3b5d7c9e";
 
 async fn cluster(node_args: &[&str]) -> Cluster {
+    start("isolated", node_args, false).await
+}
+
+/// One node of `runtime` with `node_args`, teams a and b; with `logs`,
+/// each part logs to its file in the cluster's dir.
+async fn start(runtime: &str, node_args: &[&str], logs: bool) -> Cluster {
     Cluster::start(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         Spec {
             nodes: 1,
-            runtime: "isolated".into(),
+            runtime: runtime.into(),
             keys: vec![
                 (KEY_A.into(), "team-a".into()),
                 (KEY_B.into(), "team-b".into()),
             ],
             node_args: node_args.iter().map(|s| s.to_string()).collect(),
+            logs,
             ..Spec::default()
         },
     )
     .await
-    .expect("an isolated cluster starts (the security suite needs root, cgroups and the base template: scripts/test builds it)")
+    .expect("a cluster starts (the security suite needs root, cgroups and the base template: scripts/test builds it)")
 }
 
 /// Runs one attack of `tests/e2b/security.py` as team a (team b's key in
@@ -539,21 +546,7 @@ fn as_nobody(argv: &[&str]) -> (bool, String) {
 
 /// One node of `runtime`, each part logging to its file in the cluster's dir.
 async fn logged_cluster(runtime: &str) -> Cluster {
-    Cluster::start(
-        env!("CARGO_BIN_EXE_warren").as_ref(),
-        Spec {
-            nodes: 1,
-            runtime: runtime.into(),
-            keys: vec![
-                (KEY_A.into(), "team-a".into()),
-                (KEY_B.into(), "team-b".into()),
-            ],
-            logs: true,
-            ..Spec::default()
-        },
-    )
-    .await
-    .expect("a cluster starts")
+    start(runtime, &[], true).await
 }
 
 async fn get(addr: &str, path: &str) -> warren_test_support::http::Answer {

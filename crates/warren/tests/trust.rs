@@ -513,16 +513,7 @@ async fn no_secret_is_ever_on_a_command_line() {
         "warren dev with its key in the environment",
     )
     .await;
-    let printed = dev
-        .proc
-        .lines()
-        .iter()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("export E2B_API_KEY=")
-                .map(str::to_string)
-        })
-        .expect("warren dev prints the key");
+    let printed = printed_key(&dev);
     assert_eq!(printed, given);
     assert_eq!(
         holding(&given),
@@ -536,16 +527,7 @@ async fn no_secret_is_ever_on_a_command_line() {
         "warren dev with the key it makes",
     )
     .await;
-    let made = dev
-        .proc
-        .lines()
-        .iter()
-        .find_map(|l| {
-            l.trim()
-                .strip_prefix("export E2B_API_KEY=")
-                .map(str::to_string)
-        })
-        .expect("warren dev prints the key");
+    let made = printed_key(&dev);
     let answer = Http::default()
         .send(
             Method::GET,
@@ -591,4 +573,17 @@ async fn no_secret_is_ever_on_a_command_line() {
         assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+}
+
+/// The key `warren dev` printed in its `export E2B_API_KEY=` line.
+fn printed_key(dev: &warren_test_support::dev::Dev) -> String {
+    dev.proc
+        .lines()
+        .iter()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("export E2B_API_KEY=")
+                .map(str::to_string)
+        })
+        .expect("warren dev prints the key")
 }
