@@ -120,3 +120,13 @@ pub fn cmdlines_holding(needle: &[u8]) -> Vec<(u32, String)> {
         })
         .collect()
 }
+
+/// The real uid of host process `pid` (0 when it is gone).
+pub fn host_uid(pid: i32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}

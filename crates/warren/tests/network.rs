@@ -440,12 +440,7 @@ fn slirps() -> Vec<(i32, u64, i32)> {
         if comm.trim() != "slirp4netns" {
             continue;
         }
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let uid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
+        let uid = warren_test_support::host_uid(pid);
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let launcher = cmdline
             .split(|b| *b == 0)
@@ -453,7 +448,7 @@ fn slirps() -> Vec<(i32, u64, i32)> {
             .find_map(|a| a.strip_prefix("--userns-path=/proc/"))
             .and_then(|a| a.split('/').next()?.parse().ok())
             .unwrap_or(0);
-        found.push((pid, uid, launcher));
+        found.push((pid, u64::from(uid), launcher));
     }
     found
 }

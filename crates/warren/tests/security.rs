@@ -73,12 +73,7 @@ fn host_processes_with_env(needle: &str) -> Vec<(i32, u32, String)> {
         if !env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) {
             continue;
         }
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let uid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
+        let uid = warren_test_support::host_uid(pid);
         let ns = std::fs::read_link(format!("/proc/{pid}/ns/user"))
             .map(|p| p.display().to_string())
             .unwrap_or_default();
