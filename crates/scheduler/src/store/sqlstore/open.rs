@@ -19,6 +19,23 @@ use tokio::sync::Notify;
 /// enough that gateways fail over to another replica instead of hanging.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Every pool's options: the acquire timeout, and no idle timeout or
+/// maximum lifetime. With either set, sqlx (0.8.6 and 0.9.0) runs a
+/// maintenance task that walks `0..num_idle()` without yielding; its
+/// `num_idle` counter can read `usize::MAX` for an instant (a connection
+/// taken from the idle queue before the releasing thread counts it in), and
+/// a walk begun then spins on a runtime thread for good, starving the task
+/// woken with the only writer permit: every write then fails with "pool
+/// timed out" until the scheduler restarts. A connection broken meanwhile is
+/// still found, by the ping before each use (`test_before_acquire`).
+fn pool_options(max: u32) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .idle_timeout(None)
+        .max_lifetime(None)
+}
+
 /// Run on every SQLite connection. WAL lets readers run beside the writer;
 /// NORMAL is durable across process crashes in WAL mode (only an OS crash
 /// can lose the last transactions). The busy timeout (how long a statement
@@ -91,17 +108,16 @@ impl SqlStore {
             source,
         })?;
         let setup = |pool: AnyPoolOptions| {
-            pool.acquire_timeout(ACQUIRE_TIMEOUT)
-                .after_connect(|conn, _| {
-                    Box::pin(async move { conn.execute(SQLITE_SETUP).await.map(|_| ()) })
-                })
+            pool.after_connect(|conn, _| {
+                Box::pin(async move { conn.execute(SQLITE_SETUP).await.map(|_| ()) })
+            })
         };
         sqlx::any::install_default_drivers();
-        let writer = setup(AnyPoolOptions::new().max_connections(1).min_connections(1))
+        let writer = setup(pool_options(1).min_connections(1))
             .connect_with(any.clone())
             .await?;
         migrate::run(&writer, Backend::Sqlite, local_clock_ms()).await?;
-        let reader = setup(AnyPoolOptions::new().max_connections(readers.max(1)))
+        let reader = setup(pool_options(readers.max(1)))
             .connect_with(any)
             .await?;
         Ok(SqlStore {
@@ -132,19 +148,13 @@ impl SqlStore {
             source,
         })?;
         sqlx::any::install_default_drivers();
-        let writer = AnyPoolOptions::new()
-            .max_connections(1)
+        let writer = pool_options(1)
             .min_connections(1)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_with(any.clone())
             .await?;
         // The applied-at time is a note for humans; the local clock will do.
         migrate::run(&writer, Backend::Postgres, local_clock_ms()).await?;
-        let reader = AnyPoolOptions::new()
-            .max_connections(readers.max(1))
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(any)
-            .await?;
+        let reader = pool_options(readers.max(1)).connect_with(any).await?;
         Ok(SqlStore {
             backend: Backend::Postgres,
             writer,
