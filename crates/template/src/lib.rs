@@ -6,6 +6,8 @@
 //! - [`spec`]: the declarative build file (`warren template build FILE`).
 //! - [`store`]: where templates live, content-addressed: a tarball named by
 //!   its SHA-256, its unpacked root filesystem, and a JSON record per name.
+//! - [`cache`]: a host's bounded cache of layers fetched from the blob
+//!   store: one download per digest, verified, never evicting a leased one.
 //! - [`build`]: building a spec with `mmdebstrap` from the Debian archive,
 //!   and importing a root filesystem tarball (what `docker export` writes).
 //! - [`unused`]: layers whose last record went, noted until whoever can
@@ -15,6 +17,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod build;
+pub mod cache;
 pub mod spec;
 pub mod store;
 pub mod unused;

@@ -262,6 +262,25 @@ impl Store {
         Ok(had)
     }
 
+    /// Removes the blob `digest` and its unpacked tree, whatever names
+    /// them (a cache's eviction: the caller holds the layer's exclusive
+    /// lock). The tree is marked incomplete first, so a half-removed one is
+    /// never used.
+    pub fn remove_tree(&self, digest: &str) -> Result<(), TemplateError> {
+        let root = self.rootfs_path(digest)?;
+        let _ = std::fs::remove_file(root.join(".warren-complete"));
+        match std::fs::remove_dir_all(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(format!("cannot remove {}", root.display()))(e)),
+        }
+        match std::fs::remove_file(self.blob_path(digest)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io(format!("cannot remove the blob of {digest}"))(e)),
+        }
+    }
+
     /// The template called `name`.
     pub fn get(&self, name: &str) -> Result<Template, TemplateError> {
         crate::validate_name(name).map_err(|_| TemplateError::NotFound(name.to_string()))?;
@@ -308,11 +327,11 @@ impl Store {
         Ok(dir)
     }
 
-    fn blob_path(&self, digest: &str) -> PathBuf {
+    pub(crate) fn blob_path(&self, digest: &str) -> PathBuf {
         self.dir.join("blobs").join(format!("{digest}.tar"))
     }
 
-    fn rootfs_path(&self, digest: &str) -> Result<PathBuf, TemplateError> {
+    pub(crate) fn rootfs_path(&self, digest: &str) -> Result<PathBuf, TemplateError> {
         let hex = digest
             .strip_prefix("sha256-")
             .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
