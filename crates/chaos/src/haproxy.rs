@@ -60,6 +60,7 @@ impl Balancer {
         )?;
         let port = warren_harness::free_port()?;
         let addr = format!("127.0.0.1:{port}");
+        std::fs::create_dir_all(dir.join("logs"))?;
         let log = std::fs::File::create(
             dir.join("logs")
                 .join(format!("haproxy-{}.log", mode.name())),

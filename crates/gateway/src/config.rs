@@ -70,6 +70,14 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_CONNECT_TIMEOUT", default_value = "1s", value_parser = parse_duration)]
     pub connect_timeout: Duration,
 
+    /// How long a node may leave what the gateway sent it unacknowledged
+    /// (TCP_USER_TIMEOUT), or stay silent to keepalive probes on an idle
+    /// pooled connection, before the connection is dropped: a request to a
+    /// node whose host lost its network answers 502 after this instead of
+    /// hanging. At least 1s.
+    #[arg(long, env = "WARREN_GATEWAY_DEAD_NODE_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub dead_node_timeout: Duration,
+
     /// Deadline for each control-plane call (scheduler RPCs, node control API).
     #[arg(long, env = "WARREN_GATEWAY_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
@@ -264,6 +272,8 @@ pub struct Settings {
     pub api_keys: ApiKeys,
     /// TCP connect timeout towards nodes and schedulers.
     pub connect_timeout: Duration,
+    /// Bound on a node connection whose peer stopped answering.
+    pub dead_node_timeout: Duration,
     /// Deadline for each control-plane call.
     pub request_timeout: Duration,
     /// Bound on draining in-flight requests at shutdown.
@@ -393,6 +403,13 @@ impl Config {
             ));
         }
 
+        if self.dead_node_timeout < Duration::from_secs(1) {
+            return Err(invalid(format!(
+                "--dead-node-timeout {:?} is too short (at least 1s: a node under load \
+                 may take that long to acknowledge)",
+                self.dead_node_timeout
+            )));
+        }
         if self.connect_timeout.is_zero() {
             return Err(invalid(
                 "--connect-timeout must be greater than zero".into(),
@@ -484,6 +501,7 @@ impl Config {
             domain,
             api_keys,
             connect_timeout: self.connect_timeout,
+            dead_node_timeout: self.dead_node_timeout,
             request_timeout: self.request_timeout,
             drain_timeout: self.drain_timeout,
             shutdown_delay: self.shutdown_delay,
@@ -613,7 +631,12 @@ mod tests {
                 "{err}"
             );
         }
+        let err = parse(&["--api-key", "k:t", "--dead-node-timeout", "500ms"])
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("--dead-node-timeout"), "{err}");
         let s = parse(&["--api-key", "k:t"]).validate().unwrap();
+        assert_eq!(s.dead_node_timeout, Duration::from_secs(10));
         assert_eq!(s.uploads.team_bytes, 1024 * 1024 * 1024);
         assert_eq!(s.uploads.max_bytes, 512 * 1024 * 1024);
         assert_eq!(s.uploads.dir, std::env::temp_dir());

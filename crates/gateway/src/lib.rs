@@ -151,9 +151,13 @@ pub async fn run(
     };
     let workers = warren_core::server::Workers::start(settings.worker_threads, "gateway-worker")
         .context("cannot start the worker threads")?;
-    let http =
-        node_client::NodeHttp::new(settings.connect_timeout, trust.as_deref(), Some(&workers))
-            .map_err(warren_core::config::ConfigError::Invalid)?;
+    let http = node_client::NodeHttp::new(
+        settings.connect_timeout,
+        settings.dead_node_timeout,
+        trust.as_deref(),
+        Some(&workers),
+    )
+    .map_err(warren_core::config::ConfigError::Invalid)?;
     let limits = settings.listener;
     let admin_limits = settings.admin_listener;
     let shutdown_delay = settings.shutdown_delay;

@@ -16,6 +16,7 @@
 //!
 //! Nothing here is test-only: the binary uses it too.
 
+pub mod hosts;
 pub mod http;
 pub mod postgres;
 mod process;

@@ -13,9 +13,11 @@ use std::time::Duration;
 
 /// A running private PostgreSQL server.
 pub struct PgServer {
-    /// `postgres://postgres@127.0.0.1:<port>/postgres`.
+    /// `postgres://postgres@<addr>:<port>/postgres`.
     pub url: String,
-    /// The port it listens on (127.0.0.1 only).
+    /// The address it listens on (127.0.0.1 unless [`PgServer::start_on`]).
+    pub addr: String,
+    /// The port it listens on.
     pub port: u16,
     dir: tempfile::TempDir,
     bindir: PathBuf,
@@ -51,8 +53,16 @@ fn is_root() -> bool {
 }
 
 impl PgServer {
-    /// Starts a fresh server; fails with a message naming what is missing.
+    /// Starts a fresh server on loopback; fails with a message naming what
+    /// is missing.
     pub fn start() -> anyhow::Result<PgServer> {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// Starts a fresh server listening on `addr` only, accepting clients on
+    /// the subnets the machine has an address in (`samenet`: the hosts of a
+    /// [`crate::hosts::Network`] when `addr` is its machine address).
+    pub fn start_on(addr: &str) -> anyhow::Result<PgServer> {
         let bindir = bindir()?;
         let as_postgres = is_root();
         let dir = tempfile::Builder::new().prefix("warren-pg-").tempdir()?;
@@ -73,7 +83,8 @@ impl PgServer {
         }
         crate::write_store_key(&dir.path().join("store.key"))?;
         let server = PgServer {
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            url: format!("postgres://postgres@{addr}:{port}/postgres"),
+            addr: addr.to_string(),
             port,
             dir,
             bindir,
@@ -92,8 +103,14 @@ impl PgServer {
                 "UTF8",
             ],
         )?;
+        if addr != "127.0.0.1" {
+            let hba = data.join("pg_hba.conf");
+            let mut rules = std::fs::read_to_string(&hba)?;
+            rules.push_str("host all all samenet trust\n");
+            std::fs::write(&hba, rules)?;
+        }
         let opts = format!(
-            "-c listen_addresses=127.0.0.1 -p {port} -k {} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
+            "-c listen_addresses={addr} -p {port} -k {} -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200",
             server.dir.path().display()
         );
         server.run(
@@ -143,7 +160,7 @@ impl PgServer {
             "createdb",
             &[
                 "-h",
-                "127.0.0.1",
+                &self.addr,
                 "-p",
                 &self.port.to_string(),
                 "-U",
@@ -152,8 +169,8 @@ impl PgServer {
             ],
         )?;
         Ok(format!(
-            "postgres://postgres@127.0.0.1:{}/{name}",
-            self.port
+            "postgres://postgres@{}:{}/{name}",
+            self.addr, self.port
         ))
     }
 

@@ -136,6 +136,7 @@ impl Scheduler {
                         Some(t),
                         warren_trust::Role::Scheduler,
                         connect_timeout,
+                        warren_trust::connect::DEAD_PEER_TIMEOUT,
                         true,
                     )
                     .map_err(UrlError::TlsConfig)?;

@@ -190,8 +190,12 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
 
     // The node's control API and data plane: only gateways.
     let node_list = |trust: Option<&Trust>| {
-        let pool =
-            warren_gateway::node_client::node_pool(Duration::from_secs(2), trust).expect("pool");
+        let pool = warren_gateway::node_client::node_pool(
+            Duration::from_secs(2),
+            Duration::from_secs(10),
+            trust,
+        )
+        .expect("pool");
         let node = c.node(1);
         async move {
             let req = http::Request::get("/_warren/v1/sandboxes")

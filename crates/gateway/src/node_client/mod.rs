@@ -31,15 +31,22 @@ const MAX_NODE_ANSWER: usize = 16 * 1024 * 1024;
 const PACK_TIME: Duration = Duration::from_secs(300);
 
 /// A pool of node connections: connect timeout as configured, no Nagle
-/// (interactive streams), idle connections kept for reuse; with `trust`,
-/// every node connection is mutual TLS and the node must show a node
-/// certificate.
+/// (interactive streams), idle connections kept for reuse, dropped once a
+/// node leaves what was sent unacknowledged for `dead_node` (or is silent
+/// to keepalive probes while idle); with `trust`, every node connection is
+/// mutual TLS and the node must show a node certificate.
 pub fn node_pool(
     connect_timeout: Duration,
+    dead_node: Duration,
     trust: Option<&warren_trust::Trust>,
 ) -> Result<NodePool, String> {
-    let connector =
-        warren_trust::connect::connector(trust, warren_trust::Role::Node, connect_timeout, false)?;
+    let connector = warren_trust::connect::connector(
+        trust,
+        warren_trust::Role::Node,
+        connect_timeout,
+        dead_node,
+        false,
+    )?;
     Ok(NodePool::new(
         connector,
         warren_trust::connect::scheme(trust),
@@ -63,14 +70,15 @@ impl NodeHttp {
     /// a shared one.
     pub fn new(
         connect_timeout: Duration,
+        dead_node: Duration,
         trust: Option<&warren_trust::Trust>,
         workers: Option<&Workers>,
     ) -> Result<Self, String> {
         let per_worker = (0..workers.map_or(0, Workers::len))
-            .map(|_| node_pool(connect_timeout, trust))
+            .map(|_| node_pool(connect_timeout, dead_node, trust))
             .collect::<Result<Arc<[_]>, _>>()?;
         Ok(NodeHttp {
-            shared: node_pool(connect_timeout, trust)?,
+            shared: node_pool(connect_timeout, dead_node, trust)?,
             per_worker,
             workers: workers.cloned(),
         })

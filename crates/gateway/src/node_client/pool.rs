@@ -372,6 +372,7 @@ mod tests {
             None,
             warren_trust::Role::Node,
             Duration::from_secs(5),
+            Duration::from_secs(10),
             false,
         )
         .unwrap();
