@@ -88,7 +88,10 @@ CREATE TABLE builds (
     log_bytes           BIGINT NOT NULL,
     log_next_seq        BIGINT NOT NULL,
     -- 1 once lines were dropped (and the log said so).
-    log_truncated       BIGINT NOT NULL
+    log_truncated       BIGINT NOT NULL,
+    -- The owner's last append batch: a batch sent again (its answer was
+    -- lost) is not appended twice.
+    log_batch           BIGINT NOT NULL
 );
 CREATE INDEX builds_team ON builds (team_id, requested_at_ms);
 CREATE INDEX builds_status ON builds (status);

@@ -391,13 +391,15 @@ impl SchedulerService {
     ) -> Result<pb::AppendBuildLogResponse> {
         v::build_id("build_id", &r.build_id)?;
         v::owner("owner", &r.owner)?;
+        let batch = v::batch_number(r.batch)?;
         let lines = v::log_lines(r.lines)?;
         let bounds = v::log_bounds(r.bounds)?;
         let a = self
             .store
-            .append_build_log(&r.build_id, &r.owner, lines, bounds)
+            .append_build_log(&r.build_id, &r.owner, batch, lines, bounds)
             .await?;
         Ok(pb::AppendBuildLogResponse {
+            repeated: a.repeated,
             kept: a.kept,
             dropped: a.dropped,
             truncated: a.truncated,

@@ -532,6 +532,16 @@ pub fn log_lines(v: Vec<pb::LogLine>) -> Result<Vec<LogLine>> {
         .collect()
 }
 
+/// An append's batch number: from 1.
+pub fn batch_number(v: u64) -> Result<u64> {
+    if v == 0 {
+        return Err(bad(
+            "batch is 0; an owner numbers its appends to a build from 1".into(),
+        ));
+    }
+    fits("batch", v)
+}
+
 pub fn log_bounds(b: Option<pb::LogBounds>) -> Result<LogBounds> {
     let b = b.unwrap_or_default();
     printable("bounds.build_bound_name", &b.build_bound_name, MAX_LABEL)?;

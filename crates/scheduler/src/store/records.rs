@@ -252,6 +252,8 @@ pub struct BuildRow {
     pub log_bytes: u64,
     pub log_next_seq: u64,
     pub log_truncated: bool,
+    /// The owner's last append batch.
+    pub log_batch: u64,
 }
 
 /// `CreateBuild`, validated.
@@ -303,6 +305,8 @@ pub struct LogBounds {
 /// What one append did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Appended {
+    /// The batch was appended before (its answer was lost): nothing now.
+    pub repeated: bool,
     pub kept: u32,
     pub dropped: u32,
     pub truncated: bool,

@@ -16,7 +16,8 @@ macro_rules! build_columns {
     () => {
         "build_id, team_id, template_name, status, request, plan, owner, lease_expires_at_ms, \
          requested_at_ms, start_deadline_ms, retention_ms, started_at_ms, finished_at_ms, \
-         expires_at_ms, reason_message, reason_step, log_bytes, log_next_seq, log_truncated"
+         expires_at_ms, reason_message, reason_step, log_bytes, log_next_seq, log_truncated, \
+         log_batch"
     };
 }
 
@@ -108,7 +109,7 @@ pub const BUILD_BY_ID: &str = concat!(
 pub const INSERT_BUILD: &str = concat!(
     "INSERT INTO builds (",
     build_columns!(),
-    ") VALUES ($1, $2, $3, 'waiting', $4, '', '', 0, $5, $6, $7, 0, 0, 0, '', '', 0, 0, 0) \
+    ") VALUES ($1, $2, $3, 'waiting', $4, '', '', 0, $5, $6, $7, 0, 0, 0, '', '', 0, 0, 0, 0) \
      ON CONFLICT (build_id) DO NOTHING"
 );
 pub const TEAM_BUILDS_HELD: &str = concat!(
@@ -149,9 +150,11 @@ pub const RENEW_BUILD_LEASE: &str = "UPDATE builds SET lease_expires_at_ms = $4 
 pub const FINISH_BUILD: &str = "UPDATE builds SET status = $4, finished_at_ms = $3, \
      expires_at_ms = $3 + retention_ms, reason_message = $5, reason_step = $6 \
      WHERE build_id = $1 AND owner = $2 AND status = 'building' AND lease_expires_at_ms > $3";
-/// **fenced** The owner's fence alone (an append checks it first).
-pub const BUILD_OWNED: &str = "UPDATE builds SET log_bytes = log_bytes \
-     WHERE build_id = $1 AND owner = $2 AND status = 'building' AND lease_expires_at_ms > $3";
+/// **fenced** The owner's fence for an append, and its batch number
+/// `$4`: only a batch after the last one is appended.
+pub const BUILD_APPEND: &str = "UPDATE builds SET log_batch = $4 \
+     WHERE build_id = $1 AND owner = $2 AND status = 'building' AND lease_expires_at_ms > $3 \
+     AND log_batch < $4";
 pub const SET_BUILD_LOG: &str = "UPDATE builds SET log_bytes = $2, log_next_seq = $3, \
      log_truncated = $4 WHERE build_id = $1";
 pub const TEAM_LOG_BYTES: &str =

@@ -14,6 +14,10 @@
 //!   another gateway: a build's RUN steps have run in a sandbox the dead
 //!   gateway made, and running them again elsewhere could repeat what they
 //!   did outside it. The SDK sees the error and can build again.
+//! - **Repeats.** A call sent again because its answer was lost finds its
+//!   own result: the same create, claim (same owner) or end answers as the
+//!   first did, and an append names its batch number (increasing per
+//!   build), so a batch sent twice is appended once.
 //! - **Logs** live in `build_logs`, one row a line, numbered from 0 in
 //!   order (`seq`, the read cursor). Each line costs its text plus
 //!   [`LINE_COST`]; an append keeps the build's and the team's bounds in its
@@ -63,6 +67,7 @@ fn build_from_row(r: &AnyRow) -> Result<BuildRow> {
         log_bytes: to_u64(r.try_get("log_bytes")?, "log_bytes")?,
         log_next_seq: to_u64(r.try_get("log_next_seq")?, "log_next_seq")?,
         log_truncated: r.try_get::<i64, _>("log_truncated")? != 0,
+        log_batch: to_u64(r.try_get("log_batch")?, "log_batch")?,
     })
 }
 
@@ -164,6 +169,19 @@ async fn make_room(tx: &mut WriteTx, team: Option<&str>, max: u64, team_id: &str
 
 pub(super) async fn create(store: &SqlStore, b: &NewBuild) -> Result<BuildRow> {
     let mut tx = store.write().await?;
+    if let Some(old) = build_in(&mut tx, &b.build_id).await? {
+        // The same create again (its answer was lost) finds its build.
+        let same = old.team_id == b.team_id
+            && old.template_name == b.template_name
+            && old.request_json == b.request_json;
+        if same {
+            return Ok(old);
+        }
+        return Err(Error::AlreadyExists(format!(
+            "template build {} already exists",
+            b.build_id
+        )));
+    }
     make_room(&mut tx, Some(&b.team_id), b.max_team_builds, &b.team_id).await?;
     make_room(&mut tx, None, b.max_total_builds, &b.team_id).await?;
     let now = tx.now;
@@ -278,6 +296,15 @@ pub(super) async fn claim(
     if !claimed {
         let id = &claim.build_id;
         return Err(match build_in(&mut tx, id).await? {
+            // The same claim again (its answer was lost): it holds.
+            Some(b)
+                if b.status == BuildStatus::Building
+                    && b.owner == claim.owner
+                    && b.team_id == claim.team_id
+                    && b.template_name == claim.template_name =>
+            {
+                return Ok((b, uploads));
+            }
             Some(b)
                 if b.team_id == claim.team_id
                     && b.template_name == claim.template_name
@@ -380,7 +407,11 @@ pub(super) async fn finish(
         .rows_affected()
         == 1;
     if !done {
-        return Err(explain_lease(&mut tx, id, owner).await?);
+        match build_in(&mut tx, id).await? {
+            // The same end again (its answer was lost).
+            Some(b) if b.owner == owner && b.status == status => return Ok(b),
+            _ => return Err(explain_lease(&mut tx, id, owner).await?),
+        }
     }
     let row = build_in(&mut tx, id).await?.ok_or_else(|| not_found(id))?;
     tx.commit(&store.changed).await?;
@@ -438,26 +469,45 @@ async fn drop_oldest_log(tx: &mut WriteTx, team: &str, b: &LogBounds) -> Result<
     Ok(Some(to_u64(bytes, "log_bytes")?))
 }
 
-/// **fenced** Appends the owner's lines within both bounds (module doc).
+/// **fenced** Appends the owner's batch `batch` of lines within both
+/// bounds (module doc); a batch at or below the last one appended is a
+/// repeat, answered without appending.
 pub(super) async fn append(
     store: &SqlStore,
     id: &str,
     owner: &str,
+    batch: u64,
     lines: &[LogLine],
     bounds: &LogBounds,
 ) -> Result<Appended> {
     let mut tx = store.write().await?;
     let now = tx.now;
-    let owned = sqlx::query(sql::BUILD_OWNED)
+    let owned = sqlx::query(sql::BUILD_APPEND)
         .bind(id)
         .bind(owner)
         .bind(now)
+        .bind(to_i64(batch))
         .execute(tx.conn())
         .await?
         .rows_affected()
         == 1;
     if !owned {
-        return Err(explain_lease(&mut tx, id, owner).await?);
+        return match build_in(&mut tx, id).await? {
+            Some(b)
+                if b.status == BuildStatus::Building
+                    && b.owner == owner
+                    && b.lease_expires_at_ms > now
+                    && b.log_batch >= batch =>
+            {
+                Ok(Appended {
+                    repeated: true,
+                    truncated: b.log_truncated,
+                    log_bytes: b.log_bytes,
+                    ..Appended::default()
+                })
+            }
+            _ => Err(explain_lease(&mut tx, id, owner).await?),
+        };
     }
     let b = build_in(&mut tx, id).await?.ok_or_else(|| not_found(id))?;
     let team_bytes: i64 = sqlx::query_scalar(sql::TEAM_LOG_BYTES)
@@ -666,16 +716,17 @@ impl SqlStore {
         .await
     }
 
-    /// Appends the owner's log lines within `bounds`.
+    /// Appends the owner's batch `batch` of log lines within `bounds`.
     pub async fn append_build_log(
         &self,
         build_id: &str,
         owner: &str,
+        batch: u64,
         lines: Vec<LogLine>,
         bounds: LogBounds,
     ) -> Result<Appended> {
         let (id, owner) = (build_id.to_string(), owner.to_string());
-        self.detached(move |s| async move { append(&s, &id, &owner, &lines, &bounds).await })
+        self.detached(move |s| async move { append(&s, &id, &owner, batch, &lines, &bounds).await })
             .await
     }
 

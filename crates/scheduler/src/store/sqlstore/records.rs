@@ -3,7 +3,9 @@
 //!
 //! A batch of puts or deletes is one write transaction: every record is
 //! one conditional statement (insert-if-absent, or exactly the version
-//! read) whose affected-row count decides, and the team's bounds are
+//! read) whose affected-row count decides (a put that finds exactly its
+//! own content in place is answered with it: a call sent again after a
+//! lost answer, or two writers writing the same), and the team's bounds are
 //! checked on the state the batch leaves, in the same transaction; any
 //! failure rolls the whole batch back. A replaced or deleted record's
 //! layers (those the new record does not name) are noted in the same
@@ -155,11 +157,29 @@ fn source_sandbox(r: &TemplateRecord) -> &str {
         .map_or("", |s| s.source_sandbox.as_str())
 }
 
-/// **fenced** One put: the version it was written at.
+/// Whether `old` already holds what `new` would write: a put sent again
+/// (its answer was lost), or a racing writer that wrote the same.
+fn same_content(old: &TemplateRecord, new: &TemplateRecord) -> bool {
+    old.kind == new.kind
+        && old.team_id == new.team_id
+        && old.digest == new.digest
+        && old.layers == new.layers
+        && old.defaults == new.defaults
+        && old.source == new.source
+        && old.images == new.images
+        && old.snapshot == new.snapshot
+        && (new.created_at_ms == 0 || new.created_at_ms == old.created_at_ms)
+}
+
+/// **fenced** One put: the version it was written at. A put that finds
+/// exactly its content in place (at any version) answers with that record.
 async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateRecord> {
     let new = &p.record;
     let name = &new.name;
     let old = record_in(tx, name).await?;
+    if let Some(o) = old.as_ref().filter(|o| same_content(o, new)) {
+        return Ok(o.clone());
+    }
     let version = tx.next_counter("record_version").await?;
     let now = tx.now;
     let created = if new.created_at_ms > 0 {
@@ -222,7 +242,8 @@ async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateRecord> {
             let fixed = |k: RecordKind| matches!(k, RecordKind::Operator | RecordKind::Paused);
             if (fixed(o.kind) || fixed(new.kind)) && o.kind != new.kind {
                 return Err(Error::precondition(format!(
-                    "template record {name} is a {} record; a {} record cannot replace it",
+                    "template record {name} is of kind {}; a record of kind {} cannot \
+                     replace it",
                     o.kind.as_str(),
                     new.kind.as_str()
                 )));

@@ -3,7 +3,9 @@
 //!
 //! A put is insert-if-absent (an expired upload counts as absent) or a
 //! replace of exactly the version read, within the team's and every
-//! team's upload bytes, in one transaction. An upload past its expiry is
+//! team's upload bytes, in one transaction; a put that finds the same
+//! archive recorded (a repeat, or another gateway's upload of the same
+//! bytes) is answered with it. An upload past its expiry is
 //! hidden from reads at once and deleted by the sweep, which notes its
 //! archive's blob (as a replaced or deleted upload's is noted): the
 //! gateway removes it through the unused-blob notes, where the removal is
@@ -58,6 +60,14 @@ pub(super) async fn put(store: &SqlStore, u: &NewUpload) -> Result<UploadRow> {
     let mut tx = store.write().await?;
     let now = tx.now;
     let (team, hash) = (u.team_id.as_str(), u.files_hash.as_str());
+    let old = get_in(&mut tx, team, hash).await?;
+    if let Some(o) = &old {
+        // The same put again (its answer was lost), or another gateway's
+        // upload of the same bytes: the upload is there.
+        if o.expires_at_ms > now && o.blob_digest == u.blob_digest && o.size_bytes == u.size_bytes {
+            return Ok(o.clone());
+        }
+    }
     if u.max_team_bytes > 0 {
         let others = other_bytes(&mut tx, sql::TEAM_UPLOAD_BYTES, team, hash).await?;
         if others + u.size_bytes > u.max_team_bytes {
@@ -86,7 +96,6 @@ pub(super) async fn put(store: &SqlStore, u: &NewUpload) -> Result<UploadRow> {
             });
         }
     }
-    let old = get_in(&mut tx, team, hash).await?;
     let version = tx.next_counter("record_version").await?;
     let expires = now.saturating_add(u.ttl_ms);
     let exists = |o: &UploadRow| {
