@@ -16,11 +16,6 @@ use tonic::{Code, Status};
 use warren_proto::scheduler::v1 as pb;
 use warren_proto::scheduler::v1::{BlobRemoval, RecordKind};
 
-/// A blob digest made of `n`.
-pub fn blob(n: u64) -> String {
-    format!("sha256-{n:064x}")
-}
-
 fn defaults() -> pb::TemplateDefaults {
     pb::TemplateDefaults {
         user: "user".into(),
@@ -164,26 +159,6 @@ async fn list_all(c: &mut Client, mut req: pb::ListTemplateRecordsRequest) -> Ve
         }
         req.page_token = r.next_page_token;
     }
-}
-
-/// The noted blobs, due after `grace_ms`.
-pub async fn noted(c: &mut Client, grace_ms: u64) -> Vec<pb::UnusedBlob> {
-    c.list_unused_blobs(pb::ListUnusedBlobsRequest {
-        grace_ms,
-        page_size: 1000,
-        page_token: String::new(),
-    })
-    .await
-    .unwrap()
-    .into_inner()
-    .blobs
-}
-
-fn bound(s: &Status) -> Option<String> {
-    s.metadata()
-        .get(warren_proto::BOUND_METADATA)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
 }
 
 /// What a record is, without what the store sets.

@@ -169,7 +169,12 @@ async fn make_room(tx: &mut WriteTx, team: Option<&str>, max: u64, team_id: &str
 
 pub(super) async fn create(store: &SqlStore, b: &NewBuild) -> Result<BuildRow> {
     let mut tx = store.write().await?;
-    if let Some(old) = build_in(&mut tx, &b.build_id).await? {
+    let now = tx.now;
+    let old = build_in(&mut tx, &b.build_id).await?;
+    if let Some(old) = old.as_ref().filter(|o| !visible(o, now)) {
+        // Past its TTL and not swept yet: gone, as readers see it.
+        delete_build(&mut tx, &old.build_id).await?;
+    } else if let Some(old) = old {
         // The same create again (its answer was lost) finds its build.
         let same = old.team_id == b.team_id
             && old.template_name == b.template_name
@@ -184,7 +189,6 @@ pub(super) async fn create(store: &SqlStore, b: &NewBuild) -> Result<BuildRow> {
     }
     make_room(&mut tx, Some(&b.team_id), b.max_team_builds, &b.team_id).await?;
     make_room(&mut tx, None, b.max_total_builds, &b.team_id).await?;
-    let now = tx.now;
     let made = sqlx::query(sql::INSERT_BUILD)
         .bind(&b.build_id)
         .bind(&b.team_id)
@@ -408,8 +412,15 @@ pub(super) async fn finish(
         == 1;
     if !done {
         match build_in(&mut tx, id).await? {
-            // The same end again (its answer was lost).
-            Some(b) if b.owner == owner && b.status == status => return Ok(b),
+            // The same end again (its answer was lost); not an end the
+            // sweep gave it once its lease ran out.
+            Some(b)
+                if b.owner == owner
+                    && b.status == status
+                    && (b.reason_message.as_str(), b.reason_step.as_str()) == reason =>
+            {
+                return Ok(b)
+            }
             _ => return Err(explain_lease(&mut tx, id, owner).await?),
         }
     }
