@@ -463,6 +463,90 @@ async fn two_replicas_racing_on_one_record_one_wins(store: TestStore) {
     }
 }
 
+/// Two gateways (through two replicas) at one template's tag: one moves
+/// it to another build while the other deletes it, both at the version
+/// they read; then both delete it. Each time exactly one wins, and the
+/// other is told plainly that another writer did.
+async fn two_gateways_racing_to_tag_and_delete_one_template_one_wins(store: TestStore) {
+    let a = Sched::start(&store, &[]).await;
+    let b = Sched::start(&store, &[]).await;
+    let clients = [a.client().await, b.client().await];
+    let mut c = clients[0].clone();
+    let tag = |build: u64| {
+        let mut r = teams("snap-app-v1", RecordKind::Built, "t", &[(build, 1)]);
+        r.snapshot.as_mut().unwrap().name = "app:v1".into();
+        r.source = format!("api build {build}");
+        r
+    };
+    let (mut tagged, mut deleted) = (0, 0);
+    for round in 0..10u64 {
+        let read = put_one(&mut c, tag(1000 + round), 0).await.unwrap();
+        let (mut x, mut y) = (
+            clients[(round % 2) as usize].clone(),
+            clients[1 - (round % 2) as usize].clone(),
+        );
+        let moved = tag(2000 + round);
+        let (put, del) = tokio::join!(
+            async move { put_one(&mut x, moved, read.version).await },
+            async move { delete(&mut y, &[("snap-app-v1", read.version)], "t").await }
+        );
+        let now = get_record(&mut c, "snap-app-v1", "t").await;
+        match (put, del) {
+            (Ok(r), Err(e)) => {
+                tagged += 1;
+                assert_eq!(e.code(), Code::Aborted, "{e}");
+                assert!(e.message().contains("another writer changed it"), "{e}");
+                assert_eq!(now.unwrap(), r);
+                delete(&mut c, &[("snap-app-v1", r.version)], "t")
+                    .await
+                    .unwrap();
+            }
+            (Err(e), Ok(notes)) => {
+                deleted += 1;
+                assert_eq!(e.code(), Code::Aborted, "{e}");
+                assert!(e.message().contains("another writer deleted it"), "{e}");
+                assert_eq!(notes, [blob(1000 + round)]);
+                assert_status(now, Code::NotFound, "snap-app-v1");
+            }
+            other => panic!("exactly one of the tag and the delete must win: {other:?}"),
+        }
+    }
+    assert_eq!(tagged + deleted, 10);
+
+    // Two deletes of the version read: one deletes, the other finds it gone.
+    let read = put_one(&mut c, tag(1), 0).await.unwrap();
+    let (mut x, mut y) = (clients[0].clone(), clients[1].clone());
+    let (d1, d2) = tokio::join!(
+        async move { delete(&mut x, &[("snap-app-v1", read.version)], "t").await },
+        async move { delete(&mut y, &[("snap-app-v1", read.version)], "t").await }
+    );
+    match (d1, d2) {
+        (Ok(_), Err(e)) | (Err(e), Ok(_)) => {
+            assert_eq!(e.code(), Code::NotFound, "{e}");
+            assert!(e.message().contains("snap-app-v1 not found"), "{e}");
+        }
+        other => panic!("exactly one delete must win: {other:?}"),
+    }
+    // Two tags of one new name to different builds: one wins, the other is
+    // ALREADY_EXISTS; the same tag written twice (a retry, or two gateways
+    // agreeing) is no conflict.
+    let (mut x, mut y) = (clients[0].clone(), clients[1].clone());
+    let (t1, t2) = tokio::join!(
+        async move { put_one(&mut x, tag(7), 0).await },
+        async move { put_one(&mut y, tag(8), 0).await }
+    );
+    let won = match (t1, t2) {
+        (Ok(r), Err(e)) | (Err(e), Ok(r)) => {
+            assert_eq!(e.code(), Code::AlreadyExists, "{e}");
+            r
+        }
+        other => panic!("exactly one tag must win: {other:?}"),
+    };
+    let mut same = content(won.clone());
+    same.created_at_ms = 0;
+    assert_eq!(put_one(&mut c, same, 0).await.unwrap(), won);
+}
+
 async fn team_bounds_hold_under_concurrent_writers(store: TestStore) {
     let a = Sched::start(&store, &[]).await;
     let b = Sched::start(&store, &[]).await;
@@ -770,6 +854,7 @@ on_both_stores!(
     every_kind_round_trips,
     writes_are_fenced_on_the_version_read,
     two_replicas_racing_on_one_record_one_wins,
+    two_gateways_racing_to_tag_and_delete_one_template_one_wins,
     team_bounds_hold_under_concurrent_writers,
     unused_blob_notes_are_removed_only_when_nothing_names_them,
     uploads_round_trip_and_expire,
