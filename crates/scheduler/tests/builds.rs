@@ -564,7 +564,7 @@ async fn a_building_build_keeps_the_uploads_it_reads(store: TestStore) {
     );
     req.upload_hashes = vec![hash.clone()];
     let claimed = c.claim_build(req).await.unwrap().into_inner();
-    assert_eq!(claimed.uploads, [up.clone()]);
+    assert_eq!(claimed.uploads, std::slice::from_ref(&up));
     // The upload is deleted while the build runs: its blob is noted, but
     // not removable while the build names it.
     c.delete_upload(pb::DeleteUploadRequest {
