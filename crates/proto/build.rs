@@ -4,7 +4,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     std::env::set_var("PROTOC", protoc);
     println!("cargo:rerun-if-changed=proto");
-    tonic_prost_build::configure()
-        .compile_protos(&["proto/warren/scheduler/v1/scheduler.proto"], &["proto"])?;
+    tonic_prost_build::configure().compile_protos(
+        &[
+            "proto/warren/scheduler/v1/scheduler.proto",
+            "proto/warren/scheduler/v1/records.proto",
+        ],
+        &["proto"],
+    )?;
     Ok(())
 }

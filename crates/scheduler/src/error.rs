@@ -2,7 +2,9 @@
 //! (the table in `docs/internals.md`).
 
 use tonic::{Code, Status};
-use warren_proto::{REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY, REASON_QUOTA};
+use warren_proto::{
+    BOUND_METADATA, REASON_METADATA, REASON_NODE_DOWN, REASON_NO_CAPACITY, REASON_QUOTA,
+};
 
 /// Why a scheduler operation did not happen. Every variant but [`Error::Store`]
 /// and [`Error::Corrupt`] is the caller's problem and is not worth retrying
@@ -29,6 +31,27 @@ pub enum Error {
     /// The team is at one of its quotas.
     #[error("{0}")]
     Quota(String),
+    /// A write would take a team (or everyone) past a bound the caller
+    /// named (`bound`: one of `warren_proto::BOUND_*`). Nothing was written.
+    #[error("{message}")]
+    Bound {
+        message: String,
+        bound: &'static str,
+    },
+    /// Insert-if-absent found the record there. Nothing was written.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// The record is no longer at the version the writer read (another
+    /// writer won). Nothing was written.
+    #[error("{0}")]
+    Aborted(String),
+    /// A precondition failed for a reason the caller acts on (`reason`:
+    /// one of `warren_proto::REASON_*`). Nothing was written.
+    #[error("{message}")]
+    Refused {
+        message: String,
+        reason: &'static str,
+    },
     /// The caller's certificate does not allow this call.
     #[error("{0}")]
     PermissionDenied(String),
@@ -78,6 +101,18 @@ impl From<Error> for Status {
             Error::NodeDown(m) => with_reason(Code::FailedPrecondition, m, REASON_NODE_DOWN),
             Error::NoCapacity(m) => with_reason(Code::ResourceExhausted, m, REASON_NO_CAPACITY),
             Error::Quota(m) => with_reason(Code::ResourceExhausted, m, REASON_QUOTA),
+            Error::Bound { message, bound } => {
+                let mut status = with_reason(Code::ResourceExhausted, message, REASON_QUOTA);
+                if let Ok(v) = bound.parse() {
+                    status.metadata_mut().insert(BOUND_METADATA, v);
+                }
+                status
+            }
+            Error::AlreadyExists(m) => Status::already_exists(m),
+            Error::Aborted(m) => Status::aborted(m),
+            Error::Refused { message, reason } => {
+                with_reason(Code::FailedPrecondition, message, reason)
+            }
             Error::PermissionDenied(m) => Status::permission_denied(m),
             Error::Store(e) => {
                 tracing::warn!(error = %e, "store failure");

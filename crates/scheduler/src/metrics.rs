@@ -39,6 +39,7 @@ pub struct Metrics {
     sweep_runs: Counter,
     sweep_failures: Counter,
     lost_bindings: Counter,
+    lost_builds: Counter,
     watch_subscribers: Gauge,
     watch_resyncs: Counter,
     leader: Gauge,
@@ -55,6 +56,7 @@ impl Metrics {
             sweep_runs: Counter::default(),
             sweep_failures: Counter::default(),
             lost_bindings: Counter::default(),
+            lost_builds: Counter::default(),
             watch_subscribers: Gauge::default(),
             watch_resyncs: Counter::default(),
             leader: Gauge::default(),
@@ -81,6 +83,11 @@ impl Metrics {
             "lost_bindings",
             "Bindings marked lost because their node's lease expired",
             m.lost_bindings.clone(),
+        );
+        registry.register(
+            "lost_builds",
+            "Template builds failed because their gateway stopped renewing its lease",
+            m.lost_builds.clone(),
         );
         registry.register(
             "watch_subscribers",
@@ -121,6 +128,7 @@ impl Metrics {
     pub fn sweep_done(&self, report: &SweepReport) {
         self.sweep_runs.inc();
         self.lost_bindings.inc_by(report.bindings_lost);
+        self.lost_builds.inc_by(report.builds_lost);
     }
 
     /// Records a sweep pass that failed.

@@ -8,6 +8,11 @@
 //!   with auto-pause cleared, so their node deletes them;
 //! - CREATING bindings older than `--creating-timeout` → RUNNING if the node's
 //!   last roster has them, else removed;
+//! - template builds never claimed past their start TTL, and finished ones
+//!   past their retention, deleted with their logs; building ones whose
+//!   gateway stopped renewing their lease failed (`warren_scheduler_lost_builds`);
+//! - COPY uploads past their TTL deleted, their archives' blobs noted as
+//!   unused (the TTLs are those the gateways named when they made each);
 //! - the change log pruned to `--watch-retention` rows;
 //! - the state gauges refreshed (on every replica, leading or not).
 //!

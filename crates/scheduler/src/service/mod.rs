@@ -1,10 +1,15 @@
 //! The tonic service: validates each request (`validate.rs`), calls the
 //! store, converts the result (`convert.rs`) and records the RPC's metrics.
 //! Status codes follow the table in `docs/internals.md` via
-//! `crate::error::Error`.
+//! `crate::error::Error`. The records' RPCs (`records.proto`: template
+//! records, unused blobs, builds, uploads) have their bodies in
+//! `records.rs` and their checks in `validate_records.rs`; who may call
+//! each RPC is decided here, in the trait impl at the bottom.
 
 pub(crate) mod convert;
+mod records;
 pub mod validate;
+pub mod validate_records;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -572,6 +577,162 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
     ) -> Result<Response<pb::Binding>, Status> {
         rpc!(self, req, "SetTimeout", Gateways, |r, caller| self
             .set_timeout(r))
+    }
+
+    // ---- records (records.proto): gateways only; nodes are handed what
+    // they need in their create requests. ----
+
+    async fn put_template_records(
+        &self,
+        req: Request<pb::PutTemplateRecordsRequest>,
+    ) -> Result<Response<pb::PutTemplateRecordsResponse>, Status> {
+        rpc!(self, req, "PutTemplateRecords", Gateways, |r, caller| self
+            .put_template_records(r))
+    }
+
+    async fn get_template_record(
+        &self,
+        req: Request<pb::GetTemplateRecordRequest>,
+    ) -> Result<Response<pb::TemplateRecord>, Status> {
+        rpc!(self, req, "GetTemplateRecord", Gateways, |r, caller| self
+            .get_template_record(r))
+    }
+
+    async fn list_template_records(
+        &self,
+        req: Request<pb::ListTemplateRecordsRequest>,
+    ) -> Result<Response<pb::ListTemplateRecordsResponse>, Status> {
+        rpc!(self, req, "ListTemplateRecords", Gateways, |r, caller| self
+            .list_template_records(r))
+    }
+
+    async fn delete_template_records(
+        &self,
+        req: Request<pb::DeleteTemplateRecordsRequest>,
+    ) -> Result<Response<pb::DeleteTemplateRecordsResponse>, Status> {
+        rpc!(self, req, "DeleteTemplateRecords", Gateways, |r, caller| {
+            self.delete_template_records(r)
+        })
+    }
+
+    async fn get_team_usage(
+        &self,
+        req: Request<pb::GetTeamUsageRequest>,
+    ) -> Result<Response<pb::TeamUsage>, Status> {
+        rpc!(self, req, "GetTeamUsage", Gateways, |r, caller| self
+            .get_team_usage(r))
+    }
+
+    async fn note_unused_blobs(
+        &self,
+        req: Request<pb::NoteUnusedBlobsRequest>,
+    ) -> Result<Response<pb::NoteUnusedBlobsResponse>, Status> {
+        rpc!(self, req, "NoteUnusedBlobs", Gateways, |r, caller| self
+            .note_unused_blobs(r))
+    }
+
+    async fn list_unused_blobs(
+        &self,
+        req: Request<pb::ListUnusedBlobsRequest>,
+    ) -> Result<Response<pb::ListUnusedBlobsResponse>, Status> {
+        rpc!(self, req, "ListUnusedBlobs", Gateways, |r, caller| self
+            .list_unused_blobs(r))
+    }
+
+    async fn remove_unused_blob(
+        &self,
+        req: Request<pb::RemoveUnusedBlobRequest>,
+    ) -> Result<Response<pb::RemoveUnusedBlobResponse>, Status> {
+        rpc!(self, req, "RemoveUnusedBlob", Gateways, |r, caller| self
+            .remove_unused_blob(r))
+    }
+
+    async fn create_build(
+        &self,
+        req: Request<pb::CreateBuildRequest>,
+    ) -> Result<Response<pb::Build>, Status> {
+        rpc!(self, req, "CreateBuild", Gateways, |r, caller| self
+            .create_build(r))
+    }
+
+    async fn get_build(
+        &self,
+        req: Request<pb::GetBuildRequest>,
+    ) -> Result<Response<pb::Build>, Status> {
+        rpc!(self, req, "GetBuild", Gateways, |r, caller| self
+            .get_build(r))
+    }
+
+    async fn list_builds(
+        &self,
+        req: Request<pb::ListBuildsRequest>,
+    ) -> Result<Response<pb::ListBuildsResponse>, Status> {
+        rpc!(self, req, "ListBuilds", Gateways, |r, caller| self
+            .list_builds(r))
+    }
+
+    async fn claim_build(
+        &self,
+        req: Request<pb::ClaimBuildRequest>,
+    ) -> Result<Response<pb::ClaimBuildResponse>, Status> {
+        rpc!(self, req, "ClaimBuild", Gateways, |r, caller| self
+            .claim_build(r))
+    }
+
+    async fn renew_build_lease(
+        &self,
+        req: Request<pb::RenewBuildLeaseRequest>,
+    ) -> Result<Response<pb::Build>, Status> {
+        rpc!(self, req, "RenewBuildLease", Gateways, |r, caller| self
+            .renew_build_lease(r))
+    }
+
+    async fn update_build_status(
+        &self,
+        req: Request<pb::UpdateBuildStatusRequest>,
+    ) -> Result<Response<pb::Build>, Status> {
+        rpc!(self, req, "UpdateBuildStatus", Gateways, |r, caller| self
+            .update_build_status(r))
+    }
+
+    async fn append_build_log(
+        &self,
+        req: Request<pb::AppendBuildLogRequest>,
+    ) -> Result<Response<pb::AppendBuildLogResponse>, Status> {
+        rpc!(self, req, "AppendBuildLog", Gateways, |r, caller| self
+            .append_build_log(r))
+    }
+
+    async fn read_build_log(
+        &self,
+        req: Request<pb::ReadBuildLogRequest>,
+    ) -> Result<Response<pb::ReadBuildLogResponse>, Status> {
+        rpc!(self, req, "ReadBuildLog", Gateways, |r, caller| self
+            .read_build_log(r))
+    }
+
+    async fn put_upload(
+        &self,
+        req: Request<pb::PutUploadRequest>,
+    ) -> Result<Response<pb::Upload>, Status> {
+        rpc!(self, req, "PutUpload", Gateways, |r, caller| self
+            .put_upload(r))
+    }
+
+    async fn get_upload(
+        &self,
+        req: Request<pb::GetUploadRequest>,
+    ) -> Result<Response<pb::Upload>, Status> {
+        rpc!(self, req, "GetUpload", Gateways, |r, caller| self
+            .get_upload(r))
+    }
+
+    async fn delete_upload(
+        &self,
+        req: Request<pb::DeleteUploadRequest>,
+    ) -> Result<Response<pb::DeleteUploadResponse>, Status> {
+        rpc!(self, req, "DeleteUpload", Gateways, |r, caller| self
+            .delete_upload(r))
     }
 
     type WatchBindingsStream =

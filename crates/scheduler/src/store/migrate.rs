@@ -23,6 +23,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/0004_node_sandbox_counts.sql"),
     ),
     (5, include_str!("../../migrations/0005_lifecycle.sql")),
+    (6, include_str!("../../migrations/0006_records.sql")),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

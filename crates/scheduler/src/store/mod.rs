@@ -9,11 +9,14 @@
 //! `NOTIFY`) and [`postgres`] (the change listener and the sweep lease).
 //!
 //! # Layout
-//! - `types.rs`: the values read and written, backend-free.
-//! - `sql.rs`: every shared query. `migrate.rs`: the schema, applied at start.
+//! - `types.rs`: the values read and written, backend-free; `records.rs`:
+//!   the same for the records (template records, unused-blob notes,
+//!   builds and their logs, uploads).
+//! - `sql.rs`: every shared query; `sql_records.rs`: the records' queries.
+//!   `migrate.rs`: the schema, applied at start.
 //! - [`backend`]: the per-backend statements, and the arguments for the write
 //!   lock and for revisions becoming visible in commit order.
-//! - `sqlstore/`: [`SqlStore`]: opening, nodes, bindings, sweeps.
+//! - `sqlstore/`: [`SqlStore`]: opening, nodes, bindings, sweeps, records.
 //! - [`postgres`]: `LISTEN` for other replicas' changes; the advisory-lock
 //!   lease that picks the one replica that sweeps.
 //!
@@ -22,6 +25,13 @@
 //! `(sandbox_id, node_id, generation)`; its affected-row count decides, and the
 //! matching `changes` row is written in the same transaction.
 //!
+//! **Invariant (fenced records):** every write that changes or removes a
+//! record (template record, build, upload, note) is one conditional
+//! statement (an expected version, insert-if-absent, a build's owner and
+//! live lease) whose affected-row count decides, under the write lock; a
+//! loser gets ABORTED, ALREADY_EXISTS or FAILED_PRECONDITION and nothing of
+//! its transaction stays.
+//!
 //! **Invariant (one clock):** lease and deadline comparisons use the store's
 //! clock (SQLite: the local clock; PostgreSQL: the server's
 //! `clock_timestamp()`), never a replica's or a caller's.
@@ -29,11 +39,14 @@
 pub mod backend;
 mod migrate;
 pub mod postgres;
+pub mod records;
 pub mod seal;
 mod sql;
+mod sql_records;
 mod sqlstore;
 pub mod types;
 
 pub use backend::Backend;
-pub use sqlstore::{redact_url, OpenError, SqlStore};
+pub use records::*;
+pub use sqlstore::{redact_url, OpenError, SqlStore, LINE_COST};
 pub use types::*;

@@ -348,6 +348,12 @@ pub struct SweepReport {
     pub creates_confirmed: u64,
     pub bindings_removed: u64,
     pub changes_pruned: u64,
+    /// Builds past their start TTL (never started) or their retention.
+    pub builds_expired: u64,
+    /// Building builds whose gateway's lease ran out: failed.
+    pub builds_lost: u64,
+    /// Uploads past their expiry (their archives' blobs noted).
+    pub uploads_expired: u64,
 }
 
 impl SweepReport {

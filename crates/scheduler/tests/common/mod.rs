@@ -463,3 +463,29 @@ impl Drop for Heartbeats {
         self.0.abort();
     }
 }
+
+/// A blob digest made of `n`.
+pub fn blob(n: u64) -> String {
+    format!("sha256-{n:064x}")
+}
+
+/// The noted unused blobs, due after `grace_ms`.
+pub async fn noted(c: &mut Client, grace_ms: u64) -> Vec<pb::UnusedBlob> {
+    c.list_unused_blobs(pb::ListUnusedBlobsRequest {
+        grace_ms,
+        page_size: 1000,
+        page_token: String::new(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .blobs
+}
+
+/// The `warren-bound` metadata of a status (which bound a write would pass).
+pub fn bound(s: &Status) -> Option<String> {
+    s.metadata()
+        .get(warren_proto::BOUND_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}

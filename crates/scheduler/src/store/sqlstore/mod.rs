@@ -8,6 +8,9 @@
 //! - `nodes.rs`: registration, heartbeats, roster reconciliation, node choice.
 //! - `bindings.rs`: place, reassign, record, events, reads, timeouts.
 //! - `sweep.rs`: the sweep pass, the change log reads, the census.
+//! - `records.rs`: template records, unused-blob notes, team usage;
+//!   `builds.rs`: template builds and their logs; `uploads.rs`: COPY
+//!   uploads (each with its part of the sweep and its `SqlStore` methods).
 //!
 //! Writes go through a pool of exactly one connection, so this process's
 //! writers queue in FIFO order here instead of inside the database; every
@@ -17,9 +20,14 @@
 //! pool (`--database-pool-size`) and see the last committed state.
 
 mod bindings;
+mod builds;
 mod nodes;
 mod open;
+mod records;
 mod sweep;
+mod uploads;
+
+pub use builds::LINE_COST;
 
 pub use open::{redact as redact_url, OpenError};
 

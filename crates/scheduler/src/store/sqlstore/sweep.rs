@@ -35,6 +35,10 @@ pub(super) async fn run(store: &SqlStore, settings: &SweepSettings) -> Result<Sw
     resolve_stuck_creates(&mut tx, cutoff, &mut report).await?;
     tx.commit(&store.changed).await?;
 
+    // The records' TTLs (the gateways named them when they made each one).
+    super::builds::sweep(store, &mut report).await?;
+    super::uploads::sweep(store, &mut report).await?;
+
     let bounds = change_bounds(store).await?;
     if bounds.head > settings.watch_retention {
         let keep_after = bounds.head - settings.watch_retention;
