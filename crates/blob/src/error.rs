@@ -2,7 +2,6 @@
 //! help; and the one classification of object_store's errors into them.
 
 use crate::Digest;
-use object_store::client::{HttpError, HttpErrorKind};
 use std::fmt;
 
 /// A blob store operation's failure. Every message names the store (its
@@ -93,18 +92,8 @@ pub(crate) fn classify(e: &object_store::Error) -> Kind {
         E::NotFound { .. } => Kind::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => Kind::Denied,
         E::Generic { .. } => {
-            let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-            while let Some(err) = cur {
-                if let Some(h) = err.downcast_ref::<HttpError>() {
-                    return match h.kind() {
-                        HttpErrorKind::Connect
-                        | HttpErrorKind::Request
-                        | HttpErrorKind::Timeout
-                        | HttpErrorKind::Interrupted => Kind::Transient,
-                        _ => Kind::Permanent,
-                    };
-                }
-                cur = err.source();
+            if let Some(kind) = transport(e) {
+                return kind;
             }
             match status_in(&e.to_string()) {
                 Some(s) if s >= 500 || s == 408 || s == 429 => Kind::Transient,
@@ -116,6 +105,32 @@ pub(crate) fn classify(e: &object_store::Error) -> Kind {
         }
         _ => Kind::Permanent,
     }
+}
+
+/// The kind of the HTTP transport failure in `e`'s chain, if there is one.
+#[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
+fn transport(e: &object_store::Error) -> Option<Kind> {
+    use object_store::client::{HttpError, HttpErrorKind};
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<HttpError>() {
+            return Some(match h.kind() {
+                HttpErrorKind::Connect
+                | HttpErrorKind::Request
+                | HttpErrorKind::Timeout
+                | HttpErrorKind::Interrupted => Kind::Transient,
+                _ => Kind::Permanent,
+            });
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// Without a cloud backend nothing speaks HTTP.
+#[cfg(not(any(feature = "aws", feature = "gcp", feature = "azure")))]
+fn transport(_: &object_store::Error) -> Option<Kind> {
+    None
 }
 
 /// The HTTP status in object_store's message for a failed request
@@ -141,8 +156,10 @@ mod tests {
         assert_eq!(status_in("connection refused"), None);
     }
 
+    #[cfg(any(feature = "aws", feature = "gcp", feature = "azure"))]
     #[test]
     fn transport_failures_are_transient_and_others_not() {
+        use object_store::client::{HttpError, HttpErrorKind};
         let generic = |kind| object_store::Error::Generic {
             store: "S3",
             source: Box::new(HttpError::new(kind, std::io::Error::other("x"))),

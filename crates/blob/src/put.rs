@@ -303,7 +303,7 @@ mod tests {
         assert_eq!(part_size(PART_SIZE as u64 * MAX_PARTS), PART_SIZE);
         let big = PART_SIZE as u64 * MAX_PARTS + 1;
         let p = part_size(big) as u64;
-        assert!(p > PART_SIZE as u64 && p % (1 << 20) == 0);
+        assert!(p > PART_SIZE as u64 && p.is_multiple_of(1 << 20));
         assert!(big.div_ceil(p) <= MAX_PARTS);
     }
 }

@@ -89,13 +89,15 @@ impl Redactor {
 
     /// `text` with every secret and every URL's credentials replaced.
     pub(crate) fn redact(&self, text: &str) -> String {
-        let mut out = text.to_string();
+        // URLs first: a secret replaced inside one (`<redacted>`) would end
+        // it early, at the `<`, and hide its user and query from the strip.
+        let mut out = strip_url_credentials(text);
         for s in &self.secrets {
             if out.contains(s.as_str()) {
                 out = out.replace(s.as_str(), REDACTED);
             }
         }
-        strip_url_credentials(&out)
+        out
     }
 }
 

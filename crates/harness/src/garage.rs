@@ -291,15 +291,12 @@ impl Keeper {
                     }
                 };
                 let _ = started_tx.send(Ok(()));
-                loop {
-                    match stop_rx.recv_timeout(Duration::from_millis(100)) {
-                        Err(mpsc::RecvTimeoutError::Timeout) => {
-                            if let Ok(Some(st)) = child.try_wait() {
-                                set(&seen, st);
-                            }
-                        }
-                        // Told to stop, or the server value is gone.
-                        _ => break,
+                // Until told to stop, or the server value is gone.
+                while let Err(mpsc::RecvTimeoutError::Timeout) =
+                    stop_rx.recv_timeout(Duration::from_millis(100))
+                {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        set(&seen, st);
                     }
                 }
                 if let Some(st) = terminate(&mut child) {
