@@ -112,6 +112,7 @@
 mod digest;
 mod error;
 mod fetch;
+mod local;
 mod ops;
 mod put;
 mod redact;

@@ -27,9 +27,10 @@ enum Failed {
 impl BlobStore {
     /// Stores the file at `path` under its SHA-256 and returns the digest
     /// and size. A blob already there with the same size is not uploaded
-    /// again; a file larger than [`PART_SIZE`] goes up in parts (see the
-    /// crate doc). The file is hashed again while it uploads: if it changed
-    /// meanwhile, the upload is abandoned and the error says so.
+    /// again; to a cloud store a file larger than [`PART_SIZE`] goes up in
+    /// parts (see the crate doc), to a local one it is copied in
+    /// (`local.rs`). The file is hashed again while it is sent: if it
+    /// changed meanwhile, nothing is stored and the error says so.
     pub async fn put_file(&self, path: &Path) -> Result<(Digest, u64), BlobError> {
         let meta = tokio::fs::metadata(path)
             .await
@@ -40,11 +41,15 @@ impl BlobStore {
                 source: std::io::Error::other("not a regular file"),
             });
         }
-        if meta.len() <= PART_SIZE as u64 {
+        if meta.len() <= PART_SIZE as u64 && self.inner.local.is_none() {
             return self.put_small(path).await;
         }
         let (digest, size) = hash_file(path).await?;
         if self.size(&digest).await? == Some(size) {
+            return Ok((digest, size));
+        }
+        if let Some(dir) = &self.inner.local {
+            self.put_local(dir, path, &digest, size).await?;
             return Ok((digest, size));
         }
         let key = self.key(&digest);
@@ -67,7 +72,6 @@ impl BlobStore {
                 }
             }
         }
-        self.settle(&digest)?;
         Ok((digest, size))
     }
 
@@ -97,7 +101,6 @@ impl BlobStore {
             self.inner.store.put(&key, payload.clone())
         })
         .await?;
-        self.settle(&digest)?;
         Ok((digest, size))
     }
 
@@ -185,17 +188,6 @@ impl BlobStore {
             store: self.name().to_string(),
         }));
         opts
-    }
-
-    /// After a blob is in place: a local blob is made its owner's only.
-    fn settle(&self, digest: &Digest) -> Result<(), BlobError> {
-        use std::os::unix::fs::PermissionsExt;
-        if let Some(dir) = &self.inner.local {
-            let path = dir.join(digest.hex());
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-                .map_err(io(format!("cannot make {} private (0600)", path.display())))?;
-        }
-        Ok(())
     }
 }
 

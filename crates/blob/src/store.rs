@@ -25,7 +25,8 @@ pub(crate) struct Inner {
     pub(crate) name: String,
     /// Removes this store's secrets from messages.
     pub(crate) redactor: Redactor,
-    /// A local store's `<dir>/blobs/sha256`, where blobs are made 0600.
+    /// A local store's `<dir>/blobs/sha256`, which `local.rs` writes
+    /// itself (each blob 0600 from the start).
     pub(crate) local: Option<PathBuf>,
 }
 
