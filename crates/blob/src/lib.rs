@@ -109,6 +109,8 @@
 //! docs/benchmarks.md ("The blob store's build cost") for the measured
 //! seconds.
 
+#[cfg(feature = "aws")]
+mod aws_files;
 mod digest;
 mod error;
 mod fetch;

@@ -40,8 +40,18 @@ impl BlobStore {
     /// A local directory is created if missing and made 0700; a cloud store
     /// is not contacted until the first operation.
     pub fn open(url: &str, options: &[(String, String)]) -> Result<BlobStore, BlobError> {
-        let redactor = Redactor::new(options);
         let url = url.trim();
+        // The AWS shared credentials file's keys join the options (and so
+        // the redactor's secrets) when nothing else gives a key.
+        #[cfg(feature = "aws")]
+        let options = &if url.starts_with("s3://") {
+            let mut all = options.to_vec();
+            all.extend(crate::aws_files::shared_credentials(options)?);
+            all
+        } else {
+            options.to_vec()
+        };
+        let redactor = Redactor::new(options);
         if url.starts_with('/') {
             return open_local(Path::new(url), options, redactor);
         }
