@@ -24,20 +24,36 @@ pub enum BlobError {
     /// The store did not answer, or answered with a transient failure
     /// (connection refused or cut, timeout, 5xx, 429), on every one of
     /// [`crate::ATTEMPTS`] attempts. Retryable later.
-    #[error("blob store {store} is unavailable (gave up after {attempts} attempts): {source}")]
+    #[error(
+        "blob store {store} is unavailable while {during} (gave up after {attempts} \
+         attempts): {source}"
+    )]
     Unavailable {
         store: String,
+        /// What was being done: "fetching blob sha256-…", "listing blobs".
+        during: String,
         attempts: u32,
         source: Cause,
     },
     /// The store refused the credentials or their rights (401, 403). Not
     /// retryable: fix the credentials or the bucket's policy.
-    #[error("blob store {store} refused access (check its credentials and rights): {source}")]
-    Denied { store: String, source: Cause },
+    #[error(
+        "blob store {store} refused access while {during} (check its credentials and \
+         rights): {source}"
+    )]
+    Denied {
+        store: String,
+        during: String,
+        source: Cause,
+    },
     /// The store answered with an error no retry fixes (a bad request,
     /// an unsupported operation, a local backend's disk error).
-    #[error("blob store {store} failed: {source}")]
-    Store { store: String, source: Cause },
+    #[error("blob store {store} failed while {during}: {source}")]
+    Store {
+        store: String,
+        during: String,
+        source: Cause,
+    },
     /// The URL or an option is wrong (unknown scheme or key, a backend
     /// this build lacks, credentials in the URL). Not retryable.
     #[error("blob store configuration: {0}")]

@@ -106,7 +106,7 @@ impl BlobStore {
                 Stop::Store(e) => {
                     let kind = classify(&e);
                     if kind != Kind::Transient || attempt >= ATTEMPTS {
-                        return Err(self.error(e, kind, attempt, Some(digest)));
+                        return Err(self.error(e, kind, attempt, "fetching", Some(digest)));
                     }
                     e.to_string()
                 }
@@ -114,14 +114,16 @@ impl BlobStore {
                     if attempt >= ATTEMPTS {
                         return Err(BlobError::Unavailable {
                             store: self.name().to_string(),
+                            during: crate::ops::during("fetching", Some(digest)),
                             attempts: attempt,
-                            source: self.cause(&format!("download of {digest} cut off: {why}")),
+                            source: self.cause(&format!("the download was cut off: {why}")),
                         });
                     }
                     why
                 }
             };
-            self.pause("fetch", attempt, &message, &mut backoff).await;
+            self.pause("fetching", attempt, &message, &mut backoff)
+                .await;
             attempt += 1;
         }
         let written = got.written;

@@ -9,7 +9,8 @@
 //! - [`BlobStore`] (`store.rs`): [`BlobStore::open`] from a URL and options;
 //!   its `Display`/`Debug` are the URL without credentials.
 //! - `put.rs`: [`BlobStore::put_file`], hashing, skipping a blob already
-//!   there, multipart uploads.
+//!   there, multipart uploads; `local.rs`: the local directory's writes.
+//! - `aws_files.rs`: S3 keys from the AWS shared credentials file.
 //! - `fetch.rs`: [`BlobStore::fetch`], verified while streaming, resumed
 //!   after a cut, renamed into place only when whole and right.
 //! - `ops.rs`: [`BlobStore::size`], [`BlobStore::delete`],
@@ -54,7 +55,11 @@
 //!   `AWS_ENDPOINT`, `AWS_REGION`, `AWS_ALLOW_HTTP` and every other
 //!   `AWS_*` variable object_store knows, web identity
 //!   (`AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`, as on EKS), ECS
-//!   container credentials, then the EC2 instance metadata service;
+//!   container credentials, then the EC2 instance metadata service; and,
+//!   when neither options nor environment give an access key, the static
+//!   keys of the AWS shared credentials file (`AWS_SHARED_CREDENTIALS_FILE`
+//!   or `~/.aws/credentials`, profile `AWS_PROFILE` or `default`;
+//!   `aws_files.rs`);
 //! - GCS: `GOOGLE_SERVICE_ACCOUNT` (a key file),
 //!   `GOOGLE_APPLICATION_CREDENTIALS`, then the metadata server;
 //! - Azure: `AZURE_STORAGE_ACCOUNT_NAME` with `AZURE_STORAGE_ACCOUNT_KEY`,
@@ -96,10 +101,11 @@
 //!
 //! # Large blobs
 //!
-//! A file larger than [`PART_SIZE`] (16 MiB) goes up as a multipart upload
-//! of [`PART_SIZE`] parts, [`UPLOAD_CONCURRENCY`] in flight (so about
-//! 80 MiB of memory per upload); a file of more than 10 000 parts (S3's
-//! limit) gets parts of `size / 10 000` rounded up to a MiB.
+//! To a cloud store, a file larger than [`PART_SIZE`] (16 MiB) goes up as
+//! a multipart upload of [`PART_SIZE`] parts, [`UPLOAD_CONCURRENCY`] in
+//! flight (so about 80 MiB of memory per upload); a file of more than
+//! 10 000 parts (S3's limit) gets parts of `size / 10 000` rounded up to a
+//! MiB. Into a local store any file is copied in one pass.
 //!
 //! # Build cost
 //!

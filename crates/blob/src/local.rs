@@ -68,6 +68,7 @@ impl BlobStore {
             Err(Failed::Source(e)) => Err(io(format!("cannot read {}", path.display()))(e)),
             Err(Failed::Store(what, e)) => Err(BlobError::Store {
                 store: self.name().to_string(),
+                during: crate::ops::during("storing", Some(digest)),
                 source: Cause(format!("{what}: {e}")),
             }),
         }

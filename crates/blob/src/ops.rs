@@ -13,7 +13,7 @@ impl BlobStore {
     pub async fn size(&self, digest: &Digest) -> Result<Option<u64>, BlobError> {
         let key = self.key(digest);
         match self
-            .retrying("head", Some(digest), || self.inner.store.head(&key))
+            .retrying("looking up", Some(digest), || self.inner.store.head(&key))
             .await
         {
             Ok(meta) => Ok(Some(meta.size)),
@@ -26,7 +26,7 @@ impl BlobStore {
     pub async fn delete(&self, digest: &Digest) -> Result<(), BlobError> {
         let key = self.key(digest);
         match self
-            .retrying("delete", Some(digest), || self.inner.store.delete(&key))
+            .retrying("deleting", Some(digest), || self.inner.store.delete(&key))
             .await
         {
             Ok(()) | Err(BlobError::NotFound { .. }) => Ok(()),
@@ -40,7 +40,7 @@ impl BlobStore {
     pub async fn list(&self) -> Result<Vec<(Digest, u64)>, BlobError> {
         let base = &self.inner.base;
         let metas: Vec<object_store::ObjectMeta> = self
-            .retrying("list", None, || {
+            .retrying("listing", None, || {
                 self.inner.store.list(Some(base)).try_collect::<Vec<_>>()
             })
             .await?;
@@ -79,7 +79,7 @@ impl BlobStore {
                         attempt += 1;
                         continue;
                     }
-                    return Err(self.error(e, kind, attempt, digest));
+                    return Err(self.error(e, kind, attempt, what, digest));
                 }
             }
         }
@@ -104,16 +104,19 @@ impl BlobStore {
         tokio::time::sleep(pause).await;
     }
 
-    /// `e` (of kind `kind`, after `attempts` attempts) as a [`BlobError`].
+    /// `e` (of kind `kind`, after `attempts` attempts at `what`, e.g.
+    /// "fetching", on `digest`'s blob) as a [`BlobError`].
     pub(crate) fn error(
         &self,
         e: object_store::Error,
         kind: Kind,
         attempts: u32,
+        what: &str,
         digest: Option<&Digest>,
     ) -> BlobError {
         let store = self.name().to_string();
         let source = self.cause(&e);
+        let during = during(what, digest);
         match (kind, digest) {
             (Kind::NotFound, Some(d)) => BlobError::NotFound {
                 store,
@@ -121,17 +124,34 @@ impl BlobStore {
             },
             (Kind::Transient, _) => BlobError::Unavailable {
                 store,
+                during,
                 attempts,
                 source,
             },
-            (Kind::Denied, _) => BlobError::Denied { store, source },
-            _ => BlobError::Store { store, source },
+            (Kind::Denied, _) => BlobError::Denied {
+                store,
+                during,
+                source,
+            },
+            _ => BlobError::Store {
+                store,
+                during,
+                source,
+            },
         }
     }
 
     /// `e`'s message with this store's credentials removed.
     pub(crate) fn cause(&self, e: &dyn std::fmt::Display) -> Cause {
         Cause(self.inner.redactor.redact(&e.to_string()))
+    }
+}
+
+/// "`what` blob `digest`", or "`what` blobs" (for errors).
+pub(crate) fn during(what: &str, digest: Option<&Digest>) -> String {
+    match digest {
+        Some(d) => format!("{what} blob {d}"),
+        None => format!("{what} blobs"),
     }
 }
 

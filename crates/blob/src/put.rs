@@ -63,12 +63,11 @@ impl BlobStore {
                 Err(Failed::Store(e)) => {
                     let kind = classify(&e);
                     if kind == Kind::Transient && attempt < ATTEMPTS {
-                        self.pause("multipart upload", attempt, &e, &mut backoff)
-                            .await;
+                        self.pause("storing", attempt, &e, &mut backoff).await;
                         attempt += 1;
                         continue;
                     }
-                    return Err(self.error(e, kind, attempt, Some(&digest)));
+                    return Err(self.error(e, kind, attempt, "storing", Some(&digest)));
                 }
             }
         }
@@ -97,7 +96,7 @@ impl BlobStore {
         }
         let key = self.key(&digest);
         let payload = PutPayload::from(bytes);
-        self.retrying("put", Some(&digest), || {
+        self.retrying("storing", Some(&digest), || {
             self.inner.store.put(&key, payload.clone())
         })
         .await?;

@@ -160,6 +160,10 @@ async fn a_store_that_is_down_is_unavailable_naming_it() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
     assert!(err.is_retryable());
+    assert!(
+        err.to_string().contains(&format!("fetching blob {digest}")),
+        "{err}"
+    );
     assert!(!err.to_string().contains(&g.secret_access_key));
     assert_eq!(names(dir.path()), ["layer"], "something landed");
     let err = store.put_file(&src).await.expect_err("down");

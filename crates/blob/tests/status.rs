@@ -151,7 +151,8 @@ fn some_digest() -> Digest {
 #[tokio::test]
 async fn a_5xx_is_retried_with_the_backoff_then_unavailable_naming_the_store() {
     let (store, seen) = serve(Answer::Status(503, "busy".into())).await;
-    let err = store.size(&some_digest()).await.expect_err("unavailable");
+    let digest = some_digest();
+    let err = store.size(&digest).await.expect_err("unavailable");
     match &err {
         BlobError::Unavailable { attempts, .. } => assert_eq!(*attempts, ATTEMPTS),
         other => panic!("expected Unavailable, got {other:?}"),
@@ -162,6 +163,7 @@ async fn a_5xx_is_retried_with_the_backoff_then_unavailable_naming_the_store() {
         msg.contains("s3://bucket/pre") && msg.contains("503"),
         "{msg}"
     );
+    assert!(msg.contains(&format!("looking up blob {digest}")), "{msg}");
     assert_eq!(seen.lock().expect("lock").len(), ATTEMPTS as usize);
 }
 
