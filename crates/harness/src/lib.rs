@@ -13,9 +13,14 @@
 //!   polling a condition with a deadline instead of sleeping.
 //! - [`http::get_text`]: a plain GET for admin endpoints.
 //! - [`postgres::PgServer`]: a private PostgreSQL server.
+//! - [`garage::GarageServer`]: a private Garage server (S3-compatible
+//!   object store) with one bucket and one key.
+//! - [`hosts`]: hosts on one machine (network namespaces on a bridge) for
+//!   runs in which the parts share nothing but the network.
 //!
 //! Nothing here is test-only: the binary uses it too.
 
+pub mod garage;
 pub mod hosts;
 pub mod http;
 pub mod postgres;
@@ -75,5 +80,39 @@ mod tests {
             .output()
             .expect("psql runs");
         assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "42");
+    }
+
+    #[test]
+    fn private_garage_serves_its_bucket_and_goes_away() {
+        let mut garage = super::garage::GarageServer::start()
+            .expect("a private Garage server (cargo install garage --locked; .ci/run installs it)");
+        assert!(garage.endpoint.starts_with("http://127.0.0.1:"));
+        assert_eq!(garage.url(), "s3://warren-test");
+        let config = garage.config_path();
+        let out = std::process::Command::new(super::garage::binary().expect("found"))
+            .arg("-c")
+            .arg(&config)
+            .args(["bucket", "info", "warren-test"])
+            .output()
+            .expect("garage runs");
+        let info = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{info}");
+        assert!(info.contains(&garage.access_key_id), "{info}");
+        let port: u16 = garage
+            .endpoint
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("a port");
+        garage.stop();
+        assert!(garage.exited().is_some(), "still running after stop");
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "S3 port still open"
+        );
+        let dir = config.parent().expect("a dir").to_path_buf();
+        assert!(dir.exists());
+        drop(garage);
+        assert!(!dir.exists(), "{} left behind", dir.display());
     }
 }
