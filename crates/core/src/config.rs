@@ -145,6 +145,22 @@ fn scalar(v: &toml::Value, path: &str, key: &str) -> Result<String, ConfigError>
     }
 }
 
+/// Whether `args` (a process's own command line, which every account on
+/// the host can read in `/proc/<pid>/cmdline`) give `flag`, as `flag VALUE`
+/// or `flag=VALUE`: the parts refuse secrets there.
+pub fn names_flag<I, S>(args: I, flag: &str) -> bool
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    args.into_iter().any(|a| {
+        let a = a.as_ref().to_string_lossy();
+        a == flag
+            || a.strip_prefix(flag)
+                .is_some_and(|rest| rest.starts_with('='))
+    })
+}
+
 /// Parses a duration such as `500ms`, `2s`, `5m`, `1h` or a bare number of
 /// seconds. Used as a clap `value_parser` for every duration setting.
 pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -178,6 +194,15 @@ mod tests {
     use super::*;
     use clap::Parser;
     use std::time::Duration;
+
+    #[test]
+    fn names_flag_finds_both_spellings_and_no_longer_flag() {
+        assert!(names_flag(["warren", "--api-key", "k"], "--api-key"));
+        assert!(names_flag(["warren", "--api-key=k"], "--api-key"));
+        assert!(!names_flag(["warren", "--api-keys-file", "f"], "--api-key"));
+        assert!(!names_flag(["warren", "--api-key-file=f"], "--api-key"));
+        assert!(!names_flag(["warren", "api-key"], "--api-key"));
+    }
 
     #[derive(Parser, Debug)]
     struct Opts {

@@ -526,11 +526,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let found = args.into_iter().any(|a| {
-        let a = a.as_ref().to_string_lossy();
-        a == "--api-key" || a.starts_with("--api-key=")
-    });
-    if found {
+    if warren_core::config::names_flag(args, "--api-key") {
         return Err(ConfigError::Invalid(
             "--api-key on the command line: every account on this host can read a process's \
              arguments (ps, /proc/<pid>/cmdline), so API keys are never taken there. Give them \

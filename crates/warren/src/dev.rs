@@ -228,10 +228,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    if args.into_iter().any(|a| {
-        let a = a.as_ref().to_string_lossy();
-        a == "--api-key" || a.starts_with("--api-key=")
-    }) {
+    if warren_core::config::names_flag(args, "--api-key") {
         return Err(ConfigError::Invalid(
             "warren dev --api-key: every account on this host can read a process's arguments \
              (ps, /proc/<pid>/cmdline), so the key is never taken there. Give it in the \

@@ -218,6 +218,40 @@ async fn bad_usage_exits_64_and_help_exits_0() {
         expect(&out, 64);
         assert!(!stderr(&out).is_empty(), "{args:?} says why");
     }
+    // An API key on the command line (which every account on the host can
+    // read) is refused without being echoed; a private key file works, a
+    // world-readable one is refused naming the flag.
+    for flag in [
+        vec!["--api-key", "key-on-argv"],
+        vec!["--api-key=key-on-argv"],
+    ] {
+        let mut args = vec!["sandbox", "ls"];
+        args.extend(flag);
+        let out = warren(&c, &args);
+        let err = expect(&out, 64);
+        assert!(err.is_empty(), "{err}");
+        assert!(stderr(&out).contains("E2B_API_KEY"), "{}", stderr(&out));
+        assert!(!stderr(&out).contains("key-on-argv"), "{}", stderr(&out));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("key");
+    warren_core::private::write(&file, format!("{KEY}\n").as_bytes()).unwrap();
+    let from_file = |file: &Path| {
+        std::process::Command::new(bin())
+            .args(["sandbox", "ls", "--api-key-file"])
+            .arg(file)
+            .env_remove("E2B_API_KEY")
+            .env("E2B_API_URL", format!("http://{}", c.gateway(0)))
+            .output()
+            .expect("warren runs")
+    };
+    expect(&from_file(&file), 0);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = from_file(&file);
+    expect(&out, 64);
+    assert!(stderr(&out).contains("--api-key-file"), "{}", stderr(&out));
+
     for args in [&["sandbox", "--help"][..], &["sandbox", "exec", "--help"]] {
         let out = expect(&warren(&c, args), 0);
         assert!(out.contains("Usage"), "{out}");

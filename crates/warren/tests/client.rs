@@ -178,12 +178,11 @@ async fn sandbox_exec_runs_once_through_the_next_entry_point_when_the_first_is_d
             &format!("http://{}", gws[1]),
             "--sandbox-url",
             &format!("http://{},http://{}", gws[0], gws[1]),
-            "--api-key",
-            KEY,
             "exec",
             &sandbox.sandbox_id,
             "echo run >> $HOME/runs; cat $HOME/runs; echo oops >&2; exit 3",
         ])
+        .env("E2B_API_KEY", KEY)
         .output()
         .await
         .expect("warren sandbox exec runs");

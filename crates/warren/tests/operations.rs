@@ -47,14 +47,8 @@ async fn operators_list_nodes_tenants_cannot() {
             let gw = gw.clone();
             async move {
                 let out = tokio::process::Command::new(bin())
-                    .args([
-                        "node",
-                        "ls",
-                        "--api-url",
-                        &format!("http://{gw}"),
-                        "--api-key",
-                        OPERATOR_KEY,
-                    ])
+                    .args(["node", "ls", "--api-url", &format!("http://{gw}")])
+                    .env("E2B_API_KEY", OPERATOR_KEY)
                     .output()
                     .await
                     .ok()?;

@@ -281,12 +281,13 @@ async fn send(
 /// `warren route` itself, against gateway `g`.
 fn warren_route(c: &Rig, g: usize, id: &str, json: bool) -> String {
     let api = format!("http://{}", c.gw(g));
-    let mut args = vec!["route", id, "--api-url", &api, "--api-key", KEY];
+    let mut args = vec!["route", id, "--api-url", &api];
     if json {
         args.push("--json");
     }
     let out = std::process::Command::new(bin())
         .args(&args)
+        .env("E2B_API_KEY", KEY)
         .output()
         .expect("warren route runs");
     assert!(

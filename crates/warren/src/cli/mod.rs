@@ -1,7 +1,7 @@
 //! Operator commands, talking to a gateway's public API like any client would.
 //!
 //! # Layout
-//! - `mod.rs`: dispatch and the shared `--api-url`/`--api-key` flags, which
+//! - `mod.rs`: dispatch and the shared `--api-url` and API-key settings, which
 //!   build a `warren-client` (retried reads, idempotent creates, resumable
 //!   command streams): the CLI has no HTTP client of its own.
 //! - `sandbox.rs`: `warren sandbox ls | create | exec | rm`.
@@ -52,9 +52,16 @@ pub struct ApiArgs {
         default_value = "http://127.0.0.1:3000"
     )]
     pub api_url: String,
-    /// API key (X-API-Key); `warren dev` prints one.
+    /// API key (X-API-Key), from the environment only: E2B_API_KEY, as the
+    /// e2b SDK and CLI read it (`warren dev` prints one). `--api-key` on
+    /// the command line is refused: every account on the host can read a
+    /// process's arguments.
     #[arg(long, global = true, env = "E2B_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// A file holding the API key (readable by its owner only), instead of
+    /// E2B_API_KEY.
+    #[arg(long, global = true, env = "WARREN_API_KEY_FILE")]
+    pub api_key_file: Option<std::path::PathBuf>,
     /// Where sandbox traffic goes (E2B_SANDBOX_URL); defaults to --api-url.
     #[arg(long, global = true, env = "E2B_SANDBOX_URL")]
     pub sandbox_url: Option<String>,
@@ -78,6 +85,26 @@ impl ApiArgs {
         }
     }
 
+    /// The API key: E2B_API_KEY or the contents of `--api-key-file`.
+    fn key(&self) -> Result<Option<String>, ConfigError> {
+        let Some(path) = &self.api_key_file else {
+            return Ok(self.api_key.clone());
+        };
+        if self.api_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "--api-key-file and E2B_API_KEY both give an API key: give one".into(),
+            ));
+        }
+        let text = warren_gateway::config::read_private(path, "--api-key-file")?;
+        match text.trim() {
+            "" => Err(ConfigError::Invalid(format!(
+                "--api-key-file {}: the file is empty",
+                path.display()
+            ))),
+            key => Ok(Some(key.to_string())),
+        }
+    }
+
     fn client_for(&self, urls: &str, flag: &str) -> Result<warren_client::Client, ConfigError> {
         let entries: Vec<&str> = urls
             .split(',')
@@ -85,8 +112,8 @@ impl ApiArgs {
             .filter(|s| !s.is_empty())
             .collect();
         let mut builder = warren_client::ClientBuilder::new(&entries).timeout(self.request_timeout);
-        if let Some(key) = &self.api_key {
-            builder = builder.api_key(key.clone());
+        if let Some(key) = self.key()? {
+            builder = builder.api_key(key);
         }
         builder
             .build()
@@ -97,6 +124,14 @@ impl ApiArgs {
 /// Runs `warren <sub> ...` for the operator subcommands.
 pub fn run(sub: &str, args: Vec<OsString>, log_format: LogFormat) -> ExitCode {
     logging::init(log_format);
+    if config::names_flag(&args, "--api-key") {
+        eprintln!(
+            "warren: --api-key on the command line: every account on this host can read a \
+             process's arguments (ps, /proc/<pid>/cmdline), so the key is never taken there. \
+             Set E2B_API_KEY (as for the e2b SDK and CLI) or give --api-key-file FILE (mode 0600)"
+        );
+        return ExitCode::from(EX_CONFIG as u8);
+    }
     let rt = match crate::runtime(false) {
         Ok(rt) => rt,
         Err(code) => return code,
