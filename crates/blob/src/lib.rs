@@ -130,6 +130,13 @@ pub use digest::{BadDigest, Digest};
 pub use error::{BlobError, Cause};
 pub use store::BlobStore;
 
+/// Whether an option named `key` holds a secret (a key, secret, token,
+/// password, signature): such options belong in the environment or a
+/// file, never on a command line.
+pub fn is_secret_option(key: &str) -> bool {
+    redact::is_secret_key(key)
+}
+
 use std::time::Duration;
 
 /// How many times a transient failure is tried in all before
@@ -145,3 +152,22 @@ pub const PART_SIZE: usize = 16 << 20;
 
 /// How many parts of one upload are in flight at once.
 pub const UPLOAD_CONCURRENCY: usize = 4;
+
+#[cfg(test)]
+mod tests {
+    /// Every operation's future is `Send`: callers spawn them on a
+    /// multi-threaded runtime (the node's layer cache does).
+    #[test]
+    fn operations_can_be_spawned() {
+        fn send<T: Send>(_: T) {}
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::BlobStore::open(&dir.path().display().to_string(), &[]).unwrap();
+        let d: super::Digest = format!("sha256-{}", "0".repeat(64)).parse().unwrap();
+        let p = dir.path().join("x");
+        send(store.fetch(&d, &p));
+        send(store.put_file(&p));
+        send(store.size(&d));
+        send(store.delete(&d));
+        send(store.list());
+    }
+}

@@ -90,7 +90,7 @@ impl BlobStore {
         &self,
         what: &str,
         attempt: u32,
-        e: &dyn std::fmt::Display,
+        e: &(dyn std::fmt::Display + Sync),
         backoff: &mut Backoff,
     ) {
         let pause = backoff.next_pause();

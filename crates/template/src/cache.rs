@@ -47,6 +47,20 @@ pub trait Source: Send + Sync + 'static {
     fn fetch<'a>(&'a self, digest: &'a str, dest: &'a Path) -> BoxFuture<'a, Result<u64, String>>;
 }
 
+/// The blob store is the cache's source: a template layer's digest is its
+/// tarball's SHA-256, the blob's name. The store verifies what it fetches
+/// (a corrupt object is refused, nothing is left at `dest`).
+impl Source for warren_blob::BlobStore {
+    fn fetch<'a>(&'a self, digest: &'a str, dest: &'a Path) -> BoxFuture<'a, Result<u64, String>> {
+        Box::pin(async move {
+            let digest: warren_blob::Digest = digest.parse().map_err(|e| format!("{e}"))?;
+            warren_blob::BlobStore::fetch(self, &digest, dest)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// Why a layer is not available.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
@@ -478,6 +492,50 @@ mod tests {
             fetches: AtomicUsize::new(0),
             corrupt,
         })
+    }
+
+    /// Through the blob store: a layer put there is fetched, verified and
+    /// unpacked once; one corrupted in the store is refused and leaves
+    /// nothing behind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn layers_come_from_the_blob_store_verified() {
+        let (remote, bucket, local) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let blobs =
+            warren_blob::BlobStore::open(&bucket.path().display().to_string(), &[]).unwrap();
+        let (good, bad) = (
+            blob(remote.path(), "a", 1000),
+            blob(remote.path(), "b", 2000),
+        );
+        for d in [&good, &bad] {
+            let (put, _) = blobs
+                .put_file(&remote.path().join(format!("{d}.tar")))
+                .await
+                .unwrap();
+            assert_eq!(put.as_str(), d.as_str());
+        }
+        // Flip the second blob's bytes in the bucket, keeping its size.
+        let hex = bad.strip_prefix("sha256-").unwrap();
+        let object = bucket.path().join("blobs/sha256").join(hex);
+        let mut bytes = std::fs::read(&object).unwrap();
+        bytes[600] ^= 0xff;
+        std::fs::write(&object, bytes).unwrap();
+
+        let cache = Cache::open(local.path(), 1 << 30, Some(Arc::new(blobs))).unwrap();
+        let lease = cache.acquire(&good).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(lease.path().join("a"))
+                .unwrap()
+                .len(),
+            1000
+        );
+        let err = cache.acquire(&bad).await.unwrap_err().to_string();
+        assert!(err.contains(&bad) && err.contains("blob store"), "{err}");
+        assert!(!cache.has(&bad), "nothing of a corrupt blob is kept");
+        assert_eq!(cache.cached(), vec![good.clone()]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -327,6 +327,26 @@ impl Store {
         Ok(dir)
     }
 
+    /// Every blob in the store, by digest, with its file: the layers of
+    /// every template, snapshot and paused sandbox it records.
+    pub fn blobs(&self) -> Result<Vec<(String, PathBuf)>, TemplateError> {
+        let dir = self.dir.join("blobs");
+        let read = || io(format!("cannot read {}", dir.display()));
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(read())? {
+            let entry = entry.map_err(read())?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(digest) = name.strip_suffix(".tar") else {
+                continue;
+            };
+            if self.rootfs_path(digest).is_ok() && entry.file_type().is_ok_and(|t| t.is_file()) {
+                out.push((digest.to_string(), entry.path()));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     pub(crate) fn blob_path(&self, digest: &str) -> PathBuf {
         self.dir.join("blobs").join(format!("{digest}.tar"))
     }

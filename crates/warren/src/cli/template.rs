@@ -1,6 +1,7 @@
-//! `warren template build FILE | import TARBALL --name N | ls`: templates in
-//! a template store (`--template-dir`, the directory every node and gateway
-//! of the machine reads).
+//! `warren template build FILE | import TARBALL --name N | ls | push --to
+//! URL`: templates in a template store (`--template-dir`, the directory every
+//! node and gateway of the machine reads), and copying its blobs to a blob
+//! store (`warren-blob`).
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -54,6 +55,20 @@ enum Cmd {
     },
     /// Lists the templates in the store.
     Ls,
+    /// Copies every blob of the store (the layers of its templates,
+    /// snapshots and paused sandboxes) to a blob store, verified, skipping
+    /// what is there already; prints how many and how large.
+    Push {
+        /// The blob store: a directory, s3://bucket[/prefix],
+        /// gs://bucket[/prefix] or az://container[/prefix].
+        #[arg(long)]
+        to: String,
+        /// A blob store option (endpoint, region, allow_http, ...).
+        /// Credentials come from the environment (AWS_ACCESS_KEY_ID,
+        /// AWS_SECRET_ACCESS_KEY, ...) or the cloud's files, never from here.
+        #[arg(long = "blob-option", value_name = "KEY=VALUE")]
+        options: Vec<String>,
+    },
 }
 
 /// Runs `warren template ...`; `args[0]` is the program name.
@@ -98,6 +113,7 @@ fn execute(cli: Cli) -> Result<(), String> {
             let t = build::import(&tarball, &name, defaults, &store).map_err(|e| e.to_string())?;
             println!("{} {}", t.name, t.digest);
         }
+        Cmd::Push { to, options } => push(&store, &to, &options)?,
         Cmd::Ls => {
             for t in store.list().map_err(|e| e.to_string())? {
                 println!(
@@ -112,6 +128,47 @@ fn execute(cli: Cli) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+/// `warren template push`: every blob of `store` into the blob store `to`.
+fn push(store: &Store, to: &str, options: &[String]) -> Result<(), String> {
+    let mut opts = Vec::new();
+    for o in options {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| format!("--blob-option {o:?} is not KEY=VALUE"))?;
+        if warren_blob::is_secret_option(k) {
+            return Err(format!(
+                "--blob-option {k}: a credential on the command line, which every account on \
+                 this host can read; give it in the environment (AWS_SECRET_ACCESS_KEY, ...)"
+            ));
+        }
+        opts.push((k.to_string(), v.to_string()));
+    }
+    let blobs = warren_blob::BlobStore::open(to, &opts).map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let mut bytes = 0u64;
+    let list = store.blobs().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        for (digest, file) in &list {
+            let (put, size) = blobs.put_file(file).await.map_err(|e| e.to_string())?;
+            if put.as_str() != digest {
+                return Err(format!(
+                    "{}: its bytes hash to {put}, not to its name: the template store is \
+                     damaged there (the blob store holds those bytes under their own name, \
+                     which nothing names)",
+                    file.display()
+                ));
+            }
+            bytes += size;
+        }
+        Ok(())
+    })?;
+    println!("{} blobs ({bytes} bytes) are in {blobs}", list.len());
     Ok(())
 }
 
