@@ -148,10 +148,20 @@ pub fn kill_all(handle: &Handle, mark_value: &str) -> Result<(), Vec<i32>> {
         // the kill and answer its stream with an end event (exit -1) in the
         // moment before its own SIGKILL lands, where a client must see the
         // stream cut, as when an E2B sandbox's VM goes away.
-        for signal in [Signal::SIGSTOP, Signal::SIGKILL] {
-            for &pid in &pids {
-                let _ = kill(Pid::from_raw(pid), signal);
-            }
+        // A stop is delivered asynchronously (each thread stops on its way
+        // back to user space; on a loaded VM a thread can run on for
+        // milliseconds), so wait until every thread of every one of them is
+        // stopped or gone before the first SIGKILL.
+        for &pid in &pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        }
+        // (Bounded: a process in uninterruptible sleep never stops.)
+        wait_stopped(
+            &pids,
+            Duration::from_millis(if round == 0 { 500 } else { 5 }),
+        );
+        for &pid in &pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         last = pids;
         std::thread::sleep(Duration::from_millis(if round < 10 { 5 } else { 50 }));
@@ -159,9 +169,54 @@ pub fn kill_all(handle: &Handle, mark_value: &str) -> Result<(), Vec<i32>> {
     Err(last)
 }
 
+/// Waits, up to `within`, until every thread of each of `pids` is stopped
+/// (`T`/`t`) or gone (`Z`/`X`, or no longer in /proc).
+fn wait_stopped(pids: &[i32], within: Duration) {
+    let deadline = std::time::Instant::now() + within;
+    let settled = |pid: i32| {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return true;
+        };
+        tasks.flatten().all(|t| {
+            let Ok(text) = std::fs::read_to_string(t.path().join("stat")) else {
+                return true;
+            };
+            let state = text
+                .rfind(')')
+                .and_then(|i| text[i + 1..].split_whitespace().next())
+                .unwrap_or("");
+            matches!(state, "T" | "t" | "Z" | "X")
+        })
+    };
+    while !pids.iter().all(|&pid| settled(pid)) {
+        if std::time::Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stopped_process_is_waited_for_until_it_is_stopped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        wait_stopped(&[pid], Duration::from_secs(5));
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let state = stat[stat.rfind(')').unwrap() + 1..]
+            .split_whitespace()
+            .next();
+        assert_eq!(state, Some("T"), "{stat}");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 
     #[test]
     fn reads_own_stat() {
