@@ -380,6 +380,7 @@ async fn create(c: Create) -> anyhow::Result<()> {
                     capacity: 1_000_000,
                     incarnation,
                     roster: Vec::new(),
+                    cached_layers: vec![],
                 })
                 .await
             }
@@ -401,6 +402,7 @@ async fn create(c: Create) -> anyhow::Result<()> {
                                 node_id,
                                 incarnation,
                                 roster: Vec::new(),
+                                cached_layers: vec![],
                             })
                             .await
                         }

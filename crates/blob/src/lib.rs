@@ -137,6 +137,28 @@ pub fn is_secret_option(key: &str) -> bool {
     redact::is_secret_key(key)
 }
 
+/// `KEY=VALUE` options as a command line gives them (`flag` names the
+/// flag in messages): each split at its first `=`, and a secret-named key
+/// ([`is_secret_option`]) refused, since every account on the host can
+/// read a command line.
+pub fn parse_options(options: &[String], flag: &str) -> Result<Vec<(String, String)>, String> {
+    options
+        .iter()
+        .map(|o| {
+            let (k, v) = o
+                .split_once('=')
+                .ok_or_else(|| format!("{flag} {o:?} is not KEY=VALUE"))?;
+            if is_secret_option(k) {
+                return Err(format!(
+                    "{flag} {k}: a credential on the command line, which every account on this \
+                     host can read; give it in the environment (AWS_SECRET_ACCESS_KEY, ...)"
+                ));
+            }
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
 use std::time::Duration;
 
 /// How many times a transient failure is tried in all before
@@ -155,6 +177,25 @@ pub const UPLOAD_CONCURRENCY: usize = 4;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn options_from_a_command_line() {
+        let ok = super::parse_options(
+            &["region=garage".into(), "endpoint=http://h:1=2".into()],
+            "--o",
+        );
+        assert_eq!(
+            ok.unwrap(),
+            vec![
+                ("region".to_string(), "garage".to_string()),
+                ("endpoint".to_string(), "http://h:1=2".to_string())
+            ]
+        );
+        let e = super::parse_options(&["region".into()], "--o").unwrap_err();
+        assert!(e.contains("--o \"region\" is not KEY=VALUE"), "{e}");
+        let e = super::parse_options(&["secret_access_key=x".into()], "--o").unwrap_err();
+        assert!(e.contains("credential") && !e.contains("=x"), "{e}");
+    }
+
     /// Every operation's future is `Send`: callers spawn them on a
     /// multi-threaded runtime (the node's layer cache does).
     #[test]

@@ -79,6 +79,12 @@ pub struct SnapshotMade {
     pub layers: usize,
     #[serde(default)]
     pub node_id: String,
+    /// The snapshot's record (a `warren_template::Template` as JSON), for
+    /// the gateway to keep: set by a node whose layers go to a blob store,
+    /// which keeps no records; absent from one that wrote the record into
+    /// its shared `--template-dir`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub record: Option<serde_json::Value>,
 }
 
 /// The envd API version nodes report for their sandboxes (`envd_version` in
@@ -127,6 +133,13 @@ pub struct CreateSandbox {
     /// freezing it. A fork copies its parent's.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub auto_pause_filesystem_only: bool,
+    /// The template's record as the gateway resolved it (a
+    /// `warren_template::Template` as JSON: root digest, layers, defaults).
+    /// A node whose layers come from a blob store has no records of its
+    /// own and needs it; one reading a shared `--template-dir` uses it
+    /// when given, else reads the record named `template_id` there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_record: Option<serde_json::Value>,
 }
 
 /// What a node records with a filesystem-paused sandbox's layer

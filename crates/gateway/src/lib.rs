@@ -60,6 +60,7 @@ pub mod metrics;
 pub mod models;
 pub mod node_client;
 mod proxy;
+pub mod records;
 pub mod resolver;
 mod server;
 pub mod state;

@@ -37,6 +37,8 @@ pub struct App {
     pub(crate) builds: Arc<crate::control::Builds>,
     /// COPY archives uploaded for template builds (see `control::uploads`).
     pub(crate) uploads: Arc<crate::control::Uploads>,
+    /// Where template and snapshot records are kept (see `crate::records`).
+    pub records: crate::records::Records,
     /// `http://host:port` of this gateway's own public listener, where a
     /// template build drives its sandbox (set once the listener is bound).
     pub self_url: std::sync::OnceLock<String>,
@@ -54,7 +56,15 @@ impl App {
         let uploads = Arc::new(crate::control::Uploads::new(settings.uploads.clone())?);
         let builds = Arc::new(crate::control::Builds::new(settings.limits.builds));
         let nodes = NodeClient::new(http.clone(), settings.request_timeout);
+        let records = match &settings.blob_store {
+            None => crate::records::Records::Local(settings.template_dir.clone()),
+            Some((url, options)) => crate::records::Records::Scheduler(Arc::new(
+                warren_blob::BlobStore::open(url, options)
+                    .map_err(|e| std::io::Error::other(format!("--blob-store: {e}")))?,
+            )),
+        };
         Ok(App {
+            records,
             uploads,
             settings,
             scheduler,

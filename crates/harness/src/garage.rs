@@ -76,6 +76,13 @@ impl GarageServer {
     /// server's log). Blocks: from async code, call it in
     /// `spawn_blocking`.
     pub fn start() -> anyhow::Result<GarageServer> {
+        GarageServer::start_on(std::net::Ipv4Addr::LOCALHOST)
+    }
+
+    /// [`GarageServer::start`], with the S3 API on `addr` (a test
+    /// network's machine address, which its hosts reach) rather than
+    /// loopback; its internal RPC stays on loopback.
+    pub fn start_on(addr: std::net::Ipv4Addr) -> anyhow::Result<GarageServer> {
         let exe = binary()?;
         sweep_dead();
         let dir = tempfile::Builder::new().prefix(DIR_PREFIX).tempdir()?;
@@ -97,7 +104,7 @@ impl GarageServer {
                  \n\
                  [s3_api]\n\
                  s3_region = \"{REGION}\"\n\
-                 api_bind_addr = \"127.0.0.1:{s3_port}\"\n\
+                 api_bind_addr = \"{addr}:{s3_port}\"\n\
                  root_domain = \".s3.garage.localhost\"\n",
                 random_hex(32)?
             )
@@ -126,7 +133,7 @@ impl GarageServer {
         let keeper =
             Keeper::spawn(cmd, Arc::clone(&status)).context("cannot start garage server")?;
         let mut server = GarageServer {
-            endpoint: format!("http://127.0.0.1:{s3_port}"),
+            endpoint: format!("http://{addr}:{s3_port}"),
             region: REGION.to_string(),
             bucket: "warren-test".to_string(),
             access_key_id: format!("GK{}", random_hex(12)?),
@@ -135,7 +142,7 @@ impl GarageServer {
             status,
             dir,
         };
-        server.set_up(&exe, &config, s3_port).map_err(|e| {
+        server.set_up(&exe, &config, addr, s3_port).map_err(|e| {
             let log = server.log();
             e.context(format!("garage did not come up; its log:\n{log}"))
         })?;
@@ -144,7 +151,13 @@ impl GarageServer {
 
     /// Waits for the node, gives it a role, makes the key and the bucket,
     /// and waits until the S3 API answers.
-    fn set_up(&mut self, exe: &Path, config: &Path, s3_port: u16) -> anyhow::Result<()> {
+    fn set_up(
+        &mut self,
+        exe: &Path,
+        config: &Path,
+        addr: std::net::Ipv4Addr,
+        s3_port: u16,
+    ) -> anyhow::Result<()> {
         let garage = |args: &[&str]| -> anyhow::Result<String> {
             let out = Command::new(exe)
                 .arg("-c")
@@ -204,7 +217,7 @@ impl GarageServer {
         // Answered at all (an anonymous request is refused with a 4xx) and
         // not 5xx (the layout not yet in force).
         loop {
-            match s3_status(s3_port) {
+            match s3_status(addr, s3_port) {
                 Some(code) if code < 500 => return Ok(()),
                 _ if Instant::now() >= deadline => {
                     anyhow::bail!("the S3 API on port {s3_port} did not answer")
@@ -386,9 +399,9 @@ fn random_hex(n: usize) -> std::io::Result<String> {
 }
 
 /// The status code of an anonymous `GET /` on the S3 port, if it answers.
-fn s3_status(port: u16) -> Option<u16> {
+fn s3_status(ip: std::net::Ipv4Addr, port: u16) -> Option<u16> {
     use std::io::{Read, Write};
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let addr = std::net::SocketAddr::from((ip, port));
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")

@@ -32,6 +32,18 @@ pub const DEFAULT_CPUS: f64 = 8.0;
 /// same.
 pub const DEFAULT_DISK_MB: u64 = 20 * 1024;
 
+/// `--cache-max-bytes`' default: 32 GiB of layers (`base` is about 0.3 GiB).
+pub const DEFAULT_CACHE_BYTES: u64 = 32 << 30;
+
+/// Where the node's layers come from when it has a blob store.
+#[derive(Debug, Clone)]
+pub struct BlobSettings {
+    pub url: String,
+    pub options: Vec<(String, String)>,
+    pub cache_dir: PathBuf,
+    pub cache_max_bytes: u64,
+}
+
 /// Command-line / env / TOML configuration for `warren node`.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "warren node", about = "A sandbox host")]
@@ -98,6 +110,38 @@ pub struct Config {
         default_value = "/var/lib/warren/templates"
     )]
     pub template_dir: PathBuf,
+    /// The blob store sandboxes' roots and layers come from: a directory,
+    /// `s3://bucket[/prefix]`, `gs://bucket[/prefix]` or
+    /// `az://container[/prefix]` (docs/blobs.md). Set, the node reads no
+    /// template records (each create's gateway hands it the record),
+    /// fetches the layers it lacks into its cache (`--cache-dir`), and puts
+    /// the layers its snapshots make into the blob store; `--template-dir`
+    /// is not used. Unset: roots and records are read from
+    /// `--template-dir`, shared with the machine's gateways.
+    #[arg(long, env = "WARREN_BLOB_STORE")]
+    pub blob_store: Option<String>,
+    /// A blob store option (`endpoint=...`, `region=...`,
+    /// `allow_http=true`, ...; comma-separated in the environment).
+    /// Credentials come from the environment or the cloud's files, never
+    /// from here.
+    #[arg(
+        long = "blob-store-option",
+        value_name = "KEY=VALUE",
+        env = "WARREN_BLOB_STORE_OPTIONS",
+        value_delimiter = ','
+    )]
+    pub blob_store_options: Vec<String>,
+    /// Where layers fetched from the blob store are unpacked (default
+    /// `<data-dir>/cache`). Nodes of one host may share it: each layer is
+    /// fetched once, and none is evicted while a sandbox of any of them
+    /// stacks it.
+    #[arg(long, env = "WARREN_NODE_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The most bytes of layers the cache keeps (least recently used
+    /// unused layers go first; layers in use are never evicted, so the
+    /// cache may stay above it while everything in it is in use).
+    #[arg(long, env = "WARREN_NODE_CACHE_MAX_BYTES", default_value_t = DEFAULT_CACHE_BYTES)]
+    pub cache_max_bytes: u64,
     /// Most memory a sandbox gets, in MiB, all its processes together, swap
     /// included (cgroup v2 memory.max, v1 memory.limit_in_bytes). The
     /// template's `memory_mb` (E2B's default 512) applies under it; a
@@ -182,6 +226,8 @@ pub struct Settings {
     pub sandbox_id_base: u32,
     pub id_lock_dir: PathBuf,
     pub template_dir: PathBuf,
+    /// `--blob-store` and its cache; `None`: roots from `--template-dir`.
+    pub blob: Option<BlobSettings>,
     pub heartbeat_interval: Option<Duration>,
     pub caps: Caps,
     pub max_output_bytes: u64,
@@ -325,7 +371,33 @@ impl Config {
             .data_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("./.warren/node-{node_id}")));
+        let blob = match &self.blob_store {
+            None if !self.blob_store_options.is_empty() => {
+                return Err(invalid("--blob-store-option needs --blob-store"))
+            }
+            None => None,
+            Some(url) => {
+                let options =
+                    warren_blob::parse_options(&self.blob_store_options, "--blob-store-option")
+                        .map_err(invalid)?;
+                if self.cache_max_bytes < 1 << 20 {
+                    return Err(invalid(
+                        "--cache-max-bytes must be at least 1048576 (1 MiB)",
+                    ));
+                }
+                Some(BlobSettings {
+                    url: url.clone(),
+                    options,
+                    cache_dir: self
+                        .cache_dir
+                        .clone()
+                        .unwrap_or_else(|| data_dir.join("cache")),
+                    cache_max_bytes: self.cache_max_bytes,
+                })
+            }
+        };
         Ok(Settings {
+            blob,
             tls: self.tls.clone(),
             node_id,
             listen: self.listen,
@@ -427,6 +499,15 @@ mod tests {
             &["--envd-bin", "/definitely/not/here"],
             &["--metrics-interval", "10ms"],
             &["--metrics-samples", "0"],
+            &["--blob-store-option", "region=x"],
+            &["--blob-store", "s3://b", "--blob-store-option", "region"],
+            &[
+                "--blob-store",
+                "s3://b",
+                "--blob-store-option",
+                "secret_access_key=k",
+            ],
+            &["--blob-store", "s3://b", "--cache-max-bytes", "1000"],
         ];
         for args in bad {
             let mut all = vec!["--node-id", "n1", "--envd-bin", "/bin/sh"];
@@ -443,6 +524,28 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.schedulers, vec!["http://a:1", "http://b:2"]);
+        assert!(s.blob.is_none());
+        let s = parse(&[
+            "--node-id",
+            "n1",
+            "--envd-bin",
+            "/bin/sh",
+            "--data-dir",
+            "/d",
+            "--blob-store",
+            "s3://b/p",
+            "--blob-store-option",
+            "region=garage",
+        ])
+        .unwrap();
+        let b = s.blob.expect("a blob store");
+        assert_eq!(b.url, "s3://b/p");
+        assert_eq!(
+            b.options,
+            vec![("region".to_string(), "garage".to_string())]
+        );
+        assert_eq!(b.cache_dir, std::path::Path::new("/d/cache"));
+        assert_eq!(b.cache_max_bytes, DEFAULT_CACHE_BYTES);
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn node_error(e: NodeError) -> Response<Body> {
             StatusCode::CONFLICT
         }
         NodeError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
-        NodeError::Full { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        NodeError::Full { .. } | NodeError::StoreUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         NodeError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     if status.is_server_error() {

@@ -123,8 +123,7 @@ fn isolated_runtime(
         runtime::ids::ranges_above(s.sandbox_id_base).max(1),
         &s.id_lock_dir,
     )?;
-    let templates = warren_template::Store::open(&s.template_dir)
-        .map_err(|e| format!("--template-dir: {e}"))?;
+    let layers = runtime::layers::Layers::open(&s.template_dir, s.blob.as_ref())?;
     let staged = runtime::disk::stage_binary(&s.envd_bin, &data_dir.join("bin"))
         .map_err(|e| format!("cannot stage the envd binary: {e}"))?;
     std::fs::create_dir_all(runtime::launch::STAGE)
@@ -146,11 +145,19 @@ fn isolated_runtime(
         ids,
         s.envd_bin.clone(),
         staged,
-        templates,
+        layers,
         egress.clone(),
     )?;
-    let names: Vec<String> = rt
-        .templates()
+    let Some(store) = rt.layers().shared() else {
+        tracing::info!(
+            limits = mechanism,
+            egress = egress.is_some(),
+            layers = %rt.layers().describe(),
+            "runtime: isolated (each sandbox a template's root in its own namespaces, id range, cgroups and disk)"
+        );
+        return Ok(rt);
+    };
+    let names: Vec<String> = store
         .list()
         .map(|l| l.into_iter().map(|t| t.name).collect())
         .unwrap_or_default();

@@ -121,6 +121,7 @@ impl Link {
             capacity: self.me.capacity,
             incarnation: self.me.incarnation,
             roster: self.roster(),
+            cached_layers: self.registry.cached_layers(),
         };
         self.scheduler
             .call("RegisterNode", |mut c| {
@@ -135,6 +136,7 @@ impl Link {
             node_id: self.me.node_id.clone(),
             incarnation: self.me.incarnation,
             roster: self.roster(),
+            cached_layers: self.registry.cached_layers(),
         };
         self.scheduler
             .call("Heartbeat", |mut c| {

@@ -241,6 +241,73 @@ async fn placement_avoids_the_node_it_is_told_to(store: TestStore) {
     s.stop().await;
 }
 
+/// A node whose cache holds the layer asked for is chosen before an
+/// emptier one in the same load quarter, never over a much emptier one
+/// (every live node can take any sandbox); what it holds is what its last
+/// heartbeat said. A bad digest, or too many, is refused.
+async fn placement_prefers_a_node_holding_the_layer(store: TestStore) {
+    let s = Sched::start(&store, &[]).await;
+    let mut c = s.client().await;
+    let layer = format!("sha256-{}", "ab".repeat(32));
+    let other = format!("sha256-{}", "cd".repeat(32));
+    let inc_a = register(&mut c, "node-a", 8).await;
+    let inc_b = register(&mut c, "node-b", 8).await;
+    heartbeat_layers(&c, "node-b", inc_b, vec![other.clone(), layer.clone()]).await;
+    // node-b is busier (1 of 8, against 0 of 8), same quarter: it holds it.
+    let mut req = place_req("t");
+    req.require_node_id = "node-b".into();
+    c.place(req).await.unwrap();
+    let want = |l: &str| {
+        let mut req = place_req("t");
+        req.prefer_layer = l.to_string();
+        req
+    };
+    let p = c.place(want(&layer)).await.unwrap().into_inner();
+    assert_eq!(p.node_id, "node-b");
+    // Without a preference, the emptier one.
+    let p = c.place(place_req("t")).await.unwrap().into_inner();
+    assert_eq!(p.node_id, "node-a");
+    // node-b at 3 of 8 (the second quarter), node-a at 1: load wins.
+    let mut req = place_req("t");
+    req.require_node_id = "node-b".into();
+    c.place(req).await.unwrap();
+    let p = c.place(want(&layer)).await.unwrap().into_inner();
+    assert_eq!(p.node_id, "node-a");
+    // A heartbeat replaces what a node holds.
+    heartbeat_layers(&c, "node-a", inc_a, vec![layer.clone()]).await;
+    heartbeat_layers(&c, "node-b", inc_b, vec![]).await;
+    let p = c.place(want(&layer)).await.unwrap().into_inner();
+    assert_eq!(p.node_id, "node-a");
+    assert_status(
+        c.place(want("sha256-x")).await,
+        Code::InvalidArgument,
+        "prefer_layer",
+    );
+    let st = c
+        .clone()
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: "node-a".into(),
+            incarnation: inc_a,
+            roster: vec![],
+            cached_layers: vec![layer.clone(); 1001],
+        })
+        .await;
+    assert_status(st, Code::InvalidArgument, "cached_layers");
+    s.stop().await;
+}
+
+async fn heartbeat_layers(c: &Client, node_id: &str, incarnation: u64, layers: Vec<String>) {
+    c.clone()
+        .heartbeat(pb::HeartbeatRequest {
+            node_id: node_id.into(),
+            incarnation,
+            roster: vec![],
+            cached_layers: layers,
+        })
+        .await
+        .unwrap();
+}
+
 async fn list_filters_and_pages(store: TestStore) {
     let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
@@ -391,6 +458,7 @@ async fn timeouts_pause_and_resume(store: TestStore) {
             node_id: "node-a".into(),
             incarnation: inc,
             roster: vec![sref(&id, p.generation)],
+            cached_layers: vec![],
         })
         .await
         .unwrap()
@@ -565,6 +633,7 @@ async fn heartbeats_say_when_the_next_sandbox_ends(store: TestStore) {
                 node_id: "node-a".into(),
                 incarnation: inc,
                 roster,
+                cached_layers: vec![],
             })
             .await
             .unwrap()
@@ -680,6 +749,7 @@ on_both_stores!(
     the_same_idempotency_key_returns_the_same_sandbox,
     placement_spreads_load_and_respects_capacity,
     placement_avoids_the_node_it_is_told_to,
+    placement_prefers_a_node_holding_the_layer,
     list_filters_and_pages,
     timeouts_pause_and_resume,
     restart_keeps_bindings_and_never_reuses_generations,

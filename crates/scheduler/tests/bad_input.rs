@@ -87,6 +87,7 @@ async fn malformed_sandbox_ids_are_rejected_everywhere(store: TestStore) {
                 node_id: "node-a".into(),
                 incarnation: inc,
                 roster: vec![sref(id, 1)],
+                cached_layers: vec![],
             })
             .await;
         assert_status(hb, Code::InvalidArgument, "roster entry");
@@ -209,6 +210,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         capacity: 5,
         incarnation: 9,
         roster: vec![],
+        cached_layers: vec![],
     };
     let cases: Vec<(pb::RegisterNodeRequest, &str)> = vec![
         (
@@ -275,6 +277,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         node_id: node_id.into(),
         incarnation,
         roster: vec![],
+        cached_layers: vec![],
     };
     assert_status(
         c.heartbeat(hb("node-a", inc ^ 0xff)).await,

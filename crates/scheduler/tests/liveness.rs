@@ -120,6 +120,7 @@ async fn a_node_that_comes_back_recovers_what_it_still_hosts(store: TestStore) {
             node_id: "node-a".into(),
             incarnation: inc,
             roster: vec![sref(&kept.sandbox_id, kept.generation), sref("stray1", 1)],
+            cached_layers: vec![],
         })
         .await
         .unwrap()
@@ -189,6 +190,7 @@ async fn a_new_incarnation_drops_what_the_node_lost(store: TestStore) {
             node_id: "node-a".into(),
             incarnation: old,
             roster: vec![],
+            cached_layers: vec![],
         })
         .await;
     assert_status(stale, Code::FailedPrecondition, "stale incarnation");
@@ -197,6 +199,7 @@ async fn a_new_incarnation_drops_what_the_node_lost(store: TestStore) {
             node_id: "node-zz".into(),
             incarnation: 7,
             roster: vec![],
+            cached_layers: vec![],
         })
         .await;
     assert_status(
@@ -209,6 +212,7 @@ async fn a_new_incarnation_drops_what_the_node_lost(store: TestStore) {
         node_id: "node-a".into(),
         incarnation: new,
         roster: vec![sref(&kept.sandbox_id, kept.generation)],
+        cached_layers: vec![],
     })
     .await
     .unwrap();
@@ -234,6 +238,7 @@ async fn stuck_creates_are_resolved_from_the_roster(store: TestStore) {
                 node_id: "node-a".into(),
                 incarnation: inc,
                 roster,
+                cached_layers: vec![],
             })
             .await
             .unwrap();
@@ -265,6 +270,7 @@ async fn a_sandbox_its_node_stopped_listing_is_removed_after_the_grace(store: Te
                 node_id: "node-a".into(),
                 incarnation: inc,
                 roster,
+                cached_layers: vec![],
             })
             .await
             .unwrap()
@@ -346,6 +352,7 @@ async fn sandboxes_past_their_end_expire_and_are_handed_to_their_node(store: Tes
             node_id: "node-a".into(),
             incarnation: inc,
             roster: vec![sref(&p.sandbox_id, p.generation)],
+            cached_layers: vec![],
         })
         .await
         .unwrap()

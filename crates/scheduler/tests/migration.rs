@@ -36,7 +36,7 @@ async fn schema_version(db: &sqlx::AnyPool) -> i64 {
 /// schema 5 would have written: its bindings, nodes, trust and quotas.
 async fn back_to_schema_5(store: &TestStore) {
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    assert_eq!(schema_version(&db).await, 6);
+    assert_eq!(schema_version(&db).await, 7);
     for t in SCHEMA_6_TABLES {
         sqlx::query(&format!("DROP TABLE {t}"))
             .execute(&db)

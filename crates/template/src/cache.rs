@@ -217,6 +217,20 @@ impl Cache {
         Ok(Some(lease))
     }
 
+    /// Keeps the tarball at `tar` (moved away), a layer this host made
+    /// and put into the blob store as `digest`, so that its first use
+    /// unpacks it rather than fetching it back. Only for a digest nobody
+    /// can be fetching yet (a new layer's).
+    pub fn insert(&self, tar: &Path, digest: &str) -> Result<(), TemplateError> {
+        // Validates the digest (the blob's name is made from it).
+        self.store.rootfs_path(digest)?;
+        let blob = self.store.blob_path(digest);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tar, std::fs::Permissions::from_mode(0o600))
+            .map_err(io(format!("cannot make {} private", tar.display())))?;
+        std::fs::rename(tar, &blob).map_err(io(format!("cannot store {}", blob.display())))
+    }
+
     /// Whether `digest` is unpacked here now.
     pub fn has(&self, digest: &str) -> bool {
         self.store

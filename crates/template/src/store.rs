@@ -173,7 +173,7 @@ impl Store {
     }
 
     /// The store's directory.
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.dir
     }
 

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::time::Duration;
 use warren_chaos::haproxy::{Backend, Balancer, Mode};
+use warren_harness::garage::GarageServer;
 use warren_harness::hosts::{Host, Network};
 use warren_harness::postgres::PgServer;
 use warren_harness::Proc;
@@ -30,9 +31,58 @@ fn bin() -> &'static Path {
     env!("CARGO_BIN_EXE_warren").as_ref()
 }
 
+/// How the parts run: the nodes' runtime, and where the layers and
+/// records are.
+#[derive(Default)]
+struct Setup {
+    /// Nodes run `--runtime isolated` (else `process`).
+    isolated: bool,
+    /// Nodes and gateways get `--blob-store`.
+    blobs: Option<Blobs>,
+}
+
+/// A blob store as the parts are given it.
+struct Blobs {
+    url: String,
+    /// `--blob-store-option` values (never a secret).
+    options: Vec<String>,
+    /// The environment with its credentials.
+    env: Vec<(String, String)>,
+}
+
+impl Blobs {
+    fn of(garage: &GarageServer) -> Blobs {
+        let mut options = Vec::new();
+        let mut env = Vec::new();
+        for (k, v) in garage.options() {
+            match k.as_str() {
+                "access_key_id" => env.push(("AWS_ACCESS_KEY_ID".to_string(), v)),
+                "secret_access_key" => env.push(("AWS_SECRET_ACCESS_KEY".to_string(), v)),
+                _ => options.push(format!("{k}={v}")),
+            }
+        }
+        Blobs {
+            url: garage.url(),
+            options,
+            env,
+        }
+    }
+
+    /// `<url_flag> URL <option_flag> OPTION ...`.
+    fn args(&self, url_flag: &str, option_flag: &str) -> Vec<String> {
+        let mut a = vec![url_flag.to_string(), self.url.clone()];
+        for o in &self.options {
+            a.push(option_flag.to_string());
+            a.push(o.clone());
+        }
+        a
+    }
+}
+
 /// The running parts. Fields drop in order: the processes stop before
 /// their hosts' namespaces and the bridge go.
 struct Hosts {
+    isolated: bool,
     schedulers: Vec<Proc>,
     nodes: Vec<Proc>,
     gateways: Vec<Proc>,
@@ -44,8 +94,12 @@ struct Hosts {
 }
 
 impl Hosts {
-    async fn start() -> Hosts {
+    async fn start(setup: Setup) -> Hosts {
         let net = Network::create().expect("a bridge and hosts (root, iproute2)");
+        Hosts::start_on(net, setup).await
+    }
+
+    async fn start_on(net: Network, setup: Setup) -> Hosts {
         let pg = PgServer::start_on(&net.machine_addr()).expect("PostgreSQL on the bridge");
         let db = pg.create_database("hosts").expect("a database");
         let dir = net.dir().to_path_buf();
@@ -78,7 +132,9 @@ impl Hosts {
 
         // `warren <role> --listen <host>:<port> --admin-listen <host>:3001
         // <extra> <tls>` on `host`, once it announced both listeners.
-        let start = |role: Role, host: &Host, port: u16, extra: &[&str]| {
+        let no_env: Vec<(String, String)> = Vec::new();
+        let env = setup.blobs.as_ref().map_or(&no_env, |b| &b.env);
+        let start = |role: Role, host: &Host, port: u16, extra: &[String]| {
             let part = role.as_str();
             let mut args = strings(&[
                 part,
@@ -87,7 +143,7 @@ impl Hosts {
                 "--admin-listen",
                 &format!("{}:{ADMIN}", host.addr),
             ]);
-            args.extend(strings(extra));
+            args.extend(extra.iter().cloned());
             args.extend(tls(role, host));
             let listener = if role == Role::Scheduler {
                 "grpc"
@@ -95,8 +151,11 @@ impl Hosts {
                 "http"
             };
             let log = host.dir().join("log");
-            let launch = host
-                .launch(bin(), &args)
+            let mut launch = host.launch(bin(), &args);
+            for (k, v) in env {
+                launch = launch.env(k, v);
+            }
+            let launch = launch
                 .exit_with_parent()
                 .wait_for(&[&format!("{part} {listener}"), &format!("{part} admin")])
                 .log_to(&log);
@@ -110,7 +169,7 @@ impl Hosts {
         let (store_key, keys) = (store_key.display().to_string(), keys.display().to_string());
         let mut schedulers = Vec::new();
         for h in &scheduler_hosts {
-            let extra = [
+            let extra = strings(&[
                 "--database-url",
                 &db,
                 "--store-key-file",
@@ -119,7 +178,7 @@ impl Hosts {
                 "2s",
                 "--sweep-interval",
                 "250ms",
-            ];
+            ]);
             schedulers.push(start(Role::Scheduler, h, GRPC, &extra).await);
         }
         let scheduler_urls = scheduler_hosts
@@ -130,7 +189,7 @@ impl Hosts {
         let mut nodes = Vec::new();
         for h in &node_hosts {
             let data = h.dir().join("data").display().to_string();
-            let extra = [
+            let mut extra = strings(&[
                 "--node-id",
                 &h.name,
                 "--scheduler",
@@ -138,13 +197,22 @@ impl Hosts {
                 "--data-dir",
                 &data,
                 "--runtime",
-                "process",
-            ];
+                if setup.isolated {
+                    "isolated"
+                } else {
+                    "process"
+                },
+            ]);
+            if let Some(b) = &setup.blobs {
+                extra.extend(b.args("--blob-store", "--blob-store-option"));
+                extra.push("--cache-dir".into());
+                extra.push(h.dir().join("cache").display().to_string());
+            }
             nodes.push(start(Role::Node, h, HTTP, &extra).await);
         }
         let mut gateways = Vec::new();
         for h in &gateway_hosts {
-            let extra = [
+            let mut extra = strings(&[
                 "--scheduler",
                 &scheduler_urls,
                 "--api-keys-file",
@@ -153,7 +221,10 @@ impl Hosts {
                 "500ms",
                 "--admin-team",
                 "team-hosts",
-            ];
+            ]);
+            if let Some(b) = &setup.blobs {
+                extra.extend(b.args("--blob-store", "--blob-store-option"));
+            }
             gateways.push(start(Role::Gateway, h, HTTP, &extra).await);
         }
         let backends: Vec<Backend> = gateway_hosts
@@ -169,6 +240,7 @@ impl Hosts {
         let mut other_hosts: Vec<Host> = scheduler_hosts.into_iter().collect();
         other_hosts.extend(gateway_hosts);
         let hosts = Hosts {
+            isolated: setup.isolated,
             schedulers,
             nodes,
             gateways,
@@ -235,14 +307,13 @@ impl Hosts {
 
     /// A sandbox created through HAProxy.
     async fn create(&self) -> Value {
-        let r = send(
-            &self.balancer.addr,
-            Method::POST,
-            "/v2/sandboxes",
-            &[("x-api-key", KEY)],
-            Some(json!({"templateID": "base", "timeout": 120})),
-        )
-        .await;
+        self.create_from(&self.balancer.addr, "base").await
+    }
+
+    /// A sandbox of `template` (without internet access) created through
+    /// `entry`.
+    async fn create_from(&self, entry: &str, template: &str) -> Value {
+        let r = self.try_create(entry, template).await;
         assert_eq!(
             r.status,
             StatusCode::CREATED,
@@ -250,6 +321,22 @@ impl Hosts {
             String::from_utf8_lossy(&r.body)
         );
         r.expect_json()
+    }
+
+    async fn try_create(&self, entry: &str, template: &str) -> Answer {
+        send(
+            entry,
+            Method::POST,
+            "/v2/sandboxes",
+            &[("x-api-key", KEY)],
+            Some(if self.isolated {
+                // Nodes in a test network may have no way out.
+                json!({"templateID": template, "timeout": 120, "allow_internet_access": false})
+            } else {
+                json!({"templateID": template, "timeout": 120})
+            }),
+        )
+        .await
     }
 
     /// envd's `/health` of sandbox `id` through `entry` (HAProxy or a
@@ -280,7 +367,7 @@ impl Hosts {
 /// elsewhere; plugged back in, its sandbox answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parts_on_separate_hosts_route_and_survive_a_host_cut_off() {
-    let h = Hosts::start().await;
+    let h = Hosts::start(Setup::default()).await;
     assert_eq!(h.schedulers.len(), 2);
     assert_eq!(h.nodes.len(), 3);
 
@@ -368,8 +455,172 @@ async fn parts_on_separate_hosts_route_and_survive_a_host_cut_off() {
     }
 }
 
-/// One request, answered within 30 s (a guard against a hang, not a timing
-/// assertion).
+/// Nothing shared but the network, and now no template store either:
+/// `base` is pushed to a real S3 server (Garage, on the machine) and its
+/// record imported through the gateways (`warren template push
+/// --import`); nodes run isolated sandboxes from layers they fetch into
+/// their own caches, and every record is the scheduler's. A snapshot taken
+/// on one host through one gateway is listed by the other and starts on
+/// another host, with the file written before it. With the store down, a
+/// node that holds the layers still creates; one that lacks the
+/// snapshot's layer answers 503 naming the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
+    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
+    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
+    let mut garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
+        .await
+        .expect("the garage task")
+        .expect("Garage (cargo install garage; .ci/run installs it)");
+    let blobs = Blobs::of(&garage);
+    let store = base_only_store();
+    let h = Hosts::start_on(
+        net,
+        Setup {
+            isolated: true,
+            blobs: Some(Blobs::of(&garage)),
+        },
+    )
+    .await;
+    let gateways: Vec<String> = h.gateways.iter().map(|g| g.addr("gateway http")).collect();
+
+    // The operator's upgrade: the store's blobs into the blob store, its
+    // templates' records into the scheduler's, one command.
+    let pushed = std::process::Command::new(bin())
+        .arg("template")
+        .arg("--template-dir")
+        .arg(store.path())
+        .arg("push")
+        .args(blobs.args("--to", "--blob-option"))
+        .arg("--import")
+        .env("E2B_API_URL", format!("http://{}", h.balancer.addr))
+        .env("E2B_API_KEY", KEY)
+        .envs(blobs.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("warren template push");
+    let said = String::from_utf8_lossy(&pushed.stdout).into_owned();
+    assert!(
+        pushed.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    assert!(said.contains("1 templates imported"), "{said}");
+    for gw in &gateways {
+        let r = send(gw, Method::GET, "/templates", &[("x-api-key", KEY)], None).await;
+        let names: Vec<Value> = r.expect_json().as_array().cloned().unwrap_or_default();
+        assert!(
+            names.iter().any(|t| t["templateID"] == "base"),
+            "{gw}: {}",
+            r.text()
+        );
+    }
+
+    // A sandbox on one host (fetching base into its cache), a file in it.
+    let a = h.create_from(&h.balancer.addr, "base").await;
+    let client = warren_client::Client::new(&[format!("http://{}", h.balancer.addr)], KEY)
+        .expect("a client");
+    let sa: warren_client::Sandbox = serde_json::from_value(a.clone()).expect("a sandbox");
+    client
+        .write_file(
+            &sa,
+            "/home/user/mark.txt",
+            "user",
+            "written on the first host".into(),
+        )
+        .await
+        .expect("a file written");
+    let r = send(
+        &gateways[0],
+        Method::POST,
+        &format!("/sandboxes/{}/snapshots", sa.sandbox_id),
+        &[("x-api-key", KEY)],
+        Some(json!({"name": "moved"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let r = send(
+        &gateways[1],
+        Method::GET,
+        "/snapshots",
+        &[("x-api-key", KEY)],
+        None,
+    )
+    .await;
+    assert!(r.text().contains("\"moved\""), "{}", r.text());
+
+    // From the other gateway, on another host (the least loaded).
+    let b = h.create_from(&gateways[1], "moved").await;
+    assert_ne!(b["clientID"], a["clientID"], "{b}");
+    let sb: warren_client::Sandbox = serde_json::from_value(b.clone()).expect("a sandbox");
+    let out = client
+        .run_to_end(
+            &sb,
+            warren_client::Command::shell("cat /home/user/mark.txt"),
+        )
+        .await
+        .expect("cat");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "written on the first host"
+    );
+    // The third host caches base too.
+    let c = h.create_from(&h.balancer.addr, "base").await;
+    let mut on: Vec<&str> = [&a, &b, &c]
+        .iter()
+        .map(|s| s["clientID"].as_str().unwrap_or(""))
+        .collect();
+    on.sort();
+    assert_eq!(on, ["node-1", "node-2", "node-3"]);
+
+    // The blob store goes down. The host without the snapshot's layer (c's,
+    // emptied: the least loaded) cannot create from it, and says why.
+    tokio::task::spawn_blocking(move || {
+        garage.stop();
+        garage
+    });
+    let c_id = c["sandboxID"].as_str().expect("id");
+    let r = send(
+        &h.balancer.addr,
+        Method::DELETE,
+        &format!("/sandboxes/{c_id}"),
+        &[("x-api-key", KEY)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    let r = h.try_create(&h.balancer.addr, "moved").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert!(
+        r.message().contains(&format!("blob store {}", blobs.url)),
+        "{}",
+        r.message()
+    );
+    // What it holds, it still creates from.
+    let d = h.create_from(&h.balancer.addr, "base").await;
+    assert_eq!(d["clientID"], c["clientID"], "{d}");
+}
+
+/// A template store holding only the machine's `base` (its record copied,
+/// its blob linked): what `warren template push` reads.
+fn base_only_store() -> tempfile::TempDir {
+    let shared = Path::new(warren_test_support::templates::TEMPLATE_DIR);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for sub in ["blobs", "rootfs", "templates", "tmp"] {
+        std::fs::create_dir_all(dir.path().join(sub)).expect("store dirs");
+    }
+    let record = std::fs::read(shared.join("templates/base.json")).unwrap_or_else(|e| {
+        panic!("the base template is built (scripts/test builds it; docs/sandboxes.md): {e}")
+    });
+    let t: Value = serde_json::from_slice(&record).expect("the record parses");
+    let digest = t["digest"].as_str().expect("a digest");
+    let blob = format!("blobs/{digest}.tar");
+    std::os::unix::fs::symlink(shared.join(&blob), dir.path().join(&blob)).expect("blob linked");
+    std::fs::write(dir.path().join("templates/base.json"), &record).expect("record copied");
+    dir
+}
+
+/// One request, answered within 5 min (a guard against a hang, not a
+/// timing assertion).
 async fn send(
     addr: &str,
     method: Method,
@@ -377,7 +628,8 @@ async fn send(
     headers: &[(&str, &str)],
     body: Option<Value>,
 ) -> Answer {
-    Http::new(Duration::from_secs(30))
+    // A create may fetch and unpack a template first.
+    Http::new(Duration::from_secs(300))
         .send(method.clone(), addr, path, headers, body)
         .await
         .unwrap_or_else(|e| panic!("{method} {path} on {addr}: {e}"))

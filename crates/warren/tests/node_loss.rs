@@ -434,6 +434,7 @@ async fn a_black_holed_node_costs_a_request_about_the_connect_timeout() {
             capacity: 10,
             incarnation: 7,
             roster: vec![],
+            cached_layers: vec![],
         })
         .await
         .expect("RegisterNode");
@@ -446,6 +447,7 @@ async fn a_black_holed_node_costs_a_request_about_the_connect_timeout() {
                         node_id: "hole".into(),
                         incarnation: 7,
                         roster: vec![],
+                        cached_layers: vec![],
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(500)).await;

@@ -96,6 +96,7 @@ async fn register(c: &mut Client, node_id: &str) -> u64 {
         capacity: 10,
         incarnation,
         roster: vec![],
+        cached_layers: vec![],
     })
     .await
     .unwrap();
@@ -113,6 +114,7 @@ fn keep_alive(c: &Client, node_id: &str, incarnation: u64) -> tokio::task::JoinH
                     node_id: node_id.clone(),
                     incarnation,
                     roster: vec![],
+                    cached_layers: vec![],
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -246,6 +248,7 @@ async fn killing_the_sweeping_replica_hands_the_lease_to_the_other() {
                     node_id: "node-alive".into(),
                     incarnation: alive_inc,
                     roster: roster.clone(),
+                    cached_layers: vec![],
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;

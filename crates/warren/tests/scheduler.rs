@@ -77,6 +77,7 @@ async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
             capacity: 4,
             incarnation: 42,
             roster: vec![],
+            cached_layers: vec![],
         })
         .await
         .unwrap();

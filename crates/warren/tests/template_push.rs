@@ -190,3 +190,157 @@ async fn push_goes_to_s3_with_credentials_from_the_environment_only() {
     std::fs::create_dir_all(&back).unwrap();
     assert_eq!(read_back(&store, &back).await, blobs);
 }
+
+/// `push --import`: the store's templates become records of the
+/// scheduler's, through a gateway with `--blob-store` (a local directory
+/// here), which every gateway of that store then lists; a plain key, a
+/// record whose blob is not pushed, a team's snapshot and a gateway on a
+/// shared `--template-dir` are each refused with a message naming why, and
+/// nothing is imported by a refused call.
+#[tokio::test]
+async fn import_makes_the_store_templates_records_every_gateway_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    store_with_two_templates(dir.path());
+    let store = dir.path().join("templates");
+    let to = dir.path().join("blobs");
+    let to_s = to.display().to_string();
+    let spec = warren_test_support::cluster::Spec {
+        nodes: 1,
+        gateways: 3,
+        keys: vec![
+            ("key-op".into(), "ops".into()),
+            ("key-team".into(), "team-a".into()),
+        ],
+        gateway_args: vec!["--admin-team".into(), "ops".into()],
+        per_gateway_args: vec![
+            vec!["--blob-store".into(), to_s.clone()],
+            vec!["--blob-store".into(), to_s.clone()],
+            // The third keeps its records in a --template-dir.
+            vec!["--template-dir".into(), store.display().to_string()],
+        ],
+        ..Default::default()
+    };
+    let c = warren_test_support::cluster::Cluster::start(bin(), spec)
+        .await
+        .unwrap();
+    let push = |gateway: String, key: &'static str| {
+        let store = store.display().to_string();
+        let to_s = to_s.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let url = format!("http://{gateway}");
+                warren(
+                    &[
+                        "template",
+                        "--template-dir",
+                        &store,
+                        "push",
+                        "--to",
+                        &to_s,
+                        "--import",
+                    ],
+                    &[("E2B_API_URL", &url), ("E2B_API_KEY", key)],
+                )
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let names = |gateway: String| async move {
+        let a = warren_test_support::http::Http::default()
+            .send(
+                http::Method::GET,
+                &gateway,
+                "/templates",
+                &[("x-api-key", "key-team")],
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(a.status, 200, "{}", a.text());
+        let mut n: Vec<String> = a
+            .expect_json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["templateID"].as_str().unwrap().to_string())
+            .collect();
+        n.sort();
+        n
+    };
+
+    // A team's key is no operator's.
+    let out = push(c.gateway(0), "key-team").await;
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("importing templates needs an operator key"),
+        "{}",
+        text(&out)
+    );
+    assert!(names(c.gateway(1)).await.is_empty());
+
+    // A gateway on a shared --template-dir has nothing to import.
+    let out = push(c.gateway(2), "key-op").await;
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("imports are for gateways with --blob-store"),
+        "{}",
+        text(&out)
+    );
+
+    // Through one gateway; listed by the other.
+    let out = push(c.gateway(0), "key-op").await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("2 templates imported"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(names(c.gateway(1)).await, ["one", "two"]);
+    // An operator's template is not deleted through the API.
+    let a = warren_test_support::http::Http::default()
+        .send(
+            http::Method::DELETE,
+            &c.gateway(1),
+            "/templates/one",
+            &[("x-api-key", "key-team")],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(a.status, 403, "{}", a.text());
+
+    // Refused as a whole: a record whose blob is not in the blob store
+    // (and a good one beside it), a team's snapshot.
+    let one: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(store.join("templates/one.json")).unwrap()).unwrap();
+    let mut missing = one.clone();
+    missing["name"] = "three".into();
+    missing["digest"] = format!("sha256-{}", "0".repeat(64)).into();
+    let mut snapshot = one.clone();
+    snapshot["name"] = "four".into();
+    snapshot["snapshot"] =
+        serde_json::json!({"team": "team-a", "source_sandbox": "s", "node_id": "node-1"});
+    for (body, why) in [
+        (
+            serde_json::json!([one.clone(), missing]),
+            "is not in the blob store",
+        ),
+        (serde_json::json!([snapshot]), "not an operator's template"),
+        (serde_json::json!({"name": "x"}), "JSON array"),
+    ] {
+        let a = warren_test_support::http::Http::default()
+            .send(
+                http::Method::POST,
+                &c.gateway(0),
+                "/_warren/v1/templates",
+                &[("x-api-key", "key-op")],
+                Some(body),
+            )
+            .await
+            .unwrap();
+        assert_eq!(a.status, 400, "{}", a.text());
+        assert!(a.message().contains(why), "{}", a.text());
+    }
+    assert_eq!(names(c.gateway(1)).await, ["one", "two"]);
+}

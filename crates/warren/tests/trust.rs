@@ -84,6 +84,7 @@ async fn register(
             capacity: 1000,
             incarnation: 7,
             roster: vec![],
+            cached_layers: vec![],
         })
         .await
     })
@@ -165,6 +166,7 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
                 node_id: "node-1".into(),
                 incarnation: 1,
                 roster: vec![],
+                cached_layers: vec![],
             })
             .await
         })

@@ -25,6 +25,11 @@ use warren_proto::scheduler::v1::{
     ReportNodeUnreachableRequest, ReportSandboxEventRequest, SandboxEvent,
 };
 
+/// How much longer a create may take where the node may first fetch the
+/// template's layers from the blob store (and unpack them): a 1 GB layer
+/// at a slow 10 MB/s, with room.
+const LAYER_FETCH_TIME: Duration = Duration::from_secs(300);
+
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 256;
 
@@ -58,9 +63,15 @@ pub(super) async fn create(
 ) -> Result<Response<Body>, ApiError> {
     let mut new = NewSandbox::parse(body, if v2 { 300 } else { 15 })?;
     // A snapshot by name or id: its record's name, on the node that has it.
-    let target = super::snapshots::resolve(app, team, &new.template_id)?;
+    let target = super::snapshots::resolve(app, team, &new.template_id).await?;
     new.template_id = target.template_id;
     let defaults = target.defaults;
+    let template_record = match &target.record {
+        Some(t) => Some(serde_json::to_value(t).map_err(|e| {
+            ApiError::internal(format!("cannot encode template {}'s record: {e}", t.name))
+        })?),
+        None => None,
+    };
     // Without a client key the gateway makes one up, so that its own retry
     // of Place on another scheduler replica cannot place twice.
     let key = idempotency_key(headers)?.unwrap_or_else(|| warren_core::id::random_token(32));
@@ -81,9 +92,22 @@ pub(super) async fn create(
         fork_of: String::new(),
         lifecycle: Some(new.lifecycle),
         avoid_node_id: String::new(),
+        // Its most specific layer: a node holding it fetches nothing (or
+        // the least).
+        prefer_layer: match (&app.records, &target.record) {
+            (crate::records::Records::Scheduler(_), Some(t)) => {
+                t.layers.last().unwrap_or(&t.digest).clone()
+            }
+            _ => String::new(),
+        },
     };
-    // A template with a start command: the node answers once it is ready.
-    let extra = defaults.as_ref().map_or(Duration::ZERO, ready_time);
+    // A template with a start command: the node answers once it is ready;
+    // from a blob store, once it fetched the layers it lacks.
+    let extra = defaults.as_ref().map_or(Duration::ZERO, ready_time)
+        + match app.records {
+            crate::records::Records::Scheduler(_) => LAYER_FETCH_TIME,
+            crate::records::Records::Local(_) => Duration::ZERO,
+        };
     // A node that cannot be reached (the connection is refused, or drops
     // before any answer, as when the node is killed) is reported to the
     // scheduler, which places nothing more on it until it heartbeats again,
@@ -118,6 +142,7 @@ pub(super) async fn create(
             traffic_access_token: traffic.clone(),
             mask_request_host: new.mask_request_host.clone(),
             auto_pause_filesystem_only: new.auto_pause_filesystem_only,
+            template_record: template_record.clone(),
         };
         let created = app.nodes.create(&placement.endpoint, &child, extra).await;
         match created {
@@ -241,6 +266,7 @@ async fn fork_one(
             // The scheduler copies the parent's lifecycle.
             lifecycle: None,
             avoid_node_id: String::new(),
+            prefer_layer: String::new(),
         },
     )
     .await?;
@@ -270,12 +296,15 @@ async fn fork_one(
         mask_request_host: None,
         // The node copies its parent's.
         auto_pause_filesystem_only: false,
+        // The node copies its parent's root and layers.
+        template_record: None,
     };
     // A fork starts its template's start command too.
     let extra = super::templates::resolve(app, &parent.template_id)
+        .await
         .ok()
         .flatten()
-        .map_or(Duration::ZERO, |d| ready_time(&d));
+        .map_or(Duration::ZERO, |t| ready_time(&t.defaults));
     let forked = app
         .nodes
         .fork(
@@ -444,6 +473,17 @@ fn create_failed(e: &NodeError) -> ApiError {
             StatusCode::BAD_GATEWAY,
             "sandbox_create_failed",
             format!("failed to create the sandbox: {e}"),
+        ),
+        // The node cannot get the template's layers (its message names
+        // the blob store).
+        NodeError::Status {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message,
+            ..
+        } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sandbox_create_failed",
+            format!("failed to create the sandbox: {message}"),
         ),
         _ => ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -31,6 +31,7 @@
 //!   stacks.
 
 mod builds;
+mod catalog;
 mod create;
 pub(crate) mod layers;
 mod metrics;
@@ -83,6 +84,9 @@ enum Endpoint {
     Nodes,
     /// `/templates`: the template store's templates.
     Templates,
+    /// `/_warren/v1/templates`: operator records imported (`warren template
+    /// push --gateway`; `--admin-team` keys only).
+    ImportTemplates,
     /// `/sandboxes/{id}/metrics`.
     Metrics(String),
     /// `/sandboxes/metrics?sandbox_ids=...`.
@@ -137,6 +141,7 @@ impl Endpoint {
             ["sandboxes", s, "network"] => Endpoint::Network(id(s)),
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             ["_warren", "v1", "uploads", h] => Endpoint::Upload(id(h)),
+            ["_warren", "v1", "templates"] => Endpoint::ImportTemplates,
             ["nodes"] => Endpoint::Nodes,
             ["templates"] => Endpoint::Templates,
             ["sandboxes", s, "snapshots"] => Endpoint::Snapshot(id(s)),
@@ -180,6 +185,7 @@ impl Endpoint {
             | Endpoint::Sandboxes { .. }
             | Endpoint::Nodes
             | Endpoint::Templates
+            | Endpoint::ImportTemplates
             | Endpoint::SandboxesMetrics
             | Endpoint::Snapshots
             | Endpoint::Template(_)
@@ -272,7 +278,8 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Connect { id, v2 }, _) => sandboxes::connect(app, &team, &id, &body, v2).await,
         (Endpoint::Route(id), _) => route::show(app, &team, &id).await,
         (Endpoint::Nodes, _) => nodes::list(app, &team).await,
-        (Endpoint::Templates, _) => templates::list(app, &team),
+        (Endpoint::Templates, _) => templates::list(app, &team).await,
+        (Endpoint::ImportTemplates, _) => templates::import(app, &team, &body).await,
         (Endpoint::TemplateBuilds, _) => builds::request(app, &team, &body),
         (Endpoint::TemplateBuild(t, b), _) => {
             builds::start(app, &team, &parts.headers, &t, &b, &body)
@@ -287,9 +294,9 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Metrics(id), _) => metrics::one(app, &team, &id, query).await,
         (Endpoint::SandboxesMetrics, _) => metrics::many(app, &team, query).await,
         (Endpoint::Snapshot(id), _) => snapshots::create(app, &team, &id, &body).await,
-        (Endpoint::Snapshots, _) => snapshots::list(app, &team, query),
-        (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id),
-        (Endpoint::TemplateAlias(alias), _) => snapshots::alias(app, &team, &alias),
+        (Endpoint::Snapshots, _) => snapshots::list(app, &team, query).await,
+        (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id).await,
+        (Endpoint::TemplateAlias(alias), _) => snapshots::alias(app, &team, &alias).await,
         (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
         (Endpoint::Health | Endpoint::Upload(_), _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }

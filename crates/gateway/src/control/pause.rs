@@ -300,6 +300,9 @@ async fn move_paused(
         network: settings.network,
         mask_request_host: settings.mask_request_host,
         auto_pause_filesystem_only: settings.auto_pause_filesystem_only,
+        // The node reads the paused record from the shared store (it
+        // knows its own layers from there).
+        template_record: None,
     };
     let extra = super::create::ready_time(&record.defaults);
     if let Err(e) = app.nodes.create(&placement.endpoint, &create, extra).await {

@@ -12,8 +12,13 @@
 //! own record and nobody else's. E2B's `namespace/` prefix and `:default`
 //! tag are accepted and ignored.
 //!
-//! Placement: a sandbox from a snapshot goes to the node that took it
-//! (`require_node_id`), the one node sure to have its layer.
+//! Where the records are: files in the shared `--template-dir`, or, with
+//! `--blob-store`, the scheduler's store ([`super::catalog`]), where the
+//! node hands the snapshot's record back and the gateway writes it.
+//!
+//! Placement: with a shared store, a sandbox from a snapshot goes to the
+//! node that took it (`require_node_id`), the one node sure to have its
+//! layer; from a blob store, to any node (it fetches the layer).
 //!
 //! Bounds: a team keeps at most `--snapshot-team-count` snapshots, and its
 //! snapshots' and built templates' layers take at most
@@ -22,6 +27,7 @@
 //! replaced) snapshot's layers are noted and removed once no record names
 //! them and no node's sandbox stacks them (`super::layers`).
 
+use super::catalog::{self, Versioned};
 use super::{owned, reply};
 use crate::auth::Team;
 use crate::error::ApiError;
@@ -31,7 +37,7 @@ use http::{HeaderValue, Response, StatusCode};
 use std::time::Duration;
 use warren_core::body::Body;
 use warren_core::node_api::CreateSnapshot;
-use warren_proto::scheduler::v1::BindingState;
+use warren_proto::scheduler::v1::{BindingState, RecordKind};
 use warren_template::{Store, Template, TemplateError};
 
 /// How long a node may take to copy and pack a sandbox's disk, on top of
@@ -68,8 +74,22 @@ impl SnapshotInfo {
     }
 }
 
-/// The store, or a 503 saying the gateway has none.
+/// The shared store, or why this gateway has none to give: a 503 when
+/// `--template-dir` is missing, a 501 when its records are the
+/// scheduler's (`--blob-store`), where what needs the shared store (the
+/// build API, filesystem-only pauses, the layer sweep) is not served yet.
 pub(super) fn store(app: &App) -> Result<Store, ApiError> {
+    if let crate::records::Records::Scheduler(blobs) = &app.records {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "needs_shared_template_store",
+            format!(
+                "this gateway keeps its records in the scheduler and its layers in the blob \
+                 store {blobs} (--blob-store); template builds and filesystem-only pauses need \
+                 a shared --template-dir for now"
+            ),
+        ));
+    }
     if !app.settings.template_dir.is_dir() {
         return Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -81,6 +101,15 @@ pub(super) fn store(app: &App) -> Result<Store, ApiError> {
         ));
     }
     Store::open(&app.settings.template_dir).map_err(internal)
+}
+
+/// Where the records are: the shared store (checked as [`store`] does),
+/// or the scheduler.
+fn records_ready(app: &App) -> Result<(), ApiError> {
+    match &app.records {
+        crate::records::Records::Scheduler(_) => Ok(()),
+        crate::records::Records::Local(_) => store(app).map(|_| ()),
+    }
 }
 
 pub(super) fn internal(e: TemplateError) -> ApiError {
@@ -132,9 +161,30 @@ pub(super) fn team_name_ok(id: &str) -> bool {
     }
 }
 
-/// `team`'s snapshot called `id` (its name or its record's name), if any.
-/// Another team's snapshot is `None`, exactly like an unknown one.
-pub(super) fn find(store: &Store, team: &Team, id: &str) -> Result<Option<Template>, ApiError> {
+/// `team`'s snapshot called `id` (its name or its record's name), if any,
+/// with the version read. Another team's snapshot is `None`, exactly like
+/// an unknown one.
+pub(super) async fn find(app: &App, team: &Team, id: &str) -> Result<Option<Versioned>, ApiError> {
+    let id = bare(id);
+    let mine = |t: &Template| t.snapshot.as_ref().is_some_and(|s| s.team == team.0);
+    if team_name_ok(id) {
+        if let Some((t, v)) =
+            catalog::get(app, &warren_template::named_snapshot_key(&team.0, id)).await?
+        {
+            if mine(&t) {
+                return Ok(Some((t, v)));
+            }
+        }
+    }
+    Ok(catalog::get(app, id).await?.filter(|(t, _)| mine(t)))
+}
+
+/// [`find`] in the shared store (the build API's: it runs only there).
+pub(super) fn find_local(
+    store: &Store,
+    team: &Team,
+    id: &str,
+) -> Result<Option<Template>, ApiError> {
     let id = bare(id);
     let mine = |t: &Template| t.snapshot.as_ref().is_some_and(|s| s.team == team.0);
     if team_name_ok(id) {
@@ -158,39 +208,48 @@ pub(super) struct Target {
     /// Its defaults; `None` when the gateway has no store to check (the
     /// node decides).
     pub defaults: Option<warren_template::spec::Defaults>,
-    /// The node the sandbox must go to (a snapshot's), or empty.
+    /// The node the sandbox must go to (a snapshot's, when the nodes share
+    /// a template store: the one node sure to have its layer), or empty.
     pub node_id: String,
+    /// The record, for the node (which has none of its own when its layers
+    /// come from a blob store).
+    pub record: Option<Template>,
 }
 
 /// Resolves a create's `templateID`: the team's snapshot by name or id,
 /// else a template ([`super::templates::resolve`]). Another team's snapshot
 /// is not found.
-pub(super) fn resolve(app: &App, team: &Team, template_id: &str) -> Result<Target, ApiError> {
-    if let Ok(store) = store(app) {
-        if let Some(t) = find(&store, team, template_id)? {
+pub(super) async fn resolve(app: &App, team: &Team, template_id: &str) -> Result<Target, ApiError> {
+    let shared = matches!(app.records, crate::records::Records::Local(_));
+    if records_ready(app).is_ok() {
+        if let Some((t, _)) = find(app, team, template_id).await? {
             // A team's template gets at most what the operator allows now
             // (placement counts these; the node caps what it applies).
-            let mut defaults = t.defaults;
+            let mut defaults = t.defaults.clone();
             app.settings.limits.sandbox.bound(&mut defaults);
+            // From a blob store any node can fetch its layers.
+            let node_id = match (&t.snapshot, shared) {
+                (Some(s), true) => s.node_id.clone(),
+                _ => String::new(),
+            };
             return Ok(Target {
-                node_id: t
-                    .snapshot
-                    .as_ref()
-                    .map(|s| s.node_id.clone())
-                    .unwrap_or_default(),
-                template_id: t.name,
+                node_id,
+                template_id: t.name.clone(),
                 defaults: Some(defaults),
+                record: Some(t),
             });
         }
-        if matches!(store.get(template_id), Ok(t) if t.snapshot.is_some()) {
+        if matches!(catalog::get(app, template_id).await?, Some((t, _)) if t.snapshot.is_some()) {
             // Someone else's.
             return Err(super::templates::not_found(template_id));
         }
     }
+    let record = super::templates::resolve(app, template_id).await?;
     Ok(Target {
         template_id: template_id.to_string(),
-        defaults: super::templates::resolve(app, template_id)?,
+        defaults: record.as_ref().map(|t| t.defaults.clone()),
         node_id: String::new(),
+        record,
     })
 }
 
@@ -203,7 +262,7 @@ pub(super) async fn create(
     body: &[u8],
 ) -> Result<Response<Body>, ApiError> {
     let name = parse_request(body)?;
-    let store = store(app)?;
+    records_ready(app)?;
     let binding = owned(app, team, sandbox_id).await?;
     match BindingState::try_from(binding.state) {
         Ok(BindingState::Running | BindingState::Paused) => {}
@@ -220,7 +279,7 @@ pub(super) async fn create(
         Some(n) => {
             // A name that is a template's would make creates by that name
             // ambiguous.
-            if matches!(store.get(n), Ok(t) if t.snapshot.is_none()) {
+            if matches!(catalog::get(app, n).await?, Some((t, _)) if t.snapshot.is_none()) {
                 return Err(ApiError::new(
                     StatusCode::CONFLICT,
                     "snapshot_name_taken",
@@ -234,18 +293,63 @@ pub(super) async fn create(
     // The team's share of the store every team shares (a named snapshot
     // replaces its record, which does not count).
     let limits = app.settings.limits.store;
-    super::team_store::room_for_snapshot(&store, limits, &team.0, &key)?;
-    let replaced = store.get(&key).ok();
+    let shared = catalog::local(app);
+    if let Some(store) = &shared {
+        super::team_store::room_for_snapshot(store, limits, &team.0, &key)?;
+    }
+    let replaced = catalog::get(app, &key).await?;
     let req = CreateSnapshot {
         generation: binding.generation,
         snapshot_id: key.clone(),
         team_id: team.0.clone(),
         name: name.clone(),
     };
-    app.nodes
+    let answer = app
+        .nodes
         .snapshot(&binding.endpoint, sandbox_id, &req, SNAPSHOT_TIME)
         .await
         .map_err(|e| node_failed(sandbox_id, &e))?;
+    let Some(store) = shared else {
+        // The node keeps no records: it handed this one back. Written
+        // under the team's bounds, replacing exactly what was read.
+        let made: Template = answer
+            .record
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "snapshot_failed",
+                    format!(
+                        "node {} made snapshot {key} but sent no record: its layers must come \
+                         from the blob store too (--blob-store)",
+                        binding.node_id
+                    ),
+                )
+            })
+            .and_then(|v| {
+                serde_json::from_value(v).map_err(|e| {
+                    ApiError::new(
+                        StatusCode::BAD_GATEWAY,
+                        "snapshot_failed",
+                        format!(
+                            "node {} sent an unreadable snapshot record: {e}",
+                            binding.node_id
+                        ),
+                    )
+                })
+            })?;
+        if made.name != key || made.snapshot.as_ref().is_none_or(|s| s.team != team.0) {
+            return Err(ApiError::new(
+                StatusCode::BAD_GATEWAY,
+                "snapshot_failed",
+                format!(
+                    "node {} answered snapshot {key} with a record of {:?}",
+                    binding.node_id, made.name
+                ),
+            ));
+        }
+        catalog::put(app, &made, false, replaced.map_or(0, |(_, v)| v)).await?;
+        return reply(StatusCode::CREATED, &SnapshotInfo::of(&made));
+    };
     let made = store.get(&key).map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -259,7 +363,7 @@ pub(super) async fn create(
         )
     })?;
     // The layers only a replaced record named are nobody's now.
-    if let Some(old) = replaced {
+    if let Some((old, _)) = replaced {
         let gone: Vec<String> = old
             .layers
             .into_iter()
@@ -331,7 +435,7 @@ fn node_failed(sandbox_id: &str, e: &NodeError) -> ApiError {
 
 /// `GET /snapshots?sandboxID=&name=&limit=&nextToken=`: the team's
 /// snapshots, newest first; `X-Next-Token` names the next page.
-pub(super) fn list(app: &App, team: &Team, query: &str) -> Result<Response<Body>, ApiError> {
+pub(super) async fn list(app: &App, team: &Team, query: &str) -> Result<Response<Body>, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_query", m);
     let (mut sandbox, mut name, mut token) = (None, None, None);
     let mut limit = MAX_PAGE;
@@ -355,8 +459,8 @@ pub(super) fn list(app: &App, team: &Team, query: &str) -> Result<Response<Body>
             _ => {}
         }
     }
-    let mut mine: Vec<Template> = match store(app) {
-        Ok(s) => s.list().map_err(internal)?,
+    let mut mine: Vec<Template> = match records_ready(app) {
+        Ok(()) => catalog::list(app, Some(&team.0), &[RecordKind::Snapshot]).await?,
         Err(_) => Vec::new(),
     }
     .into_iter()
@@ -404,15 +508,15 @@ fn parse_token(t: &str) -> Option<(u64, String)> {
 /// sandboxes running from it keep their files, and its layers are removed
 /// once nothing stacks them: `super::layers`). Templates themselves are
 /// the operator's (`warren template`), not the API's.
-pub(super) fn delete(app: &App, team: &Team, raw: &str) -> Result<Response<Body>, ApiError> {
+pub(super) async fn delete(app: &App, team: &Team, raw: &str) -> Result<Response<Body>, ApiError> {
     let id = percent_encoding::percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| {
             ApiError::bad_request("invalid_template_id", "the template id is not UTF-8")
         })?;
-    let store = store(app)?;
-    let Some(t) = find(&store, team, &id)? else {
-        if matches!(store.get(bare(&id)), Ok(t) if t.snapshot.is_none()) {
+    records_ready(app)?;
+    let Some((t, version)) = find(app, team, &id).await? else {
+        if matches!(catalog::get(app, bare(&id)).await?, Some((t, _)) if t.snapshot.is_none()) {
             return Err(ApiError::new(
                 StatusCode::FORBIDDEN,
                 "template_not_deletable",
@@ -424,7 +528,11 @@ pub(super) fn delete(app: &App, team: &Team, raw: &str) -> Result<Response<Body>
         }
         return Err(not_found(&id));
     };
-    if !super::team_store::remove(&store, &t)? {
+    let removed = match catalog::local(app) {
+        Some(store) => super::team_store::remove(&store, &t)?,
+        None => catalog::remove(app, &t.name, version).await?,
+    };
+    if !removed {
         return Err(not_found(&id));
     }
     tracing::info!(snapshot = %t.name, team = %team.0, "snapshot deleted");
@@ -443,7 +551,7 @@ struct AliasInfo {
 /// `alias_exists`): 200 for an operator's template (public to every team)
 /// or the team's own named snapshot, else 404, as for any name the team
 /// cannot use.
-pub(super) fn alias(app: &App, team: &Team, raw: &str) -> Result<Response<Body>, ApiError> {
+pub(super) async fn alias(app: &App, team: &Team, raw: &str) -> Result<Response<Body>, ApiError> {
     let alias = percent_encoding::percent_decode_str(raw)
         .decode_utf8()
         .map_err(|_| ApiError::bad_request("invalid_alias", "the alias is not UTF-8"))?;
@@ -457,8 +565,8 @@ pub(super) fn alias(app: &App, team: &Team, raw: &str) -> Result<Response<Body>,
             ),
         ));
     }
-    let store = store(app)?;
-    if let Some(t) = find(&store, team, name)? {
+    records_ready(app)?;
+    if let Some((t, _)) = find(app, team, name).await? {
         let info = SnapshotInfo::of(&t);
         let template_id = info.snapshot_id;
         return reply(
@@ -469,16 +577,15 @@ pub(super) fn alias(app: &App, team: &Team, raw: &str) -> Result<Response<Body>,
             },
         );
     }
-    match store.get(name) {
-        Ok(t) if t.snapshot.is_none() => reply(
+    match catalog::get(app, name).await? {
+        Some((t, _)) if t.snapshot.is_none() => reply(
             StatusCode::OK,
             &AliasInfo {
                 template_id: t.name,
                 public: true,
             },
         ),
-        Ok(_) | Err(TemplateError::NotFound(_)) => Err(not_found(&alias)),
-        Err(e) => Err(internal(e)),
+        _ => Err(not_found(&alias)),
     }
 }
 

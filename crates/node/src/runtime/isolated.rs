@@ -27,6 +27,7 @@ use super::disk;
 use super::egress::{Egress, EgressHandle};
 use super::ids::{IdRange, IdRanges};
 use super::launch::{self, LaunchArgs};
+use super::layers::Layers;
 use super::limits::{find_program, Cgroup, LimitPlan};
 use super::{
     procs, EnvdStdin, Handle, LaunchSpec, Launched, Paths, Runtime, RuntimeError, RuntimeKind,
@@ -37,7 +38,6 @@ use std::io::{Seek, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use warren_template::Store;
 
 /// See the module doc.
 pub struct Isolated {
@@ -49,7 +49,7 @@ pub struct Isolated {
     ids: IdRanges,
     /// The two seccomp programs (see [`super::seccomp`]).
     seccomp: [Vec<u8>; 2],
-    templates: Store,
+    layers: Layers,
     /// How sandboxes reach the internet, when this node can give them that.
     egress: Option<Egress>,
 }
@@ -61,7 +61,7 @@ impl Isolated {
         ids: IdRanges,
         launcher: PathBuf,
         envd_bin: PathBuf,
-        templates: Store,
+        layers: Layers,
         egress: Option<Egress>,
     ) -> Result<Isolated, String> {
         if !nix::unistd::geteuid().is_root() {
@@ -84,14 +84,35 @@ impl Isolated {
             limits,
             ids,
             seccomp,
-            templates,
+            layers,
             egress,
         })
     }
 
-    /// The template store sandboxes are made from.
-    pub fn templates(&self) -> &Store {
-        &self.templates
+    /// Where sandboxes' roots and layers come from.
+    pub fn layers(&self) -> &Layers {
+        &self.layers
+    }
+
+    /// The record of template `name`: the one the create was handed, else
+    /// the shared store's.
+    fn record(
+        &self,
+        given: Option<&warren_template::Template>,
+        name: &str,
+    ) -> Result<warren_template::Template, RuntimeError> {
+        if let Some(t) = given {
+            return Ok(t.clone());
+        }
+        match self.layers.shared() {
+            Some(store) => store
+                .get(name)
+                .map_err(|e| RuntimeError::Template(e.to_string())),
+            None => Err(RuntimeError::Template(format!(
+                "the create names template {name:?} without its record, and this node keeps \
+                 none (its layers come from a blob store): the gateway must send it"
+            ))),
+        }
     }
 
     fn command(&self, args: &LaunchArgs) -> tokio::process::Command {
@@ -134,10 +155,7 @@ impl Isolated {
                 ph.defaults.clone().unwrap_or_default(),
             ),
             parent => {
-                let template = self
-                    .templates
-                    .get(name)
-                    .map_err(|e| RuntimeError::Template(e.to_string()))?;
+                let template = self.record(spec.template, name)?;
                 match parent {
                     Some(ph) => (
                         ph.template.clone().ok_or_else(|| {
@@ -153,21 +171,10 @@ impl Isolated {
         let d = &defaults;
         let (limits, disk_bytes) = spec.caps.limits(d.cpu_count, d.memory_mb, d.disk_mb);
         // The root and its layers, bottom first.
-        let roots = {
-            let store = self.templates.clone();
-            let digests: Vec<String> = std::iter::once(digest.clone())
-                .chain(layers.iter().cloned())
-                .collect();
-            tokio::task::spawn_blocking(move || {
-                digests
-                    .iter()
-                    .map(|d| store.rootfs(d))
-                    .collect::<Result<Vec<PathBuf>, _>>()
-            })
-            .await
-            .map_err(|e| RuntimeError::Template(e.to_string()))?
-            .map_err(|e| RuntimeError::Template(e.to_string()))?
-        };
+        let digests: Vec<String> = std::iter::once(digest.clone())
+            .chain(layers.iter().cloned())
+            .collect();
+        let (roots, leases) = self.layers.roots(&digests).await?;
         {
             let (paths, parent, kept) = (
                 p.clone(),
@@ -327,6 +334,7 @@ impl Isolated {
             template: Some(digest),
             layers,
             defaults: Some(defaults.clone()),
+            leases,
         };
         // The template's environment, under the create's own variables.
         let mut env = defaults.env.clone();
@@ -414,7 +422,11 @@ fn layer_dir(paths: &Paths, i: usize) -> PathBuf {
 
 impl Runtime for Isolated {
     fn store(&self) -> Option<&warren_template::Store> {
-        Some(&self.templates)
+        self.layers.shared()
+    }
+
+    fn cached_layers(&self) -> Vec<String> {
+        self.layers.cached()
     }
 
     fn kind(&self) -> RuntimeKind {
@@ -549,23 +561,22 @@ impl Runtime for Isolated {
         let defaults = match &handle.defaults {
             Some(d) => d.clone(),
             None => {
-                self.templates
-                    .get(if spec.template_id.is_empty() {
+                self.record(
+                    None,
+                    if spec.template_id.is_empty() {
                         "base"
                     } else {
                         &spec.template_id
-                    })
-                    .map_err(|e| RuntimeError::Template(e.to_string()))?
-                    .defaults
+                    },
+                )?
+                .defaults
             }
         };
-        let work = self.templates.scratch("snapshot");
+        let work = self.layers.scratch("snapshot");
         let made = (|| {
             std::fs::create_dir_all(&work).map_err(RuntimeError::Files)?;
             let layer = make_layer(paths, handle, frozen, from, &work)?;
-            self.templates
-                .add_blob(&layer)
-                .map_err(|e| RuntimeError::Template(e.to_string()))
+            self.layers.add_layer(&layer)
         })();
         let _ = disk::unmount(&work.join("disk"));
         let _ = std::fs::remove_dir_all(&work);
@@ -582,9 +593,13 @@ impl Runtime for Isolated {
             snapshot: Some(spec.meta.clone()),
             images: Vec::new(),
         };
-        self.templates
-            .put(&template)
-            .map_err(|e| RuntimeError::Template(e.to_string()))?;
+        // The shared store keeps the record; from a blob store's node it
+        // goes back to the gateway, which keeps it (see `layers`).
+        if let Some(store) = self.layers.shared() {
+            store
+                .put(&template)
+                .map_err(|e| RuntimeError::Template(e.to_string()))?;
+        }
         Ok(template)
     }
 
@@ -708,7 +723,7 @@ fn copy_frozen(parent: &Paths, handle: &Handle, to: &Path) -> Result<(), Runtime
 /// The most layers a snapshot stacks on its template's root: each is one
 /// more idmapped mount and overlay lower layer (overlayfs takes at most
 /// 500, and all their names must fit in one page of mount options).
-const MAX_LAYERS: usize = 64;
+pub const MAX_LAYERS: usize = 64;
 
 /// A snapshot's layer: the sandbox's disk copied as a fork copies it
 /// (frozen, unless `frozen` says a pause already holds it so), that copy

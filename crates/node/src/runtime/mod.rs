@@ -24,6 +24,7 @@ pub mod egress;
 pub mod ids;
 pub mod isolated;
 pub mod launch;
+pub mod layers;
 pub mod limits;
 pub mod process;
 pub mod procs;
@@ -69,6 +70,10 @@ pub enum RuntimeError {
     Ids(String),
     #[error("template: {0}")]
     Template(String),
+    /// A layer is not on this host and the blob store cannot give it (or
+    /// take a new one): the store's to fix, so 503 naming it.
+    #[error("{0}")]
+    LayerUnavailable(String),
     #[error("egress: {0}")]
     Egress(String),
     /// The network policy cannot be enforced as given (the client's to
@@ -151,6 +156,10 @@ pub struct LaunchSpec<'a> {
     pub kept: Option<&'a Handle>,
     /// The template by name (empty: `base`); a fork uses its parent's.
     pub template_id: &'a str,
+    /// Its record, as the gateway resolved it: used instead of reading the
+    /// record named `template_id` (required where the layers come from a
+    /// blob store, which has no records).
+    pub template: Option<&'a warren_template::Template>,
     /// Egress policy.
     pub network: &'a egress::NetworkPolicy,
     /// The sandbox's environment (user-supplied `env_vars`). Data for envd,
@@ -217,6 +226,11 @@ pub struct Handle {
     /// and a snapshot keep them, even once the template's record is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<warren_template::spec::Defaults>,
+    /// The cache leases on those trees (layers from a blob store): no
+    /// eviction removes them while the sandbox lives. Not kept on disk: an
+    /// isolated sandbox never outlives its node process.
+    #[serde(skip)]
+    pub leases: Vec<warren_template::cache::Lease>,
 }
 
 /// A started sandbox: its handle, the child to reap when this process
@@ -368,6 +382,11 @@ pub trait Runtime: Send + Sync + 'static {
     /// (isolated); `None`: it has none.
     fn store(&self) -> Option<&warren_template::Store> {
         None
+    }
+    /// The layer digests this host holds unpacked (see
+    /// [`layers::Layers::cached`]).
+    fn cached_layers(&self) -> Vec<String> {
+        Vec::new()
     }
     /// Makes the sandbox's files (fresh, or a copy of `spec.parent`) and
     /// starts its envd. Must be awaited on an async task (see the module doc).

@@ -119,6 +119,7 @@ impl Process {
             template: None,
             layers: Vec::new(),
             defaults: None,
+            leases: Vec::new(),
         };
         super::send_stdin(
             &mut child.stdin,

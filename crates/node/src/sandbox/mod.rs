@@ -79,6 +79,35 @@ pub enum NodeError {
     /// The node failed (500); the message names the problem.
     #[error("{0}")]
     Internal(String),
+    /// The blob store cannot give a layer this node lacks, or take a new
+    /// one (503; the message names the store).
+    #[error("{0}")]
+    StoreUnavailable(String),
+}
+
+/// The template record a create was handed (`template_record`), checked:
+/// a valid name, digests that are digests, defaults a template may have.
+fn template_record(req: &CreateSandbox) -> Result<Option<warren_template::Template>, NodeError> {
+    let Some(v) = &req.template_record else {
+        return Ok(None);
+    };
+    let bad = |why: String| NodeError::BadRequest(format!("template_record: {why}"));
+    let t: warren_template::Template =
+        serde_json::from_value(v.clone()).map_err(|e| bad(e.to_string()))?;
+    warren_template::validate_name(&t.name).map_err(|e| bad(e.to_string()))?;
+    for d in std::iter::once(&t.digest).chain(&t.layers) {
+        d.parse::<warren_blob::Digest>()
+            .map_err(|e| bad(format!("{d:?}: {e}")))?;
+    }
+    if t.layers.len() > runtime::isolated::MAX_LAYERS {
+        return Err(bad(format!(
+            "{} layers, more than the {} a sandbox may stack",
+            t.layers.len(),
+            runtime::isolated::MAX_LAYERS
+        )));
+    }
+    t.defaults.validate().map_err(|e| bad(e.to_string()))?;
+    Ok(Some(t))
 }
 
 /// One hosted sandbox.
@@ -280,7 +309,16 @@ impl Registry {
             req.mask_request_host.as_deref(),
         )?;
         warren_core::env::check_vars(&req.env_vars).map_err(NodeError::BadRequest)?;
+        template_record(req)?;
         Ok(())
+    }
+
+    /// The layers this host's cache holds (most recently used first, at
+    /// most the scheduler's 1000), for the heartbeat.
+    pub fn cached_layers(&self) -> Vec<String> {
+        let mut l = self.runtime.cached_layers();
+        l.truncate(1000);
+        l
     }
 
     /// Creates a sandbox; `Ok((true, info))` when it was created now,
@@ -403,7 +441,9 @@ impl Registry {
             req.traffic_access_token.as_deref(),
             req.mask_request_host.as_deref(),
         )?;
+        let record = template_record(req)?;
         let spec = LaunchSpec {
+            template: record.as_ref(),
             sandbox_id: &req.sandbox_id,
             generation: req.generation,
             paths: &paths,
@@ -442,6 +482,7 @@ impl Registry {
                     runtime::RuntimeError::Template(m) | runtime::RuntimeError::Policy(m) => {
                         NodeError::BadRequest(m)
                     }
+                    runtime::RuntimeError::LayerUnavailable(m) => NodeError::StoreUnavailable(m),
                     e => NodeError::Internal(format!("cannot start the sandbox: {e}")),
                 });
             }
@@ -698,5 +739,52 @@ impl Registry {
     /// The directory holding every sandbox.
     pub fn sandboxes_dir(&self) -> &Path {
         &self.sandboxes_dir
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(record: serde_json::Value) -> CreateSandbox {
+        CreateSandbox {
+            template_record: Some(record),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_handed_record_is_checked() {
+        let digest = format!("sha256-{}", "a".repeat(64));
+        let good = serde_json::json!({
+            "name": "base", "digest": digest, "defaults": {}, "created_at_ms": 1
+        });
+        let t = template_record(&with(good.clone())).unwrap().unwrap();
+        assert_eq!(t.digest, digest);
+        assert!(template_record(&CreateSandbox::default())
+            .unwrap()
+            .is_none());
+        let mut bad = Vec::new();
+        let mut v = good.clone();
+        v["digest"] = "sha256-../../etc".into();
+        bad.push((v, "digest"));
+        let mut v = good.clone();
+        v["layers"] = serde_json::json!(["nope"]);
+        bad.push((v, "nope"));
+        let mut v = good.clone();
+        v["name"] = "../x".into();
+        bad.push((v, "name"));
+        let mut v = good.clone();
+        v["layers"] = serde_json::json!(vec![digest.clone(); runtime::isolated::MAX_LAYERS + 1]);
+        bad.push((v, "layers"));
+        bad.push((serde_json::json!("text"), "template_record"));
+        for (v, what) in bad {
+            match template_record(&with(v.clone())) {
+                Err(NodeError::BadRequest(m)) => {
+                    assert!(m.starts_with("template_record"), "{what}: {m}")
+                }
+                other => panic!("{what}: {v} gave {other:?}"),
+            }
+        }
     }
 }

@@ -225,12 +225,25 @@ impl Registry {
                     match done {
                         Ok(Ok(t)) => {
                             tracing::info!(sandbox_id = %id, snapshot = %t.name, layers = t.layers.len(), "snapshot made");
-                            Ok(warren_core::node_api::SnapshotMade {
-                                snapshot_id: t.name,
+                            // No shared store took the record: the gateway keeps it.
+                            let record = match self.runtime.store() {
+                                Some(_) => Ok(None),
+                                None => serde_json::to_value(&t).map(Some).map_err(|e| {
+                                    NodeError::Internal(format!(
+                                        "cannot encode the snapshot's record: {e}"
+                                    ))
+                                }),
+                            };
+                            record.map(|record| warren_core::node_api::SnapshotMade {
                                 layer: t.layers.last().cloned().unwrap_or_default(),
                                 layers: t.layers.len(),
                                 node_id: self.cfg.node_id.clone(),
+                                snapshot_id: t.name,
+                                record,
                             })
+                        }
+                        Ok(Err(runtime::RuntimeError::LayerUnavailable(m))) => {
+                            Err(NodeError::StoreUnavailable(m))
                         }
                         // A client error: this node's runtime cannot, and
                         // no retry changes that.
@@ -259,7 +272,12 @@ impl Registry {
     /// snapshot's.
     async fn pack_paused(&self, sb: &Arc<Sandbox>, boot: &Boot) -> Result<Vec<String>, String> {
         let Some(store) = self.runtime.store().cloned() else {
-            return Err("the runtime has no template store".into());
+            return Err(
+                "a filesystem-only pause needs a shared template store: this node's layers \
+                 come from a blob store (--blob-store), where paused sandboxes' records are \
+                 not kept yet; pause with memory kept"
+                    .into(),
+            );
         };
         let id = sb.info.sandbox_id.clone();
         let settings = warren_core::node_api::PausedSettings {

@@ -152,12 +152,14 @@ impl SchedulerService {
         validate::capacity(r.capacity)?;
         validate::incarnation(r.incarnation)?;
         let roster = validate::roster(&r.roster)?;
+        cached_layers(&r.cached_layers)?;
         let reg = NodeRegistration {
             node_id: r.node_id,
             endpoint: r.endpoint,
             capacity: r.capacity,
             incarnation: r.incarnation,
             roster,
+            cached_layers: r.cached_layers,
         };
         let out = self.store.register_node(reg, self.settings.nodes).await?;
         Ok(pb::RegisterNodeResponse {
@@ -172,9 +174,16 @@ impl SchedulerService {
         validate::node_id(&r.node_id)?;
         validate::incarnation(r.incarnation)?;
         let roster = validate::roster(&r.roster)?;
+        cached_layers(&r.cached_layers)?;
         let out = self
             .store
-            .heartbeat(&r.node_id, r.incarnation, &roster, self.settings.nodes)
+            .heartbeat_with_layers(
+                &r.node_id,
+                r.incarnation,
+                &roster,
+                Some(r.cached_layers),
+                self.settings.nodes,
+            )
             .await?;
         Ok(pb::HeartbeatResponse {
             lease_ms: self.lease_ms(),
@@ -204,8 +213,16 @@ impl SchedulerService {
                 Some(id.to_string())
             }
         };
+        let prefer_layer = match r.prefer_layer.as_str() {
+            "" => None,
+            d => {
+                validate_records::digest("prefer_layer", d)?;
+                Some(d.to_string())
+            }
+        };
         let resources = r.resources.unwrap_or_default();
         let spec = PlaceSpec {
+            prefer_layer,
             // Empty means the one built-in template, as on the node.
             template_id: if r.template_id.is_empty() {
                 "base".into()
@@ -751,4 +768,18 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
             ))
         })
     }
+}
+
+/// The most layers a node reports in its cache.
+pub const MAX_CACHED_LAYERS: usize = 1000;
+
+/// A node's cached layers: at most [`MAX_CACHED_LAYERS`] digests.
+fn cached_layers(layers: &[String]) -> Result<()> {
+    if layers.len() > MAX_CACHED_LAYERS {
+        return Err(Error::invalid(format!(
+            "cached_layers: {} digests, at most {MAX_CACHED_LAYERS}",
+            layers.len()
+        )));
+    }
+    validate_records::digests("cached_layers", layers)
 }

@@ -191,6 +191,8 @@ pub struct NodeRegistration {
     pub capacity: u32,
     pub incarnation: u64,
     pub roster: Vec<SandboxRef>,
+    /// The layers its cache holds (see `nodes.cached_layers`).
+    pub cached_layers: Vec<String>,
 }
 
 /// How registrations and heartbeats judge a node, from the configuration.
@@ -234,6 +236,8 @@ pub struct PlaceSpec {
     pub require_node_id: Option<String>,
     /// Never this node (a create the gateway could not deliver there).
     pub avoid_node_id: Option<String>,
+    /// Prefer a node whose cache holds this layer (see `LEAST_LOADED_NODE`).
+    pub prefer_layer: Option<String>,
     /// A fork: copy this sandbox's environment and lifecycle (it must be
     /// the team's).
     pub fork_of: Option<String>,

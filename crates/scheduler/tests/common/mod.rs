@@ -239,6 +239,7 @@ pub async fn register_with(
         capacity,
         incarnation,
         roster,
+        cached_layers: vec![],
     })
     .await
     .unwrap()
@@ -295,6 +296,7 @@ pub async fn heartbeat(
             node_id: node_id.into(),
             incarnation,
             roster: roster.to_vec(),
+            cached_layers: vec![],
         })
         .await
         .unwrap()
@@ -450,6 +452,7 @@ impl Heartbeats {
                         node_id: node_id.clone(),
                         incarnation,
                         roster: roster.clone(),
+                        cached_layers: vec![],
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(50)).await;

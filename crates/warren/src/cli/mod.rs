@@ -121,15 +121,21 @@ impl ApiArgs {
     }
 }
 
+/// Why `--api-key` is refused wherever an operator command takes a key.
+pub const API_KEY_REFUSED: &str = "--api-key on the command line: every account on this host \
+     can read a process's arguments (ps, /proc/<pid>/cmdline), so the key is never taken there. \
+     Set E2B_API_KEY (as for the e2b SDK and CLI) or give --api-key-file FILE (mode 0600)";
+
+/// Whether `args` give `--api-key` (see [`API_KEY_REFUSED`]).
+pub fn names_api_key(args: &[OsString]) -> bool {
+    config::names_flag(args, "--api-key")
+}
+
 /// Runs `warren <sub> ...` for the operator subcommands.
 pub fn run(sub: &str, args: Vec<OsString>, log_format: LogFormat) -> ExitCode {
     logging::init(log_format);
-    if config::names_flag(&args, "--api-key") {
-        eprintln!(
-            "warren: --api-key on the command line: every account on this host can read a \
-             process's arguments (ps, /proc/<pid>/cmdline), so the key is never taken there. \
-             Set E2B_API_KEY (as for the e2b SDK and CLI) or give --api-key-file FILE (mode 0600)"
-        );
+    if names_api_key(&args) {
+        eprintln!("warren: {API_KEY_REFUSED}");
         return ExitCode::from(EX_CONFIG as u8);
     }
     let rt = match crate::runtime(false) {

@@ -1,7 +1,8 @@
 //! `warren template build FILE | import TARBALL --name N | ls | push --to
-//! URL`: templates in a template store (`--template-dir`, the directory every
-//! node and gateway of the machine reads), and copying its blobs to a blob
-//! store (`warren-blob`).
+//! URL [--import]`: templates in a template store (`--template-dir`, the
+//! directory every node and gateway of the machine reads), and copying its
+//! blobs to a blob store (`warren-blob`) and its records to the
+//! scheduler's, through a gateway (docs/blobs.md).
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -68,11 +69,24 @@ enum Cmd {
         /// AWS_SECRET_ACCESS_KEY, ...) or the cloud's files, never from here.
         #[arg(long = "blob-option", value_name = "KEY=VALUE")]
         options: Vec<String>,
+        /// Then import the store's templates (the operator's: not teams'
+        /// snapshots) into the records of the gateway at --api-url
+        /// (E2B_API_URL), whose --blob-store is `--to`, with an operator
+        /// key (E2B_API_KEY or --api-key-file; a team the gateway names in
+        /// --admin-team).
+        #[arg(long)]
+        import: bool,
+        #[command(flatten)]
+        api: super::ApiArgs,
     },
 }
 
 /// Runs `warren template ...`; `args[0]` is the program name.
 pub fn run(args: Vec<OsString>) -> ExitCode {
+    if super::names_api_key(&args) {
+        eprintln!("warren template: {}", super::API_KEY_REFUSED);
+        return ExitCode::from(super::EX_CONFIG as u8);
+    }
     let cli: Cli = match super::parse_or_exit(args) {
         Ok(c) => c,
         Err(code) => return code,
@@ -113,7 +127,12 @@ fn execute(cli: Cli) -> Result<(), String> {
             let t = build::import(&tarball, &name, defaults, &store).map_err(|e| e.to_string())?;
             println!("{} {}", t.name, t.digest);
         }
-        Cmd::Push { to, options } => push(&store, &to, &options)?,
+        Cmd::Push {
+            to,
+            options,
+            import,
+            api,
+        } => push(&store, &to, &options, import.then_some(&api))?,
         Cmd::Ls => {
             for t in store.list().map_err(|e| e.to_string())? {
                 println!(
@@ -131,21 +150,15 @@ fn execute(cli: Cli) -> Result<(), String> {
     Ok(())
 }
 
-/// `warren template push`: every blob of `store` into the blob store `to`.
-fn push(store: &Store, to: &str, options: &[String]) -> Result<(), String> {
-    let mut opts = Vec::new();
-    for o in options {
-        let (k, v) = o
-            .split_once('=')
-            .ok_or_else(|| format!("--blob-option {o:?} is not KEY=VALUE"))?;
-        if warren_blob::is_secret_option(k) {
-            return Err(format!(
-                "--blob-option {k}: a credential on the command line, which every account on \
-                 this host can read; give it in the environment (AWS_SECRET_ACCESS_KEY, ...)"
-            ));
-        }
-        opts.push((k.to_string(), v.to_string()));
-    }
+/// `warren template push`: every blob of `store` into the blob store `to`,
+/// then, with `import`, the operator's records into that gateway's.
+fn push(
+    store: &Store,
+    to: &str,
+    options: &[String],
+    import: Option<&super::ApiArgs>,
+) -> Result<(), String> {
+    let opts = warren_blob::parse_options(options, "--blob-option")?;
     let blobs = warren_blob::BlobStore::open(to, &opts).map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -169,6 +182,27 @@ fn push(store: &Store, to: &str, options: &[String]) -> Result<(), String> {
         Ok(())
     })?;
     println!("{} blobs ({bytes} bytes) are in {blobs}", list.len());
+    let Some(api) = import else {
+        return Ok(());
+    };
+    let records: Vec<warren_template::Template> = store
+        .list()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|t| t.snapshot.is_none())
+        .collect();
+    let names: Vec<String> = records.iter().map(|t| t.name.clone()).collect();
+    let client = api.client().map_err(|e| e.to_string())?;
+    let body = serde_json::to_value(&records).map_err(|e| e.to_string())?;
+    let answer = rt
+        .block_on(client.post_json("/_warren/v1/templates", &body))
+        .map_err(|e| format!("importing the templates through {}: {e}", api.api_url))?;
+    println!(
+        "{} templates imported through {}: {}",
+        answer["imported"].as_u64().unwrap_or(0),
+        api.api_url,
+        names.join(", ")
+    );
     Ok(())
 }
 

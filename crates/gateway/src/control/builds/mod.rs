@@ -273,7 +273,7 @@ pub(super) fn start(
     }
     // The parent, as this team may use it: its defaults are where the
     // steps start.
-    let parent = match super::snapshots::find(&store, team, &plan.from)? {
+    let parent = match super::snapshots::find_local(&store, team, &plan.from)? {
         Some(t) => t,
         None => match store.get(&plan.from) {
             Ok(t) if t.snapshot.is_none() => t,
@@ -429,7 +429,7 @@ fn object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, Api
 
 /// The team's built template `called` (`name` or `name:tag`), or 404.
 fn built(store: &Store, team: &Team, called: &str) -> Result<Template, ApiError> {
-    match super::snapshots::find(store, team, called)? {
+    match super::snapshots::find_local(store, team, called)? {
         Some(t) if is_built(&t) => Ok(t),
         _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,

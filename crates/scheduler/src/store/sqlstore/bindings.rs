@@ -41,6 +41,7 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         &mut tx,
         spec.require_node_id.as_deref(),
         spec.avoid_node_id.as_deref().unwrap_or(""),
+        spec.prefer_layer.as_deref(),
     )
     .await?;
     let generation = tx.next_generation().await?;
@@ -182,7 +183,7 @@ pub(super) async fn reassign(
         .ok_or_else(|| Error::NotFound(format!("sandbox {sandbox_id} not found")))?;
     // Without a target, "move" means "somewhere else".
     let exclude = if node_id.is_none() { &old.node_id } else { "" };
-    let chosen = nodes::choose(&mut tx, node_id, exclude).await?;
+    let chosen = nodes::choose(&mut tx, node_id, exclude, None).await?;
     let generation = tx.next_generation().await?;
     let now = tx.now;
     let moved = sqlx::query(sql::REASSIGN)

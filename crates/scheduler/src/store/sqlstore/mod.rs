@@ -399,9 +399,31 @@ impl SqlStore {
         roster: &[SandboxRef],
         timing: NodeTiming,
     ) -> Result<Reconciled> {
+        self.heartbeat_with_layers(node_id, incarnation, roster, None, timing)
+            .await
+    }
+
+    /// [`SqlStore::heartbeat`], replacing the layers the node's cache holds
+    /// when `cached_layers` is given.
+    pub async fn heartbeat_with_layers(
+        &self,
+        node_id: &str,
+        incarnation: u64,
+        roster: &[SandboxRef],
+        cached_layers: Option<Vec<String>>,
+        timing: NodeTiming,
+    ) -> Result<Reconciled> {
         let (node_id, roster) = (node_id.to_string(), roster.to_vec());
         self.detached(|s| async move {
-            nodes::heartbeat(&s, &node_id, incarnation, &roster, timing).await
+            nodes::heartbeat(
+                &s,
+                &node_id,
+                incarnation,
+                &roster,
+                cached_layers.as_deref(),
+                timing,
+            )
+            .await
         })
         .await
     }

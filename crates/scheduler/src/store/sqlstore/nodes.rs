@@ -33,6 +33,7 @@ pub(super) async fn register(
         .bind(lease_end)
         .bind(tx.now)
         .bind(roster_json(&reg.roster))
+        .bind(reg.cached_layers.join(" "))
         .execute(tx.conn())
         .await?;
     let out = reconcile(
@@ -59,6 +60,7 @@ pub(super) async fn heartbeat(
     node_id: &str,
     incarnation: u64,
     roster: &[SandboxRef],
+    cached_layers: Option<&[String]>,
     timing: NodeTiming,
 ) -> Result<Reconciled> {
     let mut tx = store.write().await?;
@@ -85,6 +87,7 @@ pub(super) async fn heartbeat(
         .bind(lease_end)
         .bind(roster_json(roster))
         .bind(now)
+        .bind(cached_layers.map(|l| l.join(" ")))
         .execute(tx.conn())
         .await?;
     // What ended since the sweep last ran goes EXPIRING now, so the
@@ -334,6 +337,7 @@ pub(super) async fn choose(
     tx: &mut WriteTx,
     required: Option<&str>,
     exclude: &str,
+    prefer_layer: Option<&str>,
 ) -> Result<Chosen> {
     let now = tx.now;
     if let Some(node_id) = required {
@@ -362,6 +366,7 @@ pub(super) async fn choose(
     let row = sqlx::query(sql::LEAST_LOADED_NODE)
         .bind(now)
         .bind(exclude)
+        .bind(prefer_layer.map_or_else(|| "%".to_string(), |l| format!("%{l}%")))
         .fetch_optional(tx.conn())
         .await?
         .ok_or_else(|| Error::NoCapacity("no live node with capacity".into()))?;
