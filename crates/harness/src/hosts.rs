@@ -69,6 +69,19 @@ impl Network {
         let octet = (1..=254u8)
             .find(|o| !used.contains(&format!(" {PREFIX}.{o}.")))
             .context("every 10.231.x.0/24 is in use: too many multi-host tests at once")?;
+        // No live network has this octet, so a cable named for it is a dead
+        // run's (its namespace kept alive a while by the kernel, or by a
+        // process of that run still exiting): it would clash with ours.
+        let links = run("ip", &["-o", "link", "show"])?;
+        let stale = format!("wv{octet}h");
+        for name in links
+            .lines()
+            .filter_map(|l| l.split(": ").nth(1))
+            .map(|n| n.split('@').next().unwrap_or(n))
+            .filter(|n| n.starts_with(&stale))
+        {
+            let _ = run("ip", &["link", "del", name]);
+        }
         let tag = format!(
             "{}x{}",
             std::process::id(),
@@ -154,15 +167,18 @@ impl Drop for Network {
 
 impl Host {
     /// `exe args...` started in this host's namespace.
+    ///
+    /// Only the network namespace is entered (`nsenter --net`): `ip netns
+    /// exec` would also remount `/sys` for it, hiding the machine's cgroup
+    /// hierarchies, which an isolated node needs.
     pub fn launch<S: AsRef<str>>(&self, exe: &Path, args: &[S]) -> crate::Launch {
         let mut all = vec![
-            "netns".to_string(),
-            "exec".into(),
-            self.netns.clone(),
+            format!("--net=/run/netns/{}", self.netns),
+            "--".into(),
             exe.display().to_string(),
         ];
         all.extend(args.iter().map(|a| a.as_ref().to_string()));
-        crate::Launch::new(Path::new("ip"), &all).label(&self.name)
+        crate::Launch::new(Path::new("nsenter"), &all).label(&self.name)
     }
 
     /// `program args...` run to completion in this host's namespace; its

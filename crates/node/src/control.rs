@@ -34,7 +34,15 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     match (method, rest.is_empty() || rest == "/", parts.as_slice()) {
         (Method::GET, true, _) => list(shared),
         (Method::POST, true, _) => match read_json::<CreateSandbox>(req).await {
-            Ok(body) => created(shared.registry.create(body).await),
+            Ok(body) => {
+                let made = shared.registry.create(body).await;
+                // What it fetched, the scheduler learns now, not at the next
+                // interval: the next create of that template prefers this node.
+                if matches!(made, Ok((true, _))) && shared.registry.fetches_layers() {
+                    shared.check_in.notify_one();
+                }
+                created(made)
+            }
             Err(r) => r,
         },
         (Method::POST, false, [id, "fork"]) => {

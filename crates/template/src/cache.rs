@@ -240,11 +240,24 @@ impl Cache {
     }
 
     /// Every digest unpacked here (what a node tells the scheduler it holds).
+    /// Most recently used first; then the layers this host made and keeps
+    /// as blobs until their first use ([`Cache::insert`]).
     pub fn cached(&self) -> Vec<String> {
-        self.entries()
-            .into_iter()
-            .map(|e| e.digest)
-            .collect::<Vec<_>>()
+        let mut entries = self.entries();
+        entries.sort_by(|a, b| b.used.cmp(&a.used));
+        let mut out: Vec<String> = entries.into_iter().map(|e| e.digest).collect();
+        if let Ok(blobs) = std::fs::read_dir(self.store.path().join("blobs")) {
+            for f in blobs.flatten() {
+                let name = f.file_name();
+                let Some(digest) = name.to_str().and_then(|n| n.strip_suffix(".tar")) else {
+                    continue;
+                };
+                if self.store.rootfs_path(digest).is_ok() && !out.iter().any(|d| d == digest) {
+                    out.push(digest.to_string());
+                }
+            }
+        }
+        out
     }
 
     /// Removes unused layers, least recently used first, until the cache
@@ -581,6 +594,36 @@ mod tests {
         let other = Cache::open(local.path(), 1 << 30, Some(src.clone())).unwrap();
         other.acquire(&d).await.unwrap();
         assert_eq!(src.fetches.load(Ordering::SeqCst), 1);
+    }
+
+    /// A layer this host made is kept without a fetch: reported as cached
+    /// at once, unpacked on its first use, never fetched.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_layer_made_here_is_used_without_a_fetch() {
+        let (remote, made, local) = (
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+            tempfile::tempdir().unwrap(),
+        );
+        let src = source(remote.path(), false);
+        let cache = Cache::open(local.path(), 1 << 30, Some(src.clone())).unwrap();
+        let d = blob(made.path(), "m", 500);
+        cache
+            .insert(&made.path().join(format!("{d}.tar")), &d)
+            .unwrap();
+        assert_eq!(cache.cached(), vec![d.clone()]);
+        let lease = cache.acquire(&d).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(lease.path().join("m"))
+                .unwrap()
+                .len(),
+            500
+        );
+        assert_eq!(src.fetches.load(Ordering::SeqCst), 0);
+        assert_eq!(cache.cached(), vec![d.clone()]);
+        assert!(cache
+            .insert(&made.path().join("x.tar"), "sha256-../x")
+            .is_err());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,6 +39,8 @@ struct Setup {
     isolated: bool,
     /// Nodes and gateways get `--blob-store`.
     blobs: Option<Blobs>,
+    /// node-1's `--capacity` (default: the node's).
+    first_node_capacity: Option<u32>,
 }
 
 /// A blob store as the parts are given it.
@@ -203,6 +205,10 @@ impl Hosts {
                     "process"
                 },
             ]);
+            if let (Some(n), "node-1") = (setup.first_node_capacity, h.name.as_str()) {
+                extra.push("--capacity".into());
+                extra.push(n.to_string());
+            }
             if let Some(b) = &setup.blobs {
                 extra.extend(b.args("--blob-store", "--blob-store-option"));
                 extra.push("--cache-dir".into());
@@ -461,9 +467,9 @@ async fn parts_on_separate_hosts_route_and_survive_a_host_cut_off() {
 /// --import`); nodes run isolated sandboxes from layers they fetch into
 /// their own caches, and every record is the scheduler's. A snapshot taken
 /// on one host through one gateway is listed by the other and starts on
-/// another host, with the file written before it. With the store down, a
-/// node that holds the layers still creates; one that lacks the
-/// snapshot's layer answers 503 naming the store.
+/// another host, with the file written before it. With the store down,
+/// hosts still create from what they hold, and placement sends creates to
+/// them; a template no host holds gets a 503 naming the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
     let net = Network::create().expect("a bridge and hosts (root, iproute2)");
@@ -479,6 +485,8 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
         Setup {
             isolated: true,
             blobs: Some(Blobs::of(&garage)),
+            // Full with one sandbox: what it snapshots starts elsewhere.
+            first_node_capacity: Some(1),
         },
     )
     .await;
@@ -504,7 +512,7 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
         "{said}{}",
         String::from_utf8_lossy(&pushed.stderr)
     );
-    assert!(said.contains("1 templates imported"), "{said}");
+    assert!(said.contains("2 templates imported"), "{said}");
     for gw in &gateways {
         let r = send(gw, Method::GET, "/templates", &[("x-api-key", KEY)], None).await;
         let names: Vec<Value> = r.expect_json().as_array().cloned().unwrap_or_default();
@@ -548,7 +556,9 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
     .await;
     assert!(r.text().contains("\"moved\""), "{}", r.text());
 
-    // From the other gateway, on another host (the least loaded).
+    // From the other gateway, on another host (the first is full), which
+    // fetches the snapshot's layer.
+    assert_eq!(a["clientID"], "node-1", "{a}");
     let b = h.create_from(&gateways[1], "moved").await;
     assert_ne!(b["clientID"], a["clientID"], "{b}");
     let sb: warren_client::Sandbox = serde_json::from_value(b.clone()).expect("a sandbox");
@@ -563,45 +573,59 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
         String::from_utf8_lossy(&out.stdout),
         "written on the first host"
     );
-    // The third host caches base too.
-    let c = h.create_from(&h.balancer.addr, "base").await;
-    let mut on: Vec<&str> = [&a, &b, &c]
-        .iter()
-        .map(|s| s["clientID"].as_str().unwrap_or(""))
-        .collect();
-    on.sort();
-    assert_eq!(on, ["node-1", "node-2", "node-3"]);
-
-    // The blob store goes down. The host without the snapshot's layer (c's,
-    // emptied: the least loaded) cannot create from it, and says why.
+    // The blob store goes down. What a host holds, it still creates from,
+    // and placement sends those creates to it (the second host: the first
+    // is full), not to the third, the emptiest, which holds nothing. No
+    // host holds `tiny`: the third says it cannot fetch it, naming the
+    // store.
+    // Once the scheduler knows what the second host fetched (its next
+    // heartbeat, sent at once after a create that fetched).
+    let b_node = b["clientID"].as_str().expect("a node").to_string();
+    let want = 2;
+    wait_until(
+        "the scheduler to learn the second host's cache",
+        Duration::from_secs(30),
+        || {
+            let b_node = b_node.clone();
+            let h = &h;
+            async move {
+                let r = send(
+                    &h.balancer.addr,
+                    Method::GET,
+                    "/nodes",
+                    &[("x-api-key", KEY)],
+                    None,
+                )
+                .await;
+                let nodes = r.expect_json();
+                let n = nodes
+                    .as_array()?
+                    .iter()
+                    .find(|n| n["nodeID"] == b_node.as_str())?;
+                (n["cachedLayers"].as_array()?.len() >= want).then_some(())
+            }
+        },
+    )
+    .await;
     tokio::task::spawn_blocking(move || {
         garage.stop();
         garage
     });
-    let c_id = c["sandboxID"].as_str().expect("id");
-    let r = send(
-        &h.balancer.addr,
-        Method::DELETE,
-        &format!("/sandboxes/{c_id}"),
-        &[("x-api-key", KEY)],
-        None,
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
-    let r = h.try_create(&h.balancer.addr, "moved").await;
+    for template in ["moved", "base"] {
+        let e = h.create_from(&h.balancer.addr, template).await;
+        assert_eq!(e["clientID"], b["clientID"], "{template}: {e}");
+    }
+    let r = h.try_create(&h.balancer.addr, "tiny").await;
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
     assert!(
         r.message().contains(&format!("blob store {}", blobs.url)),
         "{}",
         r.message()
     );
-    // What it holds, it still creates from.
-    let d = h.create_from(&h.balancer.addr, "base").await;
-    assert_eq!(d["clientID"], c["clientID"], "{d}");
 }
 
 /// A template store holding only the machine's `base` (its record copied,
-/// its blob linked): what `warren template push` reads.
+/// its blob linked) and a tiny template: what `warren template push` reads.
 fn base_only_store() -> tempfile::TempDir {
     let shared = Path::new(warren_test_support::templates::TEMPLATE_DIR);
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -614,8 +638,37 @@ fn base_only_store() -> tempfile::TempDir {
     let t: Value = serde_json::from_slice(&record).expect("the record parses");
     let digest = t["digest"].as_str().expect("a digest");
     let blob = format!("blobs/{digest}.tar");
-    std::os::unix::fs::symlink(shared.join(&blob), dir.path().join(&blob)).expect("blob linked");
+    // Linked (a store never follows a symlink), or copied across filesystems.
+    std::fs::hard_link(shared.join(&blob), dir.path().join(&blob))
+        .or_else(|_| std::fs::copy(shared.join(&blob), dir.path().join(&blob)).map(|_| ()))
+        .expect("blob linked");
     std::fs::write(dir.path().join("templates/base.json"), &record).expect("record copied");
+    // And `tiny`, a template no sandbox is made from here (a few bytes).
+    let root = dir.path().join("tiny-root");
+    std::fs::create_dir_all(root.join("etc")).expect("a root");
+    std::fs::write(root.join("etc/hostname"), "tiny\n").expect("a file");
+    let tar = dir.path().join("tiny.tar");
+    let made = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&root)
+        .arg(".")
+        .status()
+        .expect("tar");
+    assert!(made.success());
+    let imported = std::process::Command::new(bin())
+        .arg("template")
+        .arg("--template-dir")
+        .arg(dir.path())
+        .args(["import", &tar.display().to_string(), "--name", "tiny"])
+        .output()
+        .expect("warren template import");
+    assert!(
+        imported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&imported.stderr)
+    );
     dir
 }
 

@@ -44,6 +44,7 @@ pub(super) async fn list(app: &App, team: &Team) -> Result<Response<Body>, ApiEr
                 "capacity": n.capacity,
                 "incarnation": n.incarnation.to_string(),
                 "leaseExpiresAt": warren_core::time::rfc3339_ms(n.lease_expires_at_ms),
+                "cachedLayers": n.cached_layers,
             })
         })
         .collect();

@@ -313,6 +313,12 @@ impl Registry {
         Ok(())
     }
 
+    /// Whether this node's layers come from a blob store (its cache
+    /// changes as it creates).
+    pub fn fetches_layers(&self) -> bool {
+        self.runtime.kind() == runtime::RuntimeKind::Isolated && self.runtime.store().is_none()
+    }
+
     /// The layers this host's cache holds (most recently used first, at
     /// most the scheduler's 1000), for the heartbeat.
     pub fn cached_layers(&self) -> Vec<String> {

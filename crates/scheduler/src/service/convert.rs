@@ -118,6 +118,7 @@ pub(crate) fn node(n: &NodeRow) -> pb::Node {
         lease_expires_at_ms: n.lease_expires_at_ms,
         registered_at_ms: n.registered_at_ms,
         unreachable_since_ms: n.unreachable_since_ms.unwrap_or(0),
+        cached_layers: n.cached_layers.clone(),
     }
 }
 

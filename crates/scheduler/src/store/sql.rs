@@ -85,7 +85,7 @@ pub const COUNT_NODE_SANDBOXES: &str =
     "UPDATE nodes SET sandboxes = sandboxes + $2 WHERE node_id = $1";
 pub const LIST_NODES: &str = "SELECT n.node_id, n.endpoint, n.capacity, n.incarnation, \
      n.lease_expires_at_ms, n.registered_at_ms, \
-     n.sandboxes, n.unreachable_since_ms \
+     n.sandboxes, n.unreachable_since_ms, n.cached_layers \
      FROM nodes n ORDER BY n.node_id";
 pub const NODE_ROSTER: &str = "SELECT roster, roster_at_ms FROM nodes WHERE node_id = $1";
 

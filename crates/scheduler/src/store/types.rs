@@ -159,6 +159,8 @@ pub struct NodeRow {
     pub registered_at_ms: i64,
     /// When a gateway reported it unreachable (since its last heartbeat).
     pub unreachable_since_ms: Option<i64>,
+    /// The layers its cache holds, as its last heartbeat said.
+    pub cached_layers: Vec<String>,
 }
 
 /// One row of the change log.

@@ -304,6 +304,11 @@ pub(super) async fn list(store: &SqlStore) -> Result<Vec<NodeRow>> {
                 registered_at_ms: r.try_get(5)?,
                 sandboxes: to_u32(r.try_get(6)?, "sandbox count")?,
                 unreachable_since_ms: r.try_get(7)?,
+                cached_layers: r
+                    .try_get::<String, _>(8)?
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect(),
             })
         })
         .collect()
