@@ -467,7 +467,8 @@ async fn parts_on_separate_hosts_route_and_survive_a_host_cut_off() {
 /// --import`); nodes run isolated sandboxes from layers they fetch into
 /// their own caches, and every record is the scheduler's. A snapshot taken
 /// on one host through one gateway is listed by the other and starts on
-/// another host, with the file written before it. With the store down,
+/// another host, with the file written before it. A blob corrupted in the
+/// bucket is refused (503 naming it) and never unpacked. With the store down,
 /// hosts still create from what they hold, and placement sends creates to
 /// them; a template no host holds gets a 503 naming the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -578,6 +579,22 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
     // is full), not to the third, the emptiest, which holds nothing. No
     // host holds `tiny`: the third says it cannot fetch it, naming the
     // store.
+    // A blob corrupted in the bucket is refused, and nothing of it kept:
+    // `tiny`'s object replaced by other bytes (no host holds it yet).
+    let tiny: Value = serde_json::from_slice(
+        &std::fs::read(store.path().join("templates/tiny.json")).expect("tiny's record"),
+    )
+    .expect("tiny's record parses");
+    let tiny = tiny["digest"].as_str().expect("a digest").to_string();
+    tamper(&garage, &tiny).await;
+    let r = h.try_create(&h.balancer.addr, "tiny").await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    assert!(
+        r.message().contains(&format!("blob {tiny}")) && r.message().contains("corrupt"),
+        "{}",
+        r.message()
+    );
+
     // Once the scheduler knows what the second host fetched (its next
     // heartbeat, sent at once after a create that fetched).
     let b_node = b["clientID"].as_str().expect("a node").to_string();
@@ -622,6 +639,30 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
         "{}",
         r.message()
     );
+}
+
+/// Replaces blob `digest`'s object in Garage's bucket with other bytes,
+/// past the blob store.
+async fn tamper(g: &GarageServer, digest: &str) {
+    use object_store::ObjectStoreExt as _;
+    // object_store's HTTP client takes the process's rustls provider (the
+    // blob store installs the same one for itself).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let bucket = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&g.endpoint)
+        .with_region(&g.region)
+        .with_bucket_name(&g.bucket)
+        .with_access_key_id(&g.access_key_id)
+        .with_secret_access_key(&g.secret_access_key)
+        .with_allow_http(true)
+        .build()
+        .expect("a client of the bucket");
+    let hex = digest.trim_start_matches("sha256-");
+    let key = object_store::path::Path::from(format!("blobs/sha256/{hex}"));
+    bucket
+        .put(&key, b"not the layer".to_vec().into())
+        .await
+        .expect("the object replaced");
 }
 
 /// A template store holding only the machine's `base` (its record copied,
