@@ -244,7 +244,7 @@ impl Cache {
     /// as blobs until their first use ([`Cache::insert`]).
     pub fn cached(&self) -> Vec<String> {
         let mut entries = self.entries();
-        entries.sort_by(|a, b| b.used.cmp(&a.used));
+        entries.sort_by_key(|e| std::cmp::Reverse(e.used));
         let mut out: Vec<String> = entries.into_iter().map(|e| e.digest).collect();
         if let Ok(blobs) = std::fs::read_dir(self.store.path().join("blobs")) {
             for f in blobs.flatten() {
