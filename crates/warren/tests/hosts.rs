@@ -557,6 +557,39 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
     .await;
     assert!(r.text().contains("\"moved\""), "{}", r.text());
 
+    // Two gateways delete one snapshot at once: one wins, the other finds
+    // it gone, and it is gone for both.
+    let r = send(
+        &gateways[0],
+        Method::POST,
+        &format!("/sandboxes/{}/snapshots", sa.sandbox_id),
+        &[("x-api-key", KEY)],
+        Some(json!({"name": "raced"})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let del = |gw: &str| {
+        let gw = gw.to_string();
+        async move {
+            send(
+                &gw,
+                Method::DELETE,
+                "/templates/raced",
+                &[("x-api-key", KEY)],
+                None,
+            )
+            .await
+        }
+    };
+    let (one, two) = tokio::join!(del(&gateways[0]), del(&gateways[1]));
+    let mut got = [one.status.as_u16(), two.status.as_u16()];
+    got.sort();
+    assert_eq!(got, [204, 404], "{} / {}", one.text(), two.text());
+    for gw in &gateways {
+        let r = send(gw, Method::GET, "/snapshots", &[("x-api-key", KEY)], None).await;
+        assert!(!r.text().contains("raced"), "{gw}: {}", r.text());
+    }
+
     // From the other gateway, on another host (the first is full), which
     // fetches the snapshot's layer.
     assert_eq!(a["clientID"], "node-1", "{a}");

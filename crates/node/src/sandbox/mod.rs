@@ -199,6 +199,21 @@ pub struct Registry {
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     events: mpsc::UnboundedSender<Event>,
     metrics: Metrics,
+    /// Creates under way, `(id, generation)`: listed in the roster too, so
+    /// the scheduler's sweep does not take a create that outlasts
+    /// `--creating-timeout` (a template's layers being fetched) for one
+    /// that died (see [`Registry::roster`]).
+    starting: Mutex<std::collections::HashSet<(String, u64)>>,
+}
+
+/// Removes a create from [`Registry::starting`] however it ends.
+struct Starting<'a>(&'a Registry, (String, u64));
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        let mut s = self.0.starting.lock().unwrap_or_else(|p| p.into_inner());
+        s.remove(&self.1);
+    }
 }
 
 impl Registry {
@@ -216,6 +231,7 @@ impl Registry {
             locks: Mutex::new(HashMap::new()),
             events,
             metrics,
+            starting: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -265,11 +281,25 @@ impl Registry {
     }
 
     /// `(sandbox_id, generation)` of everything hosted, for the scheduler.
+    /// What the node hosts, and the creates under way: a create the
+    /// scheduler finds still CREATING past `--creating-timeout` is
+    /// confirmed while the node lists it, and removed once it does not
+    /// (a failed create's gateway removes it sooner).
     pub fn roster(&self) -> Vec<(String, u64)> {
-        self.list()
+        let mut out: Vec<(String, u64)> = self
+            .list()
             .into_iter()
             .map(|i| (i.sandbox_id, i.generation))
-            .collect()
+            .collect();
+        let starting = self.starting.lock().unwrap_or_else(|p| p.into_inner());
+        out.extend(
+            starting
+                .iter()
+                .filter(|s| !out.contains(s))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        out
     }
 
     fn lock_for(&self, id: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -410,7 +440,14 @@ impl Registry {
                 capacity: self.cfg.capacity,
             });
         }
+        let key = (req.sandbox_id.clone(), req.generation);
+        self.starting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone());
+        let started = Starting(self, key);
         let result = self.start(req, parent, None).await;
+        drop(started);
         match &result {
             Ok(_) => self.metrics.creates.inc(),
             Err(_) => self.metrics.create_failures.inc(),
