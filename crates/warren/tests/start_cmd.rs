@@ -25,12 +25,14 @@ async fn create_waits_for_the_start_command_and_fails_when_it_does() {
     let dir = tempfile::tempdir().expect("tempdir");
     // The start command serves /srv/www once it has slept a while, so a
     // create that did not wait would find nothing on port 8000; with
-    // BROKEN=1 (a create's env var) it fails at once instead.
+    // BROKEN=1 (a create's env var) it fails at once instead. The while is
+    // longer than the scheduler's --creating-timeout here: the node lists
+    // a create under way in its roster, so the sweep does not remove it.
     let spec = format!(
         r#"name = "{name}"
 from = "base"
 run = ["mkdir -p /srv/www && echo {marker} > /srv/www/hello.txt"]
-start_cmd = 'if [ "${{BROKEN:-}}" = 1 ]; then echo "broken on purpose" >&2; exit 3; fi; sleep 1; exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv/www'
+start_cmd = 'if [ "${{BROKEN:-}}" = 1 ]; then echo "broken on purpose" >&2; exit 3; fi; sleep 4; exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv/www'
 ready_cmd = "curl -fsS -o /dev/null http://127.0.0.1:8000/hello.txt"
 ready_timeout_secs = 120
 "#
@@ -49,6 +51,7 @@ ready_timeout_secs = 120
             nodes: 1,
             runtime: "isolated".into(),
             keys: vec![(KEY.into(), "team-a".into())],
+            scheduler_args: vec!["--creating-timeout".into(), "1s".into()],
             ..Spec::default()
         },
     )
