@@ -115,6 +115,7 @@
 //! docs/benchmarks.md ("The blob store's build cost") for the measured
 //! seconds.
 
+mod args;
 #[cfg(feature = "aws")]
 mod aws_files;
 mod digest;
@@ -126,6 +127,7 @@ mod put;
 mod redact;
 mod store;
 
+pub use args::{BlobStoreArgs, BlobStoreSettings};
 pub use digest::{BadDigest, Digest};
 pub use error::{BlobError, Cause};
 pub use store::BlobStore;

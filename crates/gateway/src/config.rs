@@ -110,26 +110,11 @@ pub struct Config {
     )]
     pub template_dir: PathBuf,
 
-    /// The blob store the nodes' layers are in (a directory,
-    /// `s3://bucket[/prefix]`, `gs://...`, `az://...`; docs/blobs.md). Set,
-    /// the gateway keeps template and snapshot records in the scheduler's
-    /// store (so any gateway answers for any of them), hands each create's
-    /// node the record, and never reads `--template-dir`. Give the nodes
-    /// the same `--blob-store`. Unset: records are files in
-    /// `--template-dir`, shared with the nodes.
-    #[arg(long, env = "WARREN_BLOB_STORE")]
-    pub blob_store: Option<String>,
-
-    /// A blob store option (`endpoint=...`, `region=...`,
-    /// `allow_http=true`, ...; comma-separated in the environment).
-    /// Credentials come from the environment or the cloud's files.
-    #[arg(
-        long = "blob-store-option",
-        value_name = "KEY=VALUE",
-        env = "WARREN_BLOB_STORE_OPTIONS",
-        value_delimiter = ','
-    )]
-    pub blob_store_options: Vec<String>,
+    /// `--blob-store` (docs/blobs.md): with it, the gateway keeps template
+    /// and snapshot records in the scheduler's store, hands each create's
+    /// node the record, and never reads `--template-dir`.
+    #[command(flatten)]
+    pub blob: warren_blob::BlobStoreArgs,
 
     /// Largest control-plane JSON body accepted, in bytes.
     #[arg(long, env = "WARREN_GATEWAY_MAX_BODY", default_value_t = 1024 * 1024)]
@@ -306,7 +291,7 @@ pub struct Settings {
     /// The template store.
     pub template_dir: PathBuf,
     /// `--blob-store` and its options: records in the scheduler.
-    pub blob_store: Option<(String, Vec<(String, String)>)>,
+    pub blob_store: Option<warren_blob::BlobStoreSettings>,
     /// Largest control-plane JSON body accepted.
     pub max_body: usize,
     /// COPY uploads: where they wait, how big they may be, how long kept.
@@ -515,21 +500,7 @@ impl Config {
         };
         let public_tls = self.public_tls()?;
         let limits = self.limits.validate()?;
-        let blob_store = match &self.blob_store {
-            None if !self.blob_store_options.is_empty() => {
-                return Err(invalid("--blob-store-option needs --blob-store".into()))
-            }
-            None => None,
-            Some(url) => {
-                let options =
-                    warren_blob::parse_options(&self.blob_store_options, "--blob-store-option")
-                        .map_err(invalid)?;
-                // Checked now: a bad URL or option fails the start.
-                warren_blob::BlobStore::open(url, &options)
-                    .map_err(|e| invalid(format!("--blob-store: {e}")))?;
-                Some((url.clone(), options))
-            }
-        };
+        let blob_store = self.blob.settings().map_err(invalid)?;
         Ok(Settings {
             blob_store,
             limits,

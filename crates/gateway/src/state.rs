@@ -58,8 +58,8 @@ impl App {
         let nodes = NodeClient::new(http.clone(), settings.request_timeout);
         let records = match &settings.blob_store {
             None => crate::records::Records::Local(settings.template_dir.clone()),
-            Some((url, options)) => crate::records::Records::Scheduler(Arc::new(
-                warren_blob::BlobStore::open(url, options)
+            Some(b) => crate::records::Records::Scheduler(Arc::new(
+                b.open()
                     .map_err(|e| std::io::Error::other(format!("--blob-store: {e}")))?,
             )),
         };

@@ -38,8 +38,7 @@ pub const DEFAULT_CACHE_BYTES: u64 = 32 << 30;
 /// Where the node's layers come from when it has a blob store.
 #[derive(Debug, Clone)]
 pub struct BlobSettings {
-    pub url: String,
-    pub options: Vec<(String, String)>,
+    pub store: warren_blob::BlobStoreSettings,
     pub cache_dir: PathBuf,
     pub cache_max_bytes: u64,
 }
@@ -110,27 +109,13 @@ pub struct Config {
         default_value = "/var/lib/warren/templates"
     )]
     pub template_dir: PathBuf,
-    /// The blob store sandboxes' roots and layers come from: a directory,
-    /// `s3://bucket[/prefix]`, `gs://bucket[/prefix]` or
-    /// `az://container[/prefix]` (docs/blobs.md). Set, the node reads no
-    /// template records (each create's gateway hands it the record),
-    /// fetches the layers it lacks into its cache (`--cache-dir`), and puts
-    /// the layers its snapshots make into the blob store; `--template-dir`
-    /// is not used. Unset: roots and records are read from
-    /// `--template-dir`, shared with the machine's gateways.
-    #[arg(long, env = "WARREN_BLOB_STORE")]
-    pub blob_store: Option<String>,
-    /// A blob store option (`endpoint=...`, `region=...`,
-    /// `allow_http=true`, ...; comma-separated in the environment).
-    /// Credentials come from the environment or the cloud's files, never
-    /// from here.
-    #[arg(
-        long = "blob-store-option",
-        value_name = "KEY=VALUE",
-        env = "WARREN_BLOB_STORE_OPTIONS",
-        value_delimiter = ','
-    )]
-    pub blob_store_options: Vec<String>,
+    /// `--blob-store` (docs/blobs.md): with it, the node reads no template
+    /// records (each create's gateway hands it the record), fetches the
+    /// layers it lacks into its cache (`--cache-dir`), puts the layers its
+    /// snapshots make into the blob store, and does not use
+    /// `--template-dir`.
+    #[command(flatten)]
+    pub blob: warren_blob::BlobStoreArgs,
     /// Where layers fetched from the blob store are unpacked (default
     /// `<data-dir>/cache`). Nodes of one host may share it: each layer is
     /// fetched once, and none is evicted while a sandbox of any of them
@@ -371,23 +356,16 @@ impl Config {
             .data_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(format!("./.warren/node-{node_id}")));
-        let blob = match &self.blob_store {
-            None if !self.blob_store_options.is_empty() => {
-                return Err(invalid("--blob-store-option needs --blob-store"))
-            }
+        let blob = match self.blob.settings().map_err(invalid)? {
             None => None,
-            Some(url) => {
-                let options =
-                    warren_blob::parse_options(&self.blob_store_options, "--blob-store-option")
-                        .map_err(invalid)?;
+            Some(store) => {
                 if self.cache_max_bytes < 1 << 20 {
                     return Err(invalid(
                         "--cache-max-bytes must be at least 1048576 (1 MiB)",
                     ));
                 }
                 Some(BlobSettings {
-                    url: url.clone(),
-                    options,
+                    store,
                     cache_dir: self
                         .cache_dir
                         .clone()
@@ -539,9 +517,9 @@ mod tests {
         ])
         .unwrap();
         let b = s.blob.expect("a blob store");
-        assert_eq!(b.url, "s3://b/p");
+        assert_eq!(b.store.url, "s3://b/p");
         assert_eq!(
-            b.options,
+            b.store.options,
             vec![("region".to_string(), "garage".to_string())]
         );
         assert_eq!(b.cache_dir, std::path::Path::new("/d/cache"));

@@ -44,10 +44,7 @@ impl Layers {
                 .map(Layers::Shared)
                 .map_err(|e| format!("--template-dir: {e}"));
         };
-        let blobs = Arc::new(
-            warren_blob::BlobStore::open(&b.url, &b.options)
-                .map_err(|e| format!("--blob-store: {e}"))?,
-        );
+        let blobs = Arc::new(b.store.open().map_err(|e| format!("--blob-store: {e}"))?);
         let source: Arc<dyn warren_template::cache::Source> = blobs.clone();
         let cache = Cache::open(&b.cache_dir, b.cache_max_bytes, Some(source))
             .map_err(|e| format!("--cache-dir {}: {e}", b.cache_dir.display()))?;
