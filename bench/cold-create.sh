@@ -69,7 +69,9 @@ api_bind_addr = "127.0.0.1:$S3_PORT"
 root_domain = ".s3.garage.localhost"
 EOF
 g() { "$GARAGE" -c "$WORK/garage/garage.toml" "$@"; }
-RUST_LOG=warn g server >"$WORK/garage/log" 2>&1 &
+# Started directly (not through `g`, whose subshell would be what the
+# trap kills, leaving the server running).
+RUST_LOG=warn "$GARAGE" -c "$WORK/garage/garage.toml" server >"$WORK/garage/log" 2>&1 &
 PIDS+=("$!")
 for _ in $(seq 1 100); do g status >/dev/null 2>&1 && break; sleep 0.1; done
 ID="$(g node id -q | cut -d@ -f1)"
