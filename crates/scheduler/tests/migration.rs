@@ -1,6 +1,6 @@
-//! A store an older scheduler left (schema 5, before the records) is
-//! migrated by this one at start, on both backends: what it held is
-//! still there, and the records work in it.
+//! A store an older scheduler left (schema 5, before the records and the
+//! nodes' cached layers) is migrated by this one at start, on both
+//! backends: what it held is still there, and the records work in it.
 // Each file under tests/ is its own crate and sees every dependency of the
 // package; the ones only the library or other test files use are not unused.
 #![allow(unused_crate_dependencies)]
@@ -32,8 +32,9 @@ async fn schema_version(db: &sqlx::AnyPool) -> i64 {
 }
 
 /// Takes a store this scheduler made back to schema 5. Migration 6 only
-/// adds tables and a counter, so what is left is what a scheduler of
-/// schema 5 would have written: its bindings, nodes, trust and quotas.
+/// adds tables and a counter, migration 7 a column, so what is left is
+/// what a scheduler of schema 5 would have written: its bindings, nodes,
+/// trust and quotas.
 async fn back_to_schema_5(store: &TestStore) {
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
     assert_eq!(schema_version(&db).await, 7);
@@ -45,7 +46,8 @@ async fn back_to_schema_5(store: &TestStore) {
     }
     for q in [
         "DELETE FROM counters WHERE name = 'record_version'",
-        "DELETE FROM schema_migrations WHERE version = 6",
+        "ALTER TABLE nodes DROP COLUMN cached_layers",
+        "DELETE FROM schema_migrations WHERE version >= 6",
     ] {
         sqlx::query(q).execute(&db).await.unwrap();
     }
@@ -68,17 +70,41 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
     let (mut ca, mut cb) = (a.client().await, b.client().await);
     assert_eq!(get(&mut cb, &p.sandbox_id).await.unwrap(), before);
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    eventually("the store to be at schema 6", || {
+    eventually("the store to be at schema 7", || {
         let db = db.clone();
-        async move { (schema_version(&db).await == 6).then_some(()) }
+        async move { (schema_version(&db).await == 7).then_some(()) }
     })
     .await;
-    let applied: i64 = sqlx::query("SELECT COUNT(*) AS n FROM schema_migrations WHERE version = 6")
+    for version in [6, 7] {
+        let applied: i64 = sqlx::query(&format!(
+            "SELECT COUNT(*) AS n FROM schema_migrations WHERE version = {version}"
+        ))
         .fetch_one(&db)
         .await
         .unwrap()
         .get("n");
-    assert_eq!(applied, 1);
+        assert_eq!(applied, 1, "migration {version} applied once");
+    }
+    // A node registers with its cached layers in the migrated store.
+    let layer = blob(3);
+    ca.register_node(pb::RegisterNodeRequest {
+        node_id: "node-b".into(),
+        endpoint: "node-b.test:7000".into(),
+        capacity: 10,
+        incarnation: 1,
+        roster: vec![],
+        cached_layers: vec![layer.clone()],
+    })
+    .await
+    .unwrap();
+    let nodes = cb
+        .list_nodes(pb::ListNodesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .nodes;
+    let b = nodes.iter().find(|n| n.node_id == "node-b").unwrap();
+    assert_eq!(b.cached_layers, vec![layer]);
 
     // The records work in the migrated store, through either replica.
     let written = ca
