@@ -32,7 +32,7 @@ async fn create_waits_for_the_start_command_and_fails_when_it_does() {
         r#"name = "{name}"
 from = "base"
 run = ["mkdir -p /srv/www && echo {marker} > /srv/www/hello.txt"]
-start_cmd = 'if [ "${{BROKEN:-}}" = 1 ]; then echo "broken on purpose" >&2; exit 3; fi; sleep 4; exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv/www'
+start_cmd = 'if [ "${{BROKEN:-}}" = 1 ]; then echo "broken on purpose" >&2; exit 3; fi; sleep 8; exec python3 -m http.server 8000 --bind 127.0.0.1 --directory /srv/www'
 ready_cmd = "curl -fsS -o /dev/null http://127.0.0.1:8000/hello.txt"
 ready_timeout_secs = 120
 "#
@@ -51,7 +51,10 @@ ready_timeout_secs = 120
             nodes: 1,
             runtime: "isolated".into(),
             keys: vec![(KEY.into(), "team-a".into())],
-            scheduler_args: vec!["--creating-timeout".into(), "1s".into()],
+            // Past it by seconds, and long enough that a heartbeat sent
+            // before the node got the create is never the last roster the
+            // sweep reads for it (heartbeats come every 2 s).
+            scheduler_args: vec!["--creating-timeout".into(), "3s".into()],
             ..Spec::default()
         },
     )
