@@ -120,10 +120,13 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_MAX_BODY", default_value_t = 1024 * 1024)]
     pub max_body: usize,
 
-    /// Where COPY steps' uploaded archives wait for their build: the
-    /// gateway makes a private directory (mode 0700) in this one at start
-    /// and removes it at exit. Archives are opaque blobs here, never
-    /// extracted on this host. Default: the system's temporary directory.
+    /// Where COPY steps' uploaded archives are kept without `--blob-store`
+    /// (with it, they are blobs of that store): a local blob store
+    /// directory, made (mode 0700) on the first upload. Default:
+    /// `<template-dir>/uploads`, shared by the gateways that share the
+    /// template store. Archives are opaque blobs here, never extracted on
+    /// this host; an upload is staged in the system's temporary directory
+    /// while it arrives.
     #[arg(long, env = "WARREN_GATEWAY_BUILD_UPLOAD_DIR")]
     pub build_upload_dir: Option<PathBuf>,
 
@@ -158,6 +161,14 @@ pub struct Config {
     /// kept for a build to use (a build started in time keeps it open).
     #[arg(long, env = "WARREN_GATEWAY_BUILD_UPLOAD_TTL", default_value = "1h", value_parser = parse_duration)]
     pub build_upload_ttl: Duration,
+
+    /// A file (mode 0600 or stricter, at least 32 bytes) whose contents
+    /// sign COPY upload links. Gateways behind one balancer need the same
+    /// file, so that a link one made is taken by another. Default: a key
+    /// drawn at start, so a link works only on the gateway that made it,
+    /// until it restarts.
+    #[arg(long, env = "WARREN_GATEWAY_BUILD_UPLOAD_KEY_FILE")]
+    pub build_upload_key_file: Option<PathBuf>,
 
     /// Most sandbox routes the route cache keeps (a few hundred bytes each).
     /// 0 disables the cache: every data-plane request asks the scheduler.
@@ -453,11 +464,17 @@ impl Config {
                 self.build_upload_total_bytes
             )));
         }
+        let key = match &self.build_upload_key_file {
+            None => None,
+            Some(path) => Some(read_upload_key(path)?),
+        };
         let uploads = crate::control::UploadSettings {
             dir: self
                 .build_upload_dir
                 .clone()
-                .unwrap_or_else(std::env::temp_dir),
+                .unwrap_or_else(|| self.template_dir.join("uploads")),
+            staging: std::env::temp_dir(),
+            key,
             max_bytes: self.build_upload_max_bytes,
             total_bytes: self.build_upload_total_bytes,
             team_bytes: self.build_upload_team_bytes,
@@ -558,6 +575,22 @@ pub fn read_private(path: &std::path::Path, flag: &str) -> Result<String, Config
     })
 }
 
+/// The upload-link key in `path` (`--build-upload-key-file`): private, at
+/// least 32 bytes once trimmed.
+fn read_upload_key(path: &std::path::Path) -> Result<Vec<u8>, ConfigError> {
+    let key = read_private(path, "--build-upload-key-file")?;
+    let key = key.trim();
+    if key.len() < 32 {
+        return Err(ConfigError::Invalid(format!(
+            "--build-upload-key-file {}: the key is {} bytes; it must be at least 32 \
+             (e.g. `head -c 32 /dev/urandom | base64`)",
+            path.display(),
+            key.len()
+        )));
+    }
+    Ok(key.as_bytes().to_vec())
+}
+
 /// Shows only the start of a secret in error messages.
 fn redact(s: &str) -> String {
     let shown: String = s.chars().take(4).collect();
@@ -645,7 +678,8 @@ mod tests {
         assert_eq!(s.dead_node_timeout, Duration::from_secs(10));
         assert_eq!(s.uploads.team_bytes, 1024 * 1024 * 1024);
         assert_eq!(s.uploads.max_bytes, 512 * 1024 * 1024);
-        assert_eq!(s.uploads.dir, std::env::temp_dir());
+        assert_eq!(s.uploads.dir, s.template_dir.join("uploads"));
+        assert_eq!(s.uploads.key, None);
     }
 
     #[test]

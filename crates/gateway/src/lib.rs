@@ -169,11 +169,11 @@ pub async fn run(
         )
         .into());
     }
-    let upload_dir = settings.uploads.dir.clone();
+    let upload_dir = settings.uploads.staging.clone();
     let app = Arc::new(
         state::App::new(settings, scheduler, resolver, http, metrics).map_err(|e| {
             warren_core::config::ConfigError::Invalid(format!(
-                "--build-upload-dir {}: cannot make the gateway's upload directory in it: {e}",
+                "cannot make the gateway's upload staging directory in {} (or open --blob-store): {e}",
                 upload_dir.display()
             ))
         })?,

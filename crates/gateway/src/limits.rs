@@ -8,7 +8,7 @@
 //!   The nodes cap again (`--cpu-limit`, `--memory-limit-mb`,
 //!   `--disk-limit-mb`, the same defaults), so a record in the store that
 //!   says more never gets more.
-//! - [`BuildLimits`]: template builds held in this gateway's memory, per
+//! - [`BuildLimits`]: template builds held in the scheduler's store, per
 //!   team and in all, how long a requested build may wait to start, how
 //!   long a finished one is kept, and how much log each keeps.
 //! - [`StoreLimits`]: a team's snapshots and built templates in the shared
@@ -47,16 +47,17 @@ pub struct LimitArgs {
     #[arg(long, env = "WARREN_GATEWAY_MAX_SANDBOX_DISK_MB", default_value_t = DEFAULT_MAX_DISK_MB)]
     pub max_sandbox_disk_mb: u64,
 
-    /// Most template builds one team may hold on this gateway at once:
-    /// requested, running, and finished ones still readable. A request
+    /// Most template builds one team may hold at once (in the scheduler's
+    /// store, across every gateway): requested, running, and finished
+    /// ones still readable. A request
     /// past it drops the team's oldest finished build, or, when none is
     /// finished, is refused (429 naming this flag); other teams are not
     /// affected. 20 is E2B's concurrent-build limit.
     #[arg(long, env = "WARREN_GATEWAY_BUILD_TEAM_COUNT", default_value_t = 20)]
     pub build_team_count: usize,
 
-    /// Most template builds this gateway holds at once, all teams
-    /// together (past it: 429).
+    /// Most template builds held at once, all teams together (past it:
+    /// 429).
     #[arg(long, env = "WARREN_GATEWAY_BUILD_TOTAL_COUNT", default_value_t = 1000)]
     pub build_total_count: usize,
 
@@ -76,11 +77,19 @@ pub struct LimitArgs {
     #[arg(long, env = "WARREN_GATEWAY_BUILD_LOG_MAX_BYTES", default_value_t = MIB)]
     pub build_log_max_bytes: u64,
 
-    /// Most bytes of log one team's builds keep together on this gateway:
+    /// Most bytes of log one team's builds keep together:
     /// past it the logs of the team's oldest finished builds are dropped
     /// first (their log says so), then a running build's further lines.
     #[arg(long, env = "WARREN_GATEWAY_BUILD_LOG_TEAM_BYTES", default_value_t = 16 * MIB)]
     pub build_log_team_bytes: u64,
+
+    /// How long a running build's claim holds without a renewal: the
+    /// gateway running it renews it every third of this, and a build
+    /// whose gateway stopped renewing (it died, or lost the scheduler)
+    /// fails once it runs out, its status naming that gateway. At least
+    /// 1s, at most 1h.
+    #[arg(long, env = "WARREN_GATEWAY_BUILD_LEASE", default_value = "30s", value_parser = parse_duration)]
+    pub build_lease: Duration,
 
     /// Most templates one team may build and keep (each tag of a
     /// template counts as one; past it: 429 naming this flag).
@@ -128,7 +137,7 @@ pub struct SandboxCaps {
     pub disk_mb: u64,
 }
 
-/// Template builds held in memory.
+/// Template builds held in the scheduler's store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BuildLimits {
     pub team_count: usize,
@@ -137,6 +146,7 @@ pub struct BuildLimits {
     pub retention: Duration,
     pub log_max_bytes: u64,
     pub log_team_bytes: u64,
+    pub lease: Duration,
 }
 
 /// A team's share of the template store.
@@ -182,8 +192,23 @@ impl LimitArgs {
                 self.build_team_count, self.build_total_count
             ));
         }
-        if self.build_start_ttl.is_zero() || self.build_retention.is_zero() {
-            return bad("--build-start-ttl and --build-retention must be greater than zero".into());
+        let month = Duration::from_secs(30 * 24 * 3600);
+        if self.build_start_ttl.is_zero()
+            || self.build_retention.is_zero()
+            || self.build_start_ttl > month
+            || self.build_retention > month
+        {
+            return bad(
+                "--build-start-ttl and --build-retention must be greater than zero and at most 30 days"
+                    .into(),
+            );
+        }
+        if self.build_lease < Duration::from_secs(1) || self.build_lease > Duration::from_secs(3600)
+        {
+            return bad(format!(
+                "--build-lease {:?} must be at least 1s and at most 1h",
+                self.build_lease
+            ));
         }
         if self.build_log_max_bytes < 4096 || self.build_log_team_bytes < self.build_log_max_bytes {
             return bad(format!(
@@ -208,6 +233,7 @@ impl LimitArgs {
                 retention: self.build_retention,
                 log_max_bytes: self.build_log_max_bytes,
                 log_team_bytes: self.build_log_team_bytes,
+                lease: self.build_lease,
             },
             store: StoreLimits {
                 template_count: self.template_team_count,

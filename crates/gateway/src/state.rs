@@ -53,8 +53,10 @@ impl App {
         http: NodeHttp,
         metrics: Metrics,
     ) -> std::io::Result<Self> {
-        let uploads = Arc::new(crate::control::Uploads::new(settings.uploads.clone())?);
-        let builds = Arc::new(crate::control::Builds::new(settings.limits.builds));
+        let builds = Arc::new(crate::control::Builds::new(
+            scheduler.clone(),
+            settings.limits.builds,
+        ));
         let nodes = NodeClient::new(http.clone(), settings.request_timeout);
         let records = match &settings.blob_store {
             None => crate::records::Records::Local(settings.template_dir.clone()),
@@ -63,6 +65,15 @@ impl App {
                     .map_err(|e| std::io::Error::other(format!("--blob-store: {e}")))?,
             )),
         };
+        let shared = match &records {
+            crate::records::Records::Scheduler(b) => Some(b.clone()),
+            crate::records::Records::Local(_) => None,
+        };
+        let uploads = Arc::new(crate::control::Uploads::new(
+            settings.uploads.clone(),
+            scheduler.clone(),
+            shared,
+        )?);
         Ok(App {
             records,
             uploads,

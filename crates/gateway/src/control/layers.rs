@@ -14,11 +14,21 @@
 //! any of them, so then nothing is removed this round. Several gateways
 //! sweeping the same store is harmless: a removal that finds nothing to
 //! remove is no error.
+//!
+//! Blobs ([`sweep_blobs`]): the scheduler's store notes each blob a write
+//! left unnamed (a deleted or replaced record's layers, a replaced or
+//! expired upload's archive, an archive whose record was refused). Every
+//! round this gateway takes the notes older than `--layer-gc-grace` and
+//! asks the store to remove each (`RemoveUnusedBlob`): only a note that
+//! nothing names (no record, upload or running build) and that was not
+//! noted again is removed, by exactly one gateway, which then deletes the
+//! blob from the blob store (`--blob-store`, or the local upload store).
+//! A node's layer cache keeps its own copy of what its sandboxes stack.
 
 use crate::state::App;
 use std::collections::HashSet;
 use std::sync::Arc;
-use warren_proto::scheduler::v1::ListNodesRequest;
+use warren_proto::scheduler::v1::{self as pb, ListNodesRequest};
 use warren_template::Removal;
 
 /// Sweeps until the gateway stops.
@@ -31,6 +41,71 @@ pub(crate) async fn sweep_forever(app: Arc<App>) {
             Ok(n) => tracing::info!(layers = n, "removed layers nothing uses any more"),
             Err(why) => tracing::debug!(%why, "unused layers kept this round"),
         }
+        match sweep_blobs(&app).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(blobs = n, "removed blobs nothing names any more"),
+            Err(why) => tracing::debug!(%why, "unused blobs kept this round"),
+        }
+    }
+}
+
+/// One round of the blob sweep (see the module doc): the number of blobs
+/// removed, or why none could be.
+pub(crate) async fn sweep_blobs(app: &App) -> Result<usize, String> {
+    let Some(blobs) = app.uploads.existing() else {
+        return Ok(0);
+    };
+    let grace = app.settings.limits.layer_gc.grace.as_millis() as u64;
+    let (mut token, mut removed) = (String::new(), 0);
+    loop {
+        let req = pb::ListUnusedBlobsRequest {
+            grace_ms: grace,
+            page_size: 1000,
+            page_token: token.clone(),
+        };
+        let page = app
+            .scheduler
+            .call("ListUnusedBlobs", |mut c| {
+                let req = req.clone();
+                async move { c.list_unused_blobs(req).await }
+            })
+            .await
+            .map_err(|s| format!("cannot list unused blobs: {}", s.message()))?;
+        for b in page.blobs {
+            let req = pb::RemoveUnusedBlobRequest {
+                digest: b.digest.clone(),
+                noted_at_ms: b.noted_at_ms,
+            };
+            let outcome = app
+                .scheduler
+                .call("RemoveUnusedBlob", |mut c| {
+                    let req = req.clone();
+                    async move { c.remove_unused_blob(req).await }
+                })
+                .await
+                .map_err(|s| format!("cannot remove the note of {}: {}", b.digest, s.message()))?;
+            if outcome.outcome != pb::BlobRemoval::Removed as i32 {
+                continue;
+            }
+            let Ok(digest) = b.digest.parse::<warren_blob::Digest>() else {
+                tracing::warn!(digest = %b.digest, "an unused-blob note names no digest");
+                continue;
+            };
+            match blobs.delete(&digest).await {
+                Ok(()) => {
+                    tracing::info!(blob = %b.digest, store = %blobs, "unused blob removed");
+                    removed += 1;
+                }
+                // Its note is gone: a leak, never a loss.
+                Err(e) => {
+                    tracing::warn!(blob = %b.digest, error = %e, "cannot remove an unused blob")
+                }
+            }
+        }
+        if page.next_page_token.is_empty() {
+            return Ok(removed);
+        }
+        token = page.next_page_token;
     }
 }
 

@@ -27,8 +27,8 @@
 //! - [`team_store`]: a team's records in the shared template store,
 //!   counted against its bounds; replaced or removed with their layers
 //!   noted.
-//! - [`layers`]: the sweep that removes noted layers no node's sandbox
-//!   stacks.
+//! - [`layers`]: the sweeps that remove noted layers no node's sandbox
+//!   stacks (the shared store) and blobs nothing names (the blob store).
 
 mod builds;
 mod catalog;
@@ -52,6 +52,7 @@ pub(crate) use builds::Builds;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
+use std::sync::Arc;
 pub use uploads::UploadSettings;
 pub(crate) use uploads::Uploads;
 use warren_core::body::{json, status as no_content, Body};
@@ -211,14 +212,14 @@ impl Endpoint {
 }
 
 /// Answers one control-plane request.
-pub async fn handle(app: &App, req: Request<Incoming>) -> Response<Body> {
+pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Response<Body> {
     match dispatch(app, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
 }
 
-async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let Some(endpoint) = Endpoint::parse(&path) else {
@@ -280,14 +281,16 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Response<Body>, A
         (Endpoint::Nodes, _) => nodes::list(app, &team).await,
         (Endpoint::Templates, _) => templates::list(app, &team).await,
         (Endpoint::ImportTemplates, _) => templates::import(app, &team, &body).await,
-        (Endpoint::TemplateBuilds, _) => builds::request(app, &team, &body),
+        (Endpoint::TemplateBuilds, _) => builds::request(app, &team, &body).await,
         (Endpoint::TemplateBuild(t, b), _) => {
-            builds::start(app, &team, &parts.headers, &t, &b, &body)
+            builds::start(app, &team, &parts.headers, &t, &b, &body).await
         }
-        (Endpoint::TemplateBuildStatus(t, b), _) => builds::status(app, &team, &t, &b, query),
-        (Endpoint::TemplateFiles(t, h), _) => builds::files(app, &team, &parts.headers, &t, &h),
-        (Endpoint::TemplateTags, Method::DELETE) => builds::remove_tags(app, &team, &body),
-        (Endpoint::TemplateTags, _) => builds::assign_tags(app, &team, &body),
+        (Endpoint::TemplateBuildStatus(t, b), _) => builds::status(app, &team, &t, &b, query).await,
+        (Endpoint::TemplateFiles(t, h), _) => {
+            builds::files(app, &team, &parts.headers, &t, &h).await
+        }
+        (Endpoint::TemplateTags, Method::DELETE) => builds::remove_tags(app, &team, &body).await,
+        (Endpoint::TemplateTags, _) => builds::assign_tags(app, &team, &body).await,
         (Endpoint::Fork(id), _) => create::fork(app, &team, &parts.headers, &id, &body).await,
         (Endpoint::Pause(id), _) => pause::pause(app, &team, &id, &body).await,
         (Endpoint::Resume(id), _) => pause::resume_endpoint(app, &team, &id, &body).await,

@@ -76,8 +76,8 @@ impl SnapshotInfo {
 
 /// The shared store, or why this gateway has none to give: a 503 when
 /// `--template-dir` is missing, a 501 when its records are the
-/// scheduler's (`--blob-store`), where what needs the shared store (the
-/// build API, filesystem-only pauses, the layer sweep) is not served yet.
+/// scheduler's (`--blob-store`), where what needs the shared store
+/// (filesystem-only pauses, the layer sweep) is not served yet.
 pub(super) fn store(app: &App) -> Result<Store, ApiError> {
     if let crate::records::Records::Scheduler(blobs) = &app.records {
         return Err(ApiError::new(
@@ -85,8 +85,8 @@ pub(super) fn store(app: &App) -> Result<Store, ApiError> {
             "needs_shared_template_store",
             format!(
                 "this gateway keeps its records in the scheduler and its layers in the blob \
-                 store {blobs} (--blob-store); template builds and filesystem-only pauses need \
-                 a shared --template-dir for now"
+                 store {blobs} (--blob-store); filesystem-only pauses need a shared \
+                 --template-dir for now"
             ),
         ));
     }
@@ -105,7 +105,7 @@ pub(super) fn store(app: &App) -> Result<Store, ApiError> {
 
 /// Where the records are: the shared store (checked as [`store`] does),
 /// or the scheduler.
-fn records_ready(app: &App) -> Result<(), ApiError> {
+pub(super) fn records_ready(app: &App) -> Result<(), ApiError> {
     match &app.records {
         crate::records::Records::Scheduler(_) => Ok(()),
         crate::records::Records::Local(_) => store(app).map(|_| ()),
@@ -177,28 +177,6 @@ pub(super) async fn find(app: &App, team: &Team, id: &str) -> Result<Option<Vers
         }
     }
     Ok(catalog::get(app, id).await?.filter(|(t, _)| mine(t)))
-}
-
-/// [`find`] in the shared store (the build API's: it runs only there).
-pub(super) fn find_local(
-    store: &Store,
-    team: &Team,
-    id: &str,
-) -> Result<Option<Template>, ApiError> {
-    let id = bare(id);
-    let mine = |t: &Template| t.snapshot.as_ref().is_some_and(|s| s.team == team.0);
-    if team_name_ok(id) {
-        match store.get(&warren_template::named_snapshot_key(&team.0, id)) {
-            Ok(t) if mine(&t) => return Ok(Some(t)),
-            Ok(_) | Err(TemplateError::NotFound(_)) => {}
-            Err(e) => return Err(internal(e)),
-        }
-    }
-    match store.get(id) {
-        Ok(t) if mine(&t) => Ok(Some(t)),
-        Ok(_) | Err(TemplateError::NotFound(_)) => Ok(None),
-        Err(e) => Err(internal(e)),
-    }
 }
 
 /// What a create's `templateID` resolves to.

@@ -3,43 +3,53 @@
 //! (no API key: the URL is the capability).
 //!
 //! An upload URL is `/_warren/v1/uploads/{hash}?team=&expires=&signature=`:
-//! an HMAC-SHA256 (a key this gateway draws at start) over the team, the
-//! files hash and the expiry, so it works for that team's hash only, until
-//! it expires (`--build-upload-ttl`), and cannot be guessed or bent to
-//! another team or hash. A gateway restart voids every link (and every
-//! upload: they live in a directory of this process).
+//! an HMAC-SHA256 over the team, the files hash and the expiry, so it works
+//! for that team's hash only, until it expires (`--build-upload-ttl`), and
+//! cannot be guessed or bent to another team or hash. The key is
+//! `--build-upload-key-file`'s (the same file on every gateway: any of them
+//! takes any link), or one drawn at start (links then work only on the
+//! gateway that made them).
 //!
-//! An archive is an **opaque blob** here: written to a private directory
-//! (`--build-upload-dir`, mode 0700, removed at exit) under a name made of
-//! a digest of the team and the hash, read back only to be written into a
-//! build sandbox, where `tar` runs (`builds`). Nothing on this host ever
-//! reads a path out of it. Bounds: one archive at most
-//! `--build-upload-max-bytes` (413), all of them at most
-//! `--build-upload-total-bytes` (507), each kept `--build-upload-ttl`
-//! after its upload (a build that started in time holds it open).
-//!
-//! Like build status, uploads live on the gateway that took them: behind a
-//! load balancer the upload and the build must reach the same gateway.
+//! An archive is an **opaque blob**: staged in a private directory while it
+//! arrives (at most `--build-upload-max-bytes`, 413), put into the blob
+//! store (`--blob-store`, or the local store `--build-upload-dir`) under
+//! its SHA-256, and recorded in the scheduler's store as the team's upload
+//! of that files hash (`PutUpload`), where the team's and everyone's bytes
+//! are bounded in the writing transaction (`--build-upload-team-bytes`,
+//! 429; `--build-upload-total-bytes`, 507) and an upload is kept
+//! `--build-upload-ttl`. A replaced or expired archive's blob is noted as
+//! unused and removed by the blob sweep (`super::layers`); a build that
+//! claimed it keeps it while it runs. Read back only to be written into a
+//! build sandbox, where `tar` runs (`builds`); nothing on a gateway host
+//! ever reads a path out of it.
 
 use crate::auth::Team;
 use crate::error::ApiError;
 use hmac::{Hmac, Mac};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
-use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use sha2::Sha256;
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use warren_blob::BlobStore;
 use warren_core::server::Incoming;
+use warren_proto::client::Scheduler;
+use warren_proto::scheduler::v1 as pb;
 
-/// Where uploads wait and how big and how old they may get (the
+/// Where uploads go and how big and how old they may get (the
 /// `--build-upload-*` flags).
 #[derive(Debug, Clone)]
 pub struct UploadSettings {
-    /// The directory the private upload directory is made in.
+    /// The local blob store archives are kept in without `--blob-store`.
     pub dir: PathBuf,
+    /// Where an upload is staged while it arrives (a private directory is
+    /// made in it).
+    pub staging: PathBuf,
+    /// The link-signing key (`--build-upload-key-file`); `None`: drawn at
+    /// start.
+    pub key: Option<Vec<u8>>,
     /// Largest single archive, in bytes.
     pub max_bytes: u64,
     /// Most bytes all archives may take at once.
@@ -50,57 +60,23 @@ pub struct UploadSettings {
     pub ttl: Duration,
 }
 
-/// One stored archive.
-#[derive(Debug)]
-struct Blob {
-    team: String,
-    size: u64,
-    at: Instant,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Bytes on disk: stored archives plus uploads in flight.
-    used: u64,
-    /// The same, per team.
-    by_team: HashMap<String, u64>,
-    /// Stored archives by file name.
-    blobs: HashMap<String, Blob>,
-}
-
-impl State {
-    /// Counts `n` more bytes for `team`.
-    fn take(&mut self, team: &str, n: u64) {
-        self.used += n;
-        *self.by_team.entry(team.to_string()).or_default() += n;
-    }
-
-    /// Counts `n` bytes of `team`'s as freed.
-    fn give_back(&mut self, team: &str, n: u64) {
-        self.used = self.used.saturating_sub(n);
-        if let Some(t) = self.by_team.get_mut(team) {
-            *t = t.saturating_sub(n);
-            if *t == 0 {
-                self.by_team.remove(team);
-            }
-        }
-    }
-}
-
-/// The uploads this gateway holds.
-#[derive(Debug)]
+/// The uploads, recorded in the scheduler's store.
 pub(crate) struct Uploads {
     settings: UploadSettings,
-    /// The private directory (made at start, removed on drop).
-    dir: PathBuf,
-    /// The link-signing key, drawn at start.
+    scheduler: Arc<Scheduler>,
+    /// The blob store (`--blob-store`); `None`: the local store at
+    /// `settings.dir`, opened on first use ([`Uploads::blobs`]).
+    shared: Option<Arc<BlobStore>>,
+    local: Mutex<Option<Arc<BlobStore>>>,
+    /// The private staging directory (made at start, removed on drop).
+    staging: PathBuf,
+    /// The link-signing key.
     key: Vec<u8>,
-    state: Mutex<State>,
 }
 
 impl Drop for Uploads {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.staging);
     }
 }
 
@@ -142,35 +118,69 @@ fn unix_now() -> u64 {
 }
 
 impl Uploads {
-    /// Makes the private directory in `settings.dir`.
-    pub(crate) fn new(settings: UploadSettings) -> std::io::Result<Uploads> {
+    /// Makes the private staging directory; archives go to `shared`, or
+    /// without it to the local store at `settings.dir`.
+    pub(crate) fn new(
+        settings: UploadSettings,
+        scheduler: Arc<Scheduler>,
+        shared: Option<Arc<BlobStore>>,
+    ) -> std::io::Result<Uploads> {
         use std::os::unix::fs::DirBuilderExt;
-        let dir = settings.dir.join(format!(
+        let staging = settings.staging.join(format!(
             "warren-gateway-uploads-{}",
             warren_core::id::random_token(12)
         ));
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
         Ok(Uploads {
-            key: warren_core::id::random_token(43).into_bytes(),
+            key: settings
+                .key
+                .clone()
+                .unwrap_or_else(|| warren_core::id::random_token(43).into_bytes()),
             settings,
-            dir,
-            state: Mutex::new(State::default()),
+            scheduler,
+            shared,
+            local: Mutex::new(None),
+            staging,
         })
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut g = match self.state.lock() {
+    /// The blob store archives are kept in.
+    pub(crate) fn blobs(&self) -> Result<Arc<BlobStore>, ApiError> {
+        if let Some(b) = &self.shared {
+            return Ok(b.clone());
+        }
+        let mut g = match self.local.lock() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
         };
-        f(&mut g)
+        if let Some(b) = g.as_ref() {
+            return Ok(b.clone());
+        }
+        let dir = &self.settings.dir;
+        let opened = dir
+            .to_str()
+            .ok_or_else(|| format!("{} is not UTF-8", dir.display()))
+            .and_then(|d| BlobStore::open(d, &[]).map_err(|e| e.to_string()))
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "upload_store_unavailable",
+                    format!("cannot open the upload store (--build-upload-dir): {e}"),
+                )
+            })?;
+        let b = Arc::new(opened);
+        *g = Some(b.clone());
+        Ok(b)
     }
 
-    /// The blob's file name: no team name or tenant text in a path.
-    fn blob_name(team: &str, hash: &str) -> String {
-        let t = Sha256::digest(team.as_bytes());
-        let t: String = t.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{t}-{hash}")
+    /// The blob store archives are kept in, if there is one yet: never
+    /// made by asking.
+    pub(crate) fn existing(&self) -> Option<Arc<BlobStore>> {
+        if self.shared.is_some() || self.settings.dir.is_dir() {
+            self.blobs().ok()
+        } else {
+            None
+        }
     }
 
     fn signature(&self, team: &str, hash: &str, expires: u64) -> Result<Hmac<Sha256>, ApiError> {
@@ -180,39 +190,35 @@ impl Uploads {
         Ok(mac)
     }
 
-    /// Drops archives older than the TTL.
-    fn sweep(&self) {
-        let ttl = self.settings.ttl;
-        let gone: Vec<String> = self.with(|s| {
-            let old: Vec<String> = s
-                .blobs
-                .iter()
-                .filter(|(_, b)| b.at.elapsed() >= ttl)
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in &old {
-                if let Some(b) = s.blobs.remove(k) {
-                    s.give_back(&b.team, b.size);
-                }
-            }
-            old
-        });
-        for name in gone {
-            let _ = std::fs::remove_file(self.dir.join(name));
+    /// The team's upload of `hash`, if it is there and has not expired.
+    async fn get(&self, team: &str, hash: &str) -> Result<Option<pb::Upload>, ApiError> {
+        let req = pb::GetUploadRequest {
+            team_id: team.to_string(),
+            files_hash: hash.to_string(),
+        };
+        match self
+            .scheduler
+            .call("GetUpload", |mut c| {
+                let req = req.clone();
+                async move { c.get_upload(req).await }
+            })
+            .await
+        {
+            Ok(u) => Ok(Some(u)),
+            Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+            Err(s) => Err(ApiError::from_scheduler(&s, None)),
         }
     }
 
     /// `GET /templates/{id}/files/{hash}`: whether the team's archive is
-    /// here, and a link to upload it (201, as E2B answers).
-    pub(crate) fn link(
+    /// there, and a link to upload it (201, as E2B answers).
+    pub(crate) async fn link(
         &self,
         team: &Team,
         hash: &str,
         headers: &HeaderMap,
     ) -> Result<serde_json::Value, ApiError> {
         validate_hash(hash)?;
-        self.sweep();
-        let present = self.with(|s| s.blobs.contains_key(&Self::blob_name(&team.0, hash)));
         let host = headers
             .get(http::header::HOST)
             .and_then(|h| h.to_str().ok())
@@ -223,6 +229,7 @@ impl Uploads {
                     "the request has no usable Host header to build the upload link from",
                 )
             })?;
+        let present = self.get(&team.0, hash).await?.is_some();
         let scheme = match headers
             .get("x-forwarded-proto")
             .and_then(|v| v.to_str().ok())
@@ -272,7 +279,10 @@ impl Uploads {
         self.signature(&team, hash, expires)?
             .verify_slice(&sig)
             .map_err(|_| {
-                forbidden("this upload link is not valid (not made by this gateway for this team and files hash)")
+                forbidden(
+                    "this upload link is not valid (not made for this team and files hash by a \
+                     gateway with this gateway's --build-upload-key-file)",
+                )
             })?;
         if unix_now() > expires {
             return Err(forbidden(
@@ -300,7 +310,6 @@ impl Uploads {
                 return Err(e);
             }
         };
-        self.sweep();
         let max = self.settings.max_bytes;
         let too_large = || {
             ApiError::new(
@@ -321,11 +330,11 @@ impl Uploads {
             return Err(too_large());
         }
         let partial = self
-            .dir
+            .staging
             .join(format!(".partial-{}", warren_core::id::random_token(16)));
-        let mut written = 0u64;
-        let result = async {
+        let staged = async {
             let mut file = std::fs::File::create(&partial).map_err(internal)?;
+            let mut written = 0u64;
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| {
                     ApiError::bad_request("invalid_body", format!("reading the upload: {e}"))
@@ -333,92 +342,138 @@ impl Uploads {
                 let Ok(data) = frame.into_data() else {
                     continue;
                 };
-                let n = data.len() as u64;
-                if written + n > max {
+                written += data.len() as u64;
+                if written > max {
                     return Err(too_large());
                 }
-                let (total, per_team) = (self.settings.total_bytes, self.settings.team_bytes);
-                self.with(|s| {
-                    if s.by_team.get(&team).copied().unwrap_or(0) + n > per_team {
-                        return Err(ApiError::new(
-                            StatusCode::TOO_MANY_REQUESTS,
-                            "upload_quota_exceeded",
-                            format!(
-                                "team {team}'s uploads would pass {per_team} bytes, the most one \
-                                 team may keep on this gateway (--build-upload-team-bytes); \
-                                 they are kept {:?}, or replaced by a new upload of the same files",
-                                self.settings.ttl
-                            ),
-                        ));
-                    }
-                    if s.used + n > total {
-                        return Err(ApiError::new(
-                            StatusCode::INSUFFICIENT_STORAGE,
-                            "upload_store_full",
-                            format!(
-                                "this gateway holds {total} bytes of uploads at most \
-                                 (--build-upload-total-bytes) and is full; try again later"
-                            ),
-                        ));
-                    }
-                    s.take(&team, n);
-                    Ok(())
-                })?;
-                written += n;
                 file.write_all(&data).map_err(internal)?;
             }
             file.sync_all().map_err(internal)?;
-            let name = Self::blob_name(&team, hash);
-            std::fs::rename(&partial, self.dir.join(&name)).map_err(internal)?;
-            self.with(|s| {
-                if let Some(old) = s.blobs.insert(
-                    name,
-                    Blob {
-                        team: team.clone(),
-                        size: written,
-                        at: Instant::now(),
-                    },
-                ) {
-                    s.give_back(&old.team, old.size);
-                }
-            });
-            Ok(())
+            Ok(written)
         }
         .await;
-        if result.is_err() {
-            let _ = std::fs::remove_file(&partial);
-            self.with(|s| s.give_back(&team, written));
-            drain(&mut body, DRAIN).await;
-        } else {
-            tracing::info!(team = %team, hash, bytes = written, "build files uploaded");
-        }
+        let result = match staged {
+            Ok(_) => self.keep(&team, hash, &partial).await,
+            Err(e) => {
+                drain(&mut body, DRAIN).await;
+                Err(e)
+            }
+        };
+        let _ = std::fs::remove_file(&partial);
         result
     }
 
-    /// The team's archive for `hash`, opened (it stays readable through the
-    /// open file even once it expires), and its size.
-    pub(crate) fn open(&self, team: &Team, hash: &str) -> Result<(std::fs::File, u64), ApiError> {
-        validate_hash(hash)?;
-        self.sweep();
-        let name = Self::blob_name(&team.0, hash);
-        let missing = || {
-            ApiError::bad_request(
-                "files_not_uploaded",
-                format!(
-                    "no upload of the files with hash {hash} (COPY's files are uploaded \
-                     before the build starts, through GET /templates/{{id}}/files/{{hash}}; \
-                     uploads are kept {:?})",
-                    self.settings.ttl
-                ),
+    /// Puts the staged archive at `path` into the blob store and records
+    /// it as `team`'s upload of `hash`.
+    async fn keep(&self, team: &str, hash: &str, path: &std::path::Path) -> Result<(), ApiError> {
+        let blobs = self.blobs()?;
+        let (digest, size) = blobs.put_file(path).await.map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "blob_store_unavailable",
+                format!("cannot store the archive in {blobs}: {e}"),
             )
+        })?;
+        let expected = self.get(team, hash).await?.map_or(0, |u| u.version);
+        let s = self.settings.clone();
+        let req = pb::PutUploadRequest {
+            team_id: team.to_string(),
+            files_hash: hash.to_string(),
+            blob_digest: digest.as_str().to_string(),
+            size_bytes: size,
+            ttl_ms: s.ttl.as_millis() as u64,
+            expected_version: expected,
+            bounds: Some(pb::UploadBounds {
+                max_team_bytes: s.team_bytes,
+                max_total_bytes: s.total_bytes,
+            }),
         };
-        if !self.with(|s| s.blobs.contains_key(&name)) {
-            return Err(missing());
-        }
-        let path: &Path = &self.dir.join(&name);
-        let file = std::fs::File::open(path).map_err(|_| missing())?;
-        let size = file.metadata().map_err(internal)?.len();
-        Ok((file, size))
+        let put = self
+            .scheduler
+            .call("PutUpload", |mut c| {
+                let req = req.clone();
+                async move { c.put_upload(req).await }
+            })
+            .await;
+        let refused = match put {
+            Ok(_) => {
+                tracing::info!(team = %team, hash, bytes = size, blob = %digest, "build files uploaded");
+                return Ok(());
+            }
+            Err(st) => st,
+        };
+        // The blob is nobody's (unless another record names it: the sweep
+        // checks).
+        let note = pb::NoteUnusedBlobsRequest {
+            digests: vec![digest.as_str().to_string()],
+        };
+        let _ = self
+            .scheduler
+            .call("NoteUnusedBlobs", |mut c| {
+                let req = note.clone();
+                async move { c.note_unused_blobs(req).await }
+            })
+            .await;
+        let bound = refused
+            .metadata()
+            .get(warren_proto::BOUND_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        Err(match refused.code() {
+            tonic::Code::ResourceExhausted if bound == warren_proto::BOUND_TOTAL_UPLOAD_BYTES => {
+                ApiError::new(
+                    StatusCode::INSUFFICIENT_STORAGE,
+                    "upload_store_full",
+                    format!(
+                        "uploads take {} bytes at most (--build-upload-total-bytes) and are \
+                         full; try again later",
+                        s.total_bytes
+                    ),
+                )
+            }
+            tonic::Code::ResourceExhausted => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "upload_quota_exceeded",
+                format!(
+                    "team {team}'s uploads would pass {} bytes, the most one team may keep \
+                     (--build-upload-team-bytes); they are kept {:?}, or replaced by a new \
+                     upload of the same files",
+                    s.team_bytes, s.ttl
+                ),
+            ),
+            tonic::Code::AlreadyExists | tonic::Code::Aborted => ApiError::new(
+                StatusCode::CONFLICT,
+                "upload_changed",
+                format!(
+                    "another upload of the files with hash {hash} was recorded at the same \
+                     time; try again"
+                ),
+            ),
+            _ => ApiError::from_scheduler(&refused, None),
+        })
+    }
+
+    /// The archive of a build's `upload`, fetched and verified into the
+    /// staging directory and opened there (the name is removed at once),
+    /// and its size.
+    pub(crate) async fn open(&self, upload: &pb::Upload) -> Result<(std::fs::File, u64), String> {
+        let blobs = self.blobs().map_err(|e| e.message)?;
+        let digest: warren_blob::Digest = upload
+            .blob_digest
+            .parse()
+            .map_err(|e| format!("the upload's blob {:?}: {e}", upload.blob_digest))?;
+        let path = self
+            .staging
+            .join(format!(".build-{}", warren_core::id::random_token(16)));
+        let size = blobs.fetch(&digest, &path).await.map_err(|e| {
+            format!(
+                "cannot read the uploaded files (hash {}) from {blobs}: {e}",
+                upload.files_hash
+            )
+        })?;
+        let file = std::fs::File::open(&path);
+        let _ = std::fs::remove_file(&path);
+        Ok((file.map_err(internal).map_err(|e| e.message)?, size))
     }
 }
 
@@ -458,50 +513,63 @@ mod tests {
 
     fn uploads() -> (tempfile::TempDir, Uploads) {
         let d = tempfile::tempdir().unwrap();
-        let u = Uploads::new(UploadSettings {
-            dir: d.path().to_path_buf(),
-            max_bytes: 10,
-            total_bytes: 20,
-            team_bytes: 15,
-            ttl: Duration::from_secs(60),
-        })
+        let scheduler = Arc::new(
+            Scheduler::new(
+                &["http://127.0.0.1:1".to_string()],
+                Duration::from_secs(1),
+                Duration::from_secs(1),
+                None,
+            )
+            .unwrap(),
+        );
+        let u = Uploads::new(
+            UploadSettings {
+                dir: d.path().join("uploads"),
+                staging: d.path().to_path_buf(),
+                key: None,
+                max_bytes: 10,
+                total_bytes: 20,
+                team_bytes: 15,
+                ttl: Duration::from_secs(60),
+            },
+            scheduler,
+            None,
+        )
         .unwrap();
         (d, u)
     }
 
-    #[test]
-    fn links_are_bound_to_team_hash_and_time() {
+    #[tokio::test]
+    async fn links_are_bound_to_team_hash_and_time() {
         let (_d, u) = uploads();
         let h = "a".repeat(64);
-        let mut headers = HeaderMap::new();
-        headers.insert(http::header::HOST, "gw:3000".parse().unwrap());
-        let link = u.link(&Team("t1".into()), &h, &headers).unwrap();
-        assert_eq!(link["present"], false);
-        let url = link["url"].as_str().unwrap();
-        let (path, query) = url.split_once('?').unwrap();
-        assert_eq!(path, format!("http://gw:3000/_warren/v1/uploads/{h}"));
-        assert_eq!(u.check(&h, query).unwrap(), "t1");
+        let sig = |team: &str, expires: u64| {
+            let s = u
+                .signature(team, &h, expires)
+                .unwrap()
+                .finalize()
+                .into_bytes();
+            s.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        };
+        let later = unix_now() + 60;
+        let query = format!("team=t1&expires={later}&signature={}", sig("t1", later));
+        assert_eq!(u.check(&h, &query).unwrap(), "t1");
         // Another team, another hash, a later expiry: refused.
         let forged = query.replace("team=t1", "team=t2");
         assert!(format!("{:?}", u.check(&h, &forged).unwrap_err()).contains("not valid"));
         let other = "b".repeat(64);
-        assert!(u.check(&other, query).is_err());
-        let exp = query
-            .split('&')
-            .find(|p| p.starts_with("expires="))
-            .unwrap()
-            .to_string();
-        let later = query.replace(&exp, "expires=99999999999");
-        assert!(u.check(&h, &later).is_err());
-        // An expired link (signed by this gateway, but past its time).
-        let sig = u.signature("t1", &h, 1).unwrap().finalize().into_bytes();
-        let sig: String = sig.iter().map(|b| format!("{b:02x}")).collect();
-        let old = format!("team=t1&expires=1&signature={sig}");
+        assert!(u.check(&other, &query).is_err());
+        let stretched = query.replace(&format!("expires={later}"), "expires=99999999999");
+        assert!(u.check(&h, &stretched).is_err());
+        // An expired link (signed with this key, but past its time).
+        let old = format!("team=t1&expires=1&signature={}", sig("t1", 1));
         assert!(format!("{:?}", u.check(&h, &old).unwrap_err()).contains("expired"));
+        // A link signed with another gateway's key.
+        let (_d2, v) = uploads();
+        assert!(v.check(&h, &query).is_err());
         // Bad hashes.
         for bad in ["", "../x", &"A".repeat(64), &"a".repeat(63)] {
             assert!(validate_hash(bad).is_err(), "{bad}");
         }
-        assert!(u.open(&Team("t1".into()), &h).is_err());
     }
 }

@@ -4,16 +4,18 @@
 //! snapshotted and recorded as the team's template (see the module doc of
 //! `builds`).
 
-use super::super::team_store;
-use super::held::Builds;
+use super::super::catalog;
+use super::ledger::Running;
 use super::plan::{copy_base, Plan, Step};
 use super::{tagged, BUILT_SOURCE};
-use crate::limits::{SandboxCaps, StoreLimits};
+use crate::limits::SandboxCaps;
+use crate::state::App;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
+use warren_proto::scheduler::v1 as pb;
 use warren_template::spec::Defaults;
-use warren_template::{Snapshot, Store, Template};
+use warren_template::{Snapshot, Template};
 
 /// Most output of one step kept for the log, in bytes.
 const MAX_STEP_OUTPUT: usize = 1024 * 1024;
@@ -27,12 +29,13 @@ const COPY_CHUNK: usize = 8 * 1024 * 1024;
 
 /// A started build, run to its end in the background.
 pub(super) struct Job {
-    pub(super) builds: Arc<Builds>,
+    pub(super) app: Arc<App>,
+    /// The build's log and lease.
+    pub(super) log: Running,
     pub(super) build_id: String,
     pub(super) team: String,
     pub(super) name: String,
     pub(super) tags: Vec<String>,
-    pub(super) store: Store,
     pub(super) self_url: String,
     pub(super) key: String,
     pub(super) parent: Template,
@@ -40,10 +43,11 @@ pub(super) struct Job {
     pub(super) memory_mb: u64,
     /// What a team's template may have at most (its disk is its parent's).
     pub(super) caps: SandboxCaps,
-    /// The team's share of the store (its templates' count).
-    pub(super) store_limits: StoreLimits,
     pub(super) plan: Plan,
-    /// COPY archives by files hash (opened at the start), with their sizes.
+    /// The uploads its COPY steps read, as claimed.
+    pub(super) uploads: Vec<pb::Upload>,
+    /// Their archives by files hash (fetched at the start), with their
+    /// sizes.
     pub(super) files: HashMap<String, (Arc<std::fs::File>, u64)>,
 }
 
@@ -51,7 +55,16 @@ pub(super) struct Job {
 type Failure = (String, Option<String>);
 
 impl Job {
-    pub(super) async fn run(self) {
+    pub(super) async fn run(mut self) {
+        for u in std::mem::take(&mut self.uploads) {
+            match self.app.uploads.open(&u).await {
+                Ok((file, size)) => {
+                    self.files
+                        .insert(u.files_hash.clone(), (Arc::new(file), size));
+                }
+                Err(e) => return self.finish(Err((e, None))).await,
+            }
+        }
         let client = match warren_client::ClientBuilder::new(&[self.self_url.as_str()])
             .api_key(self.key.clone())
             .attempts(1)
@@ -59,11 +72,7 @@ impl Job {
             .build()
         {
             Ok(c) => c,
-            Err(e) => {
-                self.builds
-                    .finish(&self.build_id, Err((format!("cannot start: {e}"), None)));
-                return;
-            }
+            Err(e) => return self.finish(Err((format!("cannot start: {e}"), None))).await,
         };
         let new = warren_client::NewSandbox {
             template_id: self.plan.from.clone(),
@@ -77,11 +86,9 @@ impl Job {
         let sandbox = match client.create(&new, &self.build_id).await {
             Ok(c) => c.sandbox,
             Err(e) => {
-                self.builds.finish(
-                    &self.build_id,
-                    Err((format!("cannot start the build sandbox: {e}"), None)),
-                );
-                return;
+                return self
+                    .finish(Err((format!("cannot start the build sandbox: {e}"), None)))
+                    .await
             }
         };
         let result = self.steps(&client, &sandbox).await;
@@ -97,11 +104,15 @@ impl Job {
                 tracing::info!(template = %self.name, build = %self.build_id, error = %m, "template build failed")
             }
         }
-        self.builds.finish(&self.build_id, result);
+        self.finish(result).await;
+    }
+
+    async fn finish(self, result: Result<(), Failure>) {
+        self.log.finish(result).await;
     }
 
     fn log(&self, level: &'static str, m: String) {
-        self.builds.log(&self.build_id, level, m);
+        self.log.log(level, m);
     }
 
     /// Runs `cmd` in the sandbox; its output goes to the log.
@@ -473,10 +484,10 @@ impl Job {
             .as_str()
             .ok_or_else(|| format!("the snapshot answer has no snapshotID: {answer}"))?
             .to_string();
-        let snap = self
-            .store
-            .get(&snap_id)
-            .map_err(|e| format!("cannot read the build's snapshot {snap_id}: {e}"))?;
+        let (snap, snap_version) = catalog::get(&self.app, &snap_id)
+            .await
+            .map_err(|e| format!("cannot read the build's snapshot {snap_id}: {}", e.message))?
+            .ok_or_else(|| format!("the build's snapshot {snap_id} is gone"))?;
         let mut defaults = Defaults {
             user,
             workdir,
@@ -511,23 +522,31 @@ impl Job {
             images: Vec::new(),
         };
         let names: Vec<String> = self.tags.iter().map(|t| tagged(&self.name, t)).collect();
-        let mut put =
-            team_store::room_for_templates(&self.store, self.store_limits, &self.team, &names)
-                .map_err(|e| e.message);
+        let team = crate::auth::Team(self.team.clone());
+        let mut put = super::room_for_templates(&self.app, &team, &names).map_err(|e| e.message);
         if put.is_ok() {
             for called in names {
                 template.name = warren_template::named_snapshot_key(&self.team, &called);
                 if let Some(s) = template.snapshot.as_mut() {
                     s.name = Some(called);
                 }
-                put = put.and(team_store::put(&self.store, &template).map_err(|e| e.message));
+                // A rebuild replaces the tag's record (as read now).
+                let step = async {
+                    let expected = catalog::get(&self.app, &template.name)
+                        .await?
+                        .map_or(0, |(_, v)| v);
+                    super::put_built(&self.app, &template, expected).await
+                };
+                put = put.and(step.await.map_err(|e| e.message));
             }
         }
         // The build's snapshot record is done with; its layers are the
         // template's now, or, when nothing was recorded, nobody's.
         if put.is_ok() {
-            let _ = self.store.remove(&snap_id);
-        } else if let Err(e) = team_store::remove(&self.store, &snap) {
+            if let Err(e) = catalog::remove(&self.app, &snap_id, snap_version).await {
+                tracing::warn!(build = %self.build_id, error = %e.message, "cannot remove the build's snapshot record");
+            }
+        } else if let Err(e) = super::remove_record(&self.app, &snap, snap_version).await {
             tracing::warn!(build = %self.build_id, error = %e.message, "cannot remove the build's snapshot");
         }
         put

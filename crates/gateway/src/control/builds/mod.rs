@@ -19,8 +19,7 @@
 //! snapshot's root under the team's template name with the defaults the
 //! steps set (USER, WORKDIR, ENV, startCmd, readyCmd, cpuCount,
 //! memoryMB); the sandbox is killed either way. So a build needs the
-//! `isolated` runtime (snapshots) and the
-//! shared template store, as snapshots do.
+//! `isolated` runtime (snapshots), as snapshots do.
 //!
 //! COPY: the archive the SDK uploaded (a tar, gzipped or not, of paths
 //! relative to its context directory) is written into the build sandbox
@@ -46,38 +45,42 @@
 //! `--max-sandbox-cpus` and `--max-sandbox-memory-mb` (400 naming the
 //! flag), its disk its parent's, at most `--max-sandbox-disk-mb`; a team's
 //! built templates at most `--template-team-count` (each tag counts; 429).
-//! A build's status and logs live in the memory of the gateway that
-//! started it ([`held`]: per team and in all, with a TTL for builds never
-//! started, a retention for finished ones and bounded logs); behind a load
-//! balancer the status polls must reach that gateway (a sticky balancer),
-//! and a gateway restart forgets builds in flight (the template keeps its
-//! previous build).
+//! A build is a record of the scheduler's store ([`ledger`]): any gateway
+//! answers its status and log, the gateway that starts it claims it under
+//! a lease and runs it, and a build whose gateway dies fails once the
+//! lease runs out (it is not taken over: its sandbox and half-run steps
+//! were that gateway's). The template records it reads and writes are
+//! wherever this gateway keeps records (`super::catalog`: the shared
+//! `--template-dir`, or the scheduler's store with `--blob-store`); its
+//! COPY archives are blobs (`super::uploads`).
 //!
 //! # Layout
 //! - this file: the handlers (request, start, status, files, tags);
 //! - [`plan`]: the steps checked; the template an image stands for;
-//! - [`held`]: the builds held in memory, with their bounds;
+//! - [`ledger`]: the builds in the scheduler's store, their logs and
+//!   leases;
 //! - [`job`]: a started build, run in its sandbox.
 
-mod held;
 mod job;
+mod ledger;
 mod plan;
 
+use super::catalog::{self, Versioned};
 use super::reply;
 use crate::auth::Team;
 use crate::error::ApiError;
 use crate::state::App;
-pub(crate) use held::Builds;
-use held::{Asked, Page};
 use http::{HeaderMap, Response, StatusCode};
+pub(crate) use ledger::Builds;
+use ledger::{Asked, Page};
 use plan::{parse_plan, resolve_image, Step};
-use std::collections::HashMap;
 use std::sync::Arc;
 use warren_core::body::Body;
-use warren_template::{Store, Template, TemplateError};
+use warren_proto::scheduler::v1::RecordKind;
+use warren_template::Template;
 
 /// Most log entries one status answer carries (E2B's `limit` maximum).
-const MAX_PAGE: usize = 100;
+const MAX_PAGE: u32 = 100;
 /// What a built template's record says it came from (how it is told from
 /// a snapshot, which is also a team's template record).
 pub(crate) const BUILT_SOURCE: &str = "api build";
@@ -113,7 +116,11 @@ struct Requested {
 
 /// `POST /v3/templates` (E2B's `TemplateBuildRequestV3`): checks the name
 /// and resources and makes a waiting build. The template id is the name.
-pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Body>, ApiError> {
+pub(super) async fn request(
+    app: &App,
+    team: &Team,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
     let v: serde_json::Value =
         serde_json::from_slice(body).map_err(|e| bad(format!("invalid JSON body: {e}")))?;
     let obj = v
@@ -160,8 +167,8 @@ pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Bo
     let caps = app.settings.limits.sandbox;
     let cpu_count = caps.cpus(number("cpuCount", 2)?).map_err(bad)?;
     let memory_mb = caps.memory_mb(number("memoryMB", 512)?).map_err(bad)?;
-    let store = super::snapshots::store(app)?;
-    if matches!(store.get(&name), Ok(t) if t.snapshot.is_none()) {
+    super::snapshots::records_ready(app)?;
+    if matches!(catalog::get(app, &name).await?, Some((t, _)) if t.snapshot.is_none()) {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "template_name_taken",
@@ -169,18 +176,20 @@ pub(super) fn request(app: &App, team: &Team, body: &[u8]) -> Result<Response<Bo
         ));
     }
     let new_names: Vec<String> = tags.iter().map(|t| tagged(&name, t)).collect();
-    super::team_store::room_for_templates(&store, app.settings.limits.store, &team.0, &new_names)?;
+    room_for_templates(app, team, &new_names)?;
     let build_id = new_build_id();
-    app.builds.request(
-        &build_id,
-        &team.0,
-        Asked {
-            name: name.clone(),
-            tags: tags.clone(),
-            cpu_count,
-            memory_mb,
-        },
-    )?;
+    app.builds
+        .request(
+            &build_id,
+            &team.0,
+            &Asked {
+                name: name.clone(),
+                tags: tags.clone(),
+                cpu_count,
+                memory_mb,
+            },
+        )
+        .await?;
     tracing::info!(template = %name, build = %build_id, team = %team.0, "template build requested");
     reply(
         StatusCode::ACCEPTED,
@@ -241,10 +250,10 @@ pub(crate) fn tagged(name: &str, tag: &str) -> String {
     }
 }
 
-/// `POST /v2/templates/{id}/builds/{buildID}`: checks the steps and
-/// starts the build; 202.
-pub(super) fn start(
-    app: &App,
+/// `POST /v2/templates/{id}/builds/{buildID}`: checks the steps, claims
+/// the build for this gateway and starts it; 202.
+pub(super) async fn start(
+    app: &Arc<App>,
     team: &Team,
     headers: &HeaderMap,
     template_raw: &str,
@@ -253,37 +262,23 @@ pub(super) fn start(
 ) -> Result<Response<Body>, ApiError> {
     let template_id = decode(template_raw)?;
     let mut plan = parse_plan(body)?;
-    // Every COPY's archive, opened now: an unknown hash is this request's
-    // 400, and an archive that expires mid-build stays readable.
-    let mut files = HashMap::new();
-    for (i, step) in plan.steps.iter().enumerate() {
-        if let Step::Copy { hash, .. } = step {
-            if !files.contains_key(hash) {
-                let (file, size) = app
-                    .uploads
-                    .open(team, hash)
-                    .map_err(|e| bad(format!("step {}: {}", i + 1, e.message)))?;
-                files.insert(hash.clone(), (Arc::new(file), size));
-            }
-        }
-    }
-    let store = super::snapshots::store(app)?;
+    super::snapshots::records_ready(app)?;
     if let Some(image) = &plan.image {
-        plan.from = resolve_image(&store, image)?;
+        let operators = catalog::list(app, None, &[RecordKind::Operator]).await?;
+        plan.from = resolve_image(&operators, image)?;
     }
     // The parent, as this team may use it: its defaults are where the
     // steps start.
-    let parent = match super::snapshots::find_local(&store, team, &plan.from)? {
-        Some(t) => t,
-        None => match store.get(&plan.from) {
-            Ok(t) if t.snapshot.is_none() => t,
-            Ok(_) | Err(TemplateError::NotFound(_)) => {
+    let parent = match super::snapshots::find(app, team, &plan.from).await? {
+        Some((t, _)) => t,
+        None => match catalog::get(app, &plan.from).await? {
+            Some((t, _)) if t.snapshot.is_none() => t,
+            _ => {
                 return Err(bad(format!(
                     "template {:?} (fromTemplate) not found",
                     plan.from
                 )))
             }
-            Err(e) => return Err(super::snapshots::internal(e)),
         },
     };
     let self_url = app.self_url.get().cloned().ok_or_else(|| {
@@ -298,23 +293,43 @@ pub(super) fn start(
         .and_then(|v| v.to_str().ok())
         .map(|k| k.trim().to_string())
         .unwrap_or_default();
-    let asked = app.builds.start(build_id, &team.0, &template_id)?;
+    // Every COPY's upload is named in the claim: an unknown hash is this
+    // request's 400, and an archive that expires mid-build stays readable.
+    let mut hashes: Vec<String> = Vec::new();
+    for step in &plan.steps {
+        if let Step::Copy { hash, .. } = step {
+            super::uploads::validate_hash(hash)?;
+            if !hashes.contains(hash) {
+                hashes.push(hash.clone());
+            }
+        }
+    }
+    // What the build runs, for whoever reads the build's record.
+    let plan_json = serde_json::json!({
+        "from": plan.from,
+        "steps": plan.steps.iter().map(Step::describe).collect::<Vec<_>>(),
+    })
+    .to_string();
+    let (asked, uploads) = app
+        .builds
+        .claim(build_id, &team.0, &template_id, plan_json, hashes)
+        .await?;
     let job = job::Job {
-        builds: app.builds.clone(),
+        app: app.clone(),
+        log: app.builds.running(build_id),
         build_id: build_id.to_string(),
         team: team.0.clone(),
         name: asked.name,
         tags: asked.tags,
-        store,
         self_url,
         key,
         parent,
         cpu_count: asked.cpu_count,
         memory_mb: asked.memory_mb,
         caps: app.settings.limits.sandbox,
-        store_limits: app.settings.limits.store,
         plan,
-        files,
+        uploads,
+        files: Default::default(),
     };
     tracing::info!(template = %job.name, build = %build_id, team = %team.0, "template build started");
     tokio::spawn(job.run());
@@ -322,7 +337,7 @@ pub(super) fn start(
 }
 
 /// `GET /templates/{id}/builds/{buildID}/status?logsOffset=&limit=&level=`.
-pub(super) fn status(
+pub(super) async fn status(
     app: &App,
     team: &Team,
     template_raw: &str,
@@ -330,7 +345,7 @@ pub(super) fn status(
     query: &str,
 ) -> Result<Response<Body>, ApiError> {
     let template_id = decode(template_raw)?;
-    let (mut offset, mut limit, mut level) = (0usize, MAX_PAGE, None::<String>);
+    let (mut offset, mut limit, mut level) = (0u64, MAX_PAGE, None::<String>);
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         let q = |m: String| ApiError::bad_request("invalid_query", m);
         match k.as_ref() {
@@ -358,12 +373,14 @@ pub(super) fn status(
         limit,
         level,
     };
-    app.builds.status(build_id, &team.0, &template_id, &page)
+    app.builds
+        .status(build_id, &team.0, &template_id, &page)
+        .await
 }
 
 /// `GET /templates/{id}/files/{hash}`: whether the team's archive of
 /// those files is here, and where to upload it (201).
-pub(super) fn files(
+pub(super) async fn files(
     app: &App,
     team: &Team,
     headers: &HeaderMap,
@@ -373,7 +390,7 @@ pub(super) fn files(
     // The archive is the team's, whatever template it is first used for
     // (E2B keeps them per team too); the id is only checked.
     super::snapshots::validate_name(decode(template_raw)?.split(':').next().unwrap_or_default())?;
-    let link = app.uploads.link(team, hash, headers)?;
+    let link = app.uploads.link(team, hash, headers).await?;
     reply(StatusCode::CREATED, &link)
 }
 
@@ -427,10 +444,11 @@ fn object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, Api
     }
 }
 
-/// The team's built template `called` (`name` or `name:tag`), or 404.
-fn built(store: &Store, team: &Team, called: &str) -> Result<Template, ApiError> {
-    match super::snapshots::find_local(store, team, called)? {
-        Some(t) if is_built(&t) => Ok(t),
+/// The team's built template `called` (`name` or `name:tag`) as read,
+/// or 404.
+async fn built(app: &App, team: &Team, called: &str) -> Result<Versioned, ApiError> {
+    match super::snapshots::find(app, team, called).await? {
+        Some((t, v)) if is_built(&t) => Ok((t, v)),
         _ => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "template_not_found",
@@ -439,10 +457,45 @@ fn built(store: &Store, team: &Team, called: &str) -> Result<Template, ApiError>
     }
 }
 
+/// Whether `team` may keep built templates called `names` as well: the
+/// shared store's records counted here; the scheduler's write checks its
+/// own (`--template-team-count`).
+fn room_for_templates(app: &App, team: &Team, names: &[String]) -> Result<(), ApiError> {
+    match catalog::local(app) {
+        Some(store) => {
+            super::team_store::room_for_templates(&store, app.settings.limits.store, &team.0, names)
+        }
+        None => Ok(()),
+    }
+}
+
+/// Records the team's built template `t`: new (`expected` 0) or in place
+/// of the one read at `expected`. A replaced record's layers are noted.
+pub(super) async fn put_built(app: &App, t: &Template, expected: u64) -> Result<(), ApiError> {
+    match catalog::local(app) {
+        Some(store) => super::team_store::put(&store, t),
+        None => catalog::put(app, t, true, expected).await,
+    }
+}
+
+/// Removes the team's record `t` as read at `version`; its layers are
+/// noted. False when it was gone.
+pub(super) async fn remove_record(app: &App, t: &Template, version: u64) -> Result<bool, ApiError> {
+    match catalog::local(app) {
+        Some(store) => super::team_store::remove(&store, t),
+        None => catalog::remove(app, &t.name, version).await,
+    }
+}
+
 /// `POST /templates/tags` (`Template.assign_tags`): `{target: "name:tag",
 /// tags}`: the target's build gets the tags too (each a record of its own,
-/// moved from any build that had it); 201.
-pub(super) fn assign_tags(app: &App, team: &Team, body: &[u8]) -> Result<Response<Body>, ApiError> {
+/// moved from any build that had it); 201. Of two requests giving one tag
+/// at once, one wins and the other is a 409 (`record_changed`).
+pub(super) async fn assign_tags(
+    app: &App,
+    team: &Team,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
     let obj = object(body)?;
     let target = match obj.get("target") {
         Some(serde_json::Value::String(t)) => t.clone(),
@@ -455,16 +508,17 @@ pub(super) fn assign_tags(app: &App, team: &Team, body: &[u8]) -> Result<Respons
             "target {target:?} is not a template name (name or name:tag)"
         )));
     }
-    let store = super::snapshots::store(app)?;
-    let mut t = built(&store, team, &target)?;
+    super::snapshots::records_ready(app)?;
+    let (mut t, _) = built(app, team, &target).await?;
     let names: Vec<String> = tags.iter().map(|tag| tagged(&name, tag)).collect();
-    super::team_store::room_for_templates(&store, app.settings.limits.store, &team.0, &names)?;
+    room_for_templates(app, team, &names)?;
     for called in names {
         t.name = warren_template::named_snapshot_key(&team.0, &called);
+        let expected = catalog::get(app, &t.name).await?.map_or(0, |(_, v)| v);
         if let Some(s) = t.snapshot.as_mut() {
             s.name = Some(called);
         }
-        super::team_store::put(&store, &t)?;
+        put_built(app, &t, expected).await?;
     }
     reply(
         StatusCode::CREATED,
@@ -476,8 +530,14 @@ pub(super) fn assign_tags(app: &App, team: &Team, body: &[u8]) -> Result<Respons
 }
 
 /// `DELETE /templates/tags` (`Template.remove_tags`): `{name, tags}`: the
-/// tags leave the team's template `name`; 404 if one is not there.
-pub(super) fn remove_tags(app: &App, team: &Team, body: &[u8]) -> Result<Response<Body>, ApiError> {
+/// tags leave the team's template `name`; 404 if one is not there. Of two
+/// requests removing one tag at once, one wins; the other is a 404 or a
+/// 409.
+pub(super) async fn remove_tags(
+    app: &App,
+    team: &Team,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
     let obj = object(body)?;
     let name = match obj.get("name") {
         Some(serde_json::Value::String(n)) => n.split(':').next().unwrap_or_default().to_string(),
@@ -485,13 +545,22 @@ pub(super) fn remove_tags(app: &App, team: &Team, body: &[u8]) -> Result<Respons
     };
     super::snapshots::validate_name(&name)?;
     let tags = string_list(&obj, "tags")?;
-    let store = super::snapshots::store(app)?;
-    let found: Vec<Template> = tags
-        .iter()
-        .map(|tag| built(&store, team, &tagged(&name, tag)))
-        .collect::<Result<_, _>>()?;
-    for t in found {
-        super::team_store::remove(&store, &t)?;
+    super::snapshots::records_ready(app)?;
+    let mut found = Vec::new();
+    for tag in &tags {
+        found.push(built(app, team, &tagged(&name, tag)).await?);
+    }
+    for (t, v) in found {
+        if !remove_record(app, &t, v).await? {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "template_not_found",
+                format!(
+                    "template {:?} not found (removed at the same time)",
+                    t.snapshot.and_then(|s| s.name).unwrap_or(t.name)
+                ),
+            ));
+        }
     }
     Ok(warren_core::body::status(StatusCode::NO_CONTENT))
 }

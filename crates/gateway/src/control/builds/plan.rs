@@ -3,7 +3,7 @@
 
 use super::bad;
 use crate::error::ApiError;
-use warren_template::{Store, Template};
+use warren_template::Template;
 
 /// Most steps one build may have.
 const MAX_STEPS: usize = 500;
@@ -324,19 +324,17 @@ fn no_registry(image: &str, available: &[String]) -> ApiError {
 
 /// The operator template (not a team's) whose build file lists `image`
 /// in its `images`; a 400 naming the images there are when none does.
-pub(super) fn resolve_image(store: &Store, image: &str) -> Result<String, ApiError> {
+pub(super) fn resolve_image(operators: &[Template], image: &str) -> Result<String, ApiError> {
     let wanted =
         warren_template::spec::normalize_image(image).map_err(|_| no_registry(image, &[]))?;
-    let operators: Vec<Template> = store
-        .list()
-        .map_err(super::super::snapshots::internal)?
-        .into_iter()
-        .filter(|t| t.snapshot.is_none())
-        .collect();
+    let operators: Vec<&Template> = operators.iter().filter(|t| t.snapshot.is_none()).collect();
     if let Some(t) = operators.iter().find(|t| t.images.contains(&wanted)) {
         return Ok(t.name.clone());
     }
-    let mut available: Vec<String> = operators.into_iter().flat_map(|t| t.images).collect();
+    let mut available: Vec<String> = operators
+        .into_iter()
+        .flat_map(|t| t.images.iter().cloned())
+        .collect();
     available.sort();
     available.dedup();
     Err(no_registry(image, &available))
@@ -460,8 +458,7 @@ mod tests {
     fn an_image_is_the_operator_template_that_lists_it() {
         let p = parse_plan(br#"{"fromImage":"ubuntu:22.04"}"#).unwrap();
         assert_eq!(p.image.as_deref(), Some("ubuntu:22.04"));
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
+        let mut store: Vec<Template> = Vec::new();
         let record = |name: &str, images: &[&str], team: Option<&str>| Template {
             name: name.into(),
             digest: format!("sha256-{}", "0".repeat(64)),
@@ -484,17 +481,13 @@ mod tests {
             "{unknown}"
         );
         // A team's template never stands for an image.
-        store
-            .put(&record("snap-x", &["ubuntu:22.04"], Some("team-a")))
-            .unwrap();
+        store.push(record("snap-x", &["ubuntu:22.04"], Some("team-a")));
         assert!(resolve_image(&store, "ubuntu:22.04").is_err());
-        store
-            .put(&record(
-                "ubuntu-22.04",
-                &["ubuntu:22.04", "ubuntu:jammy"],
-                None,
-            ))
-            .unwrap();
+        store.push(record(
+            "ubuntu-22.04",
+            &["ubuntu:22.04", "ubuntu:jammy"],
+            None,
+        ));
         for image in ["ubuntu:22.04", "docker.io/library/ubuntu:jammy"] {
             assert_eq!(resolve_image(&store, image).unwrap(), "ubuntu-22.04");
         }
