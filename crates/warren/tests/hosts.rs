@@ -39,8 +39,10 @@ struct Setup {
     isolated: bool,
     /// Nodes and gateways get `--blob-store`.
     blobs: Option<Blobs>,
-    /// node-1's `--capacity` (default: the node's).
+    /// node-1's `--capacity` (default: `capacity`).
     first_node_capacity: Option<u32>,
+    /// Every node's `--capacity` (default: the node's).
+    capacity: Option<u32>,
     /// More arguments for every gateway.
     gateway_args: Vec<String>,
 }
@@ -207,7 +209,11 @@ impl Hosts {
                     "process"
                 },
             ]);
-            if let (Some(n), "node-1") = (setup.first_node_capacity, h.name.as_str()) {
+            let capacity = match (setup.first_node_capacity, h.name.as_str()) {
+                (Some(n), "node-1") => Some(n),
+                _ => setup.capacity,
+            };
+            if let Some(n) = capacity {
                 extra.push("--capacity".into());
                 extra.push(n.to_string());
             }
@@ -711,6 +717,7 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
             isolated: true,
             blobs: Some(Blobs::of(&garage)),
             // One sandbox each: the template's sandboxes go to every node.
+            capacity: Some(1),
             first_node_capacity: None,
             gateway_args: strings(&[
                 "--build-upload-key-file",
@@ -857,7 +864,11 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
             "{s}: {said}"
         );
     }
-    assert!(on.len() >= 2, "the template's sandboxes ran on {on:?}");
+    assert_eq!(on.len(), 3, "the template's sandboxes ran on {on:?}");
+    for s in &sandboxes {
+        let sb: warren_client::Sandbox = serde_json::from_value(s.clone()).expect("a sandbox");
+        client.kill(&sb.sandbox_id).await.expect("killed");
+    }
 
     // Two gateways give one new tag at once, then take it away at once:
     // each time one wins, and the other's answer says why it did not.
@@ -904,10 +915,6 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
     );
     let r = h.try_create(&gateways[0], "built-here:raced").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
-    for s in &sandboxes {
-        let sb: warren_client::Sandbox = serde_json::from_value(s.clone()).expect("a sandbox");
-        client.kill(&sb.sandbox_id).await.expect("killed");
-    }
 
     // A build whose gateway dies: its lease runs out and the build fails,
     // naming that gateway (read through the other).
@@ -959,6 +966,143 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
         reason.contains("lease") && reason.contains("gateway"),
         "{status}"
     );
+    drop(garage);
+}
+
+/// A node's host loses its network in the middle of fetching a layer: the
+/// create fails saying so or goes to another node, the half-fetched layer
+/// is dropped and never unpacked, and once the host is back creates work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_host_cut_off_mid_download_never_uses_the_half_fetched_layer() {
+    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
+    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
+    let garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
+        .await
+        .expect("the garage task")
+        .expect("Garage (cargo install garage; .ci/run installs it)");
+    let blobs = Blobs::of(&garage);
+    let store = base_only_store();
+    let h = Hosts::start_on(
+        net,
+        Setup {
+            isolated: true,
+            blobs: Some(Blobs::of(&garage)),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let pushed = std::process::Command::new(bin())
+        .arg("template")
+        .arg("--template-dir")
+        .arg(store.path())
+        .arg("push")
+        .args(blobs.args("--to", "--blob-option"))
+        .arg("--import")
+        .env("E2B_API_URL", format!("http://{}", h.balancer.addr))
+        .env("E2B_API_KEY", KEY)
+        .envs(blobs.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("warren template push");
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let base: Value = serde_json::from_slice(
+        &std::fs::read(store.path().join("templates/base.json")).expect("base's record"),
+    )
+    .expect("base's record parses");
+    let hex = base["digest"]
+        .as_str()
+        .expect("a digest")
+        .trim_start_matches("sha256-")
+        .to_string();
+
+    // A create, and the host whose node is fetching base for it: a partial
+    // download of at least 4 MiB in its cache's scratch directory.
+    let entry = h.balancer.addr.clone();
+    let create = tokio::spawn(async move {
+        send(
+            &entry,
+            Method::POST,
+            "/v2/sandboxes",
+            &[("x-api-key", KEY)],
+            Some(json!({"templateID": "base", "timeout": 120, "allow_internet_access": false})),
+        )
+        .await
+    });
+    let partial = |i: usize| -> Option<(std::path::PathBuf, u64)> {
+        let tmp = h.node_hosts[i].dir().join("cache/tmp");
+        std::fs::read_dir(tmp)
+            .ok()?
+            .flatten()
+            .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
+            .find(|(_, n)| *n >= 4 << 20)
+    };
+    let (cut, file) = wait_until(
+        "a node to be fetching base",
+        Duration::from_secs(120),
+        || async { (0..h.node_hosts.len()).find_map(|i| partial(i).map(|(p, _)| (i, p))) },
+    )
+    .await;
+    h.node_hosts[cut].disconnect().expect("the cable pulled");
+    let size = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let r = create.await.expect("the create task");
+    let unpacked = h.node_hosts[cut].dir().join("cache/rootfs").join(&hex);
+    eprintln!(
+        "cut {} at {size} bytes of base; the create: {} {}",
+        h.node_hosts[cut].name,
+        r.status,
+        r.text()
+    );
+    if r.status == StatusCode::CREATED {
+        assert_ne!(
+            r.str("clientID"),
+            h.node_hosts[cut].name,
+            "created on the cut-off host: {}",
+            r.text()
+        );
+    } else {
+        assert!(
+            r.status.is_server_error() && !r.message().is_empty(),
+            "{} {}",
+            r.status,
+            r.text()
+        );
+    }
+    // The cut-off host's node gives the download up: the partial file goes,
+    // and nothing of it is unpacked.
+    wait_until(
+        "the cut-off node to drop its partial download",
+        Duration::from_secs(120),
+        || {
+            let file = file.clone();
+            async move { (!file.exists()).then_some(()) }
+        },
+    )
+    .await;
+    assert!(
+        !unpacked.exists(),
+        "base was unpacked on the cut-off host from {size} bytes"
+    );
+
+    // Back on the network, every node takes creates again.
+    h.node_hosts[cut].reconnect().expect("the cable back");
+    h.wait_up(cut).await;
+    let client = warren_client::Client::new(&[format!("http://{}", h.balancer.addr)], KEY)
+        .expect("a client");
+    for _ in 0..3 {
+        let s = h.create().await;
+        let sb: warren_client::Sandbox = serde_json::from_value(s.clone()).expect("a sandbox");
+        let out = client
+            .run_to_end(
+                &sb,
+                warren_client::Command::shell("cat /etc/debian_version"),
+            )
+            .await
+            .expect("a command");
+        assert!(!out.stdout.is_empty(), "{s}");
+    }
     drop(garage);
 }
 
