@@ -231,9 +231,15 @@ async fn deleted_snapshots_free_their_layers_once_nothing_stacks_them() {
         || async { gone(&snapshots[2].1).then_some(()) },
     )
     .await;
-    // Nothing of the three is left: no blob, no unpacked tree, no note.
+    // Nothing of the three is left: no blob, no unpacked tree, no note (the
+    // note goes just after the layer: waited for).
+    warren_test_support::wait_until(
+        "the notes of the removed layers to go",
+        Duration::from_secs(30),
+        || async { names(store.path(), "unused").is_empty().then_some(()) },
+    )
+    .await;
     assert_eq!(names(store.path(), "blobs"), Vec::<String>::new());
-    assert!(names(store.path(), "unused").is_empty());
     drop(c);
 }
 
