@@ -77,7 +77,7 @@ impl SnapshotInfo {
 /// The shared store, or why this gateway has none to give: a 503 when
 /// `--template-dir` is missing, a 501 when its records are the
 /// scheduler's (`--blob-store`), where what needs the shared store (the
-/// build API, filesystem-only pauses, the layer sweep) is not served yet.
+/// build API, the layer sweep) is not served yet.
 pub(super) fn store(app: &App) -> Result<Store, ApiError> {
     if let crate::records::Records::Scheduler(blobs) = &app.records {
         return Err(ApiError::new(
@@ -85,8 +85,8 @@ pub(super) fn store(app: &App) -> Result<Store, ApiError> {
             "needs_shared_template_store",
             format!(
                 "this gateway keeps its records in the scheduler and its layers in the blob \
-                 store {blobs} (--blob-store); template builds and filesystem-only pauses need \
-                 a shared --template-dir for now"
+                 store {blobs} (--blob-store); template builds need a shared --template-dir \
+                 for now"
             ),
         ));
     }
