@@ -555,6 +555,7 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
                     sandbox_id: id.to_string(),
                     generation: b.generation,
                     r#type: kind as i32,
+                    paused_record: None,
                 }],
             })
             .await

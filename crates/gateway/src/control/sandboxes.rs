@@ -317,6 +317,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
                             sandbox_id: id.to_string(),
                             generation: b.generation,
                             r#type: EventType::Delete as i32,
+                            paused_record: None,
                         }],
                     })
                     .await

@@ -52,7 +52,7 @@ fn record_from_row(r: &AnyRow) -> Result<TemplateRecord> {
     })
 }
 
-async fn record_in(tx: &mut WriteTx, name: &str) -> Result<Option<TemplateRecord>> {
+pub(super) async fn record_in(tx: &mut WriteTx, name: &str) -> Result<Option<TemplateRecord>> {
     let row = sqlx::query(sql::RECORD_BY_NAME)
         .bind(name)
         .fetch_optional(tx.conn())
@@ -173,7 +173,7 @@ fn same_content(old: &TemplateRecord, new: &TemplateRecord) -> bool {
 
 /// **fenced** One put: the version it was written at. A put that finds
 /// exactly its content in place (at any version) answers with that record.
-async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateRecord> {
+pub(super) async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateRecord> {
     let new = &p.record;
     let name = &new.name;
     let old = record_in(tx, name).await?;
