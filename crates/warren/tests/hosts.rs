@@ -89,6 +89,8 @@ struct Hosts {
     nodes: Vec<Proc>,
     gateways: Vec<Proc>,
     balancer: Balancer,
+    /// The schedulers' database's URL.
+    db: String,
     node_hosts: Vec<Host>,
     _other_hosts: Vec<Host>,
     _pg: PgServer,
@@ -251,6 +253,7 @@ impl Hosts {
             nodes,
             gateways,
             balancer,
+            db: db.clone(),
             node_hosts,
             _other_hosts: other_hosts,
             _pg: pg,
@@ -495,25 +498,7 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
 
     // The operator's upgrade: the store's blobs into the blob store, its
     // templates' records into the scheduler's, one command.
-    let pushed = std::process::Command::new(bin())
-        .arg("template")
-        .arg("--template-dir")
-        .arg(store.path())
-        .arg("push")
-        .args(blobs.args("--to", "--blob-option"))
-        .arg("--import")
-        .env("E2B_API_URL", format!("http://{}", h.balancer.addr))
-        .env("E2B_API_KEY", KEY)
-        .envs(blobs.env.iter().map(|(k, v)| (k, v)))
-        .output()
-        .expect("warren template push");
-    let said = String::from_utf8_lossy(&pushed.stdout).into_owned();
-    assert!(
-        pushed.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&pushed.stderr)
-    );
-    assert!(said.contains("2 templates imported"), "{said}");
+    push_and_import(&h, store.path(), &blobs);
     for gw in &gateways {
         let r = send(gw, Method::GET, "/templates", &[("x-api-key", KEY)], None).await;
         let names: Vec<Value> = r.expect_json().as_array().cloned().unwrap_or_default();
@@ -679,6 +664,178 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
         "{}",
         r.message()
     );
+}
+
+/// A filesystem-paused sandbox resumes on any host once its own is gone,
+/// with nothing shared but the network: its pause through one gateway puts
+/// its writable layer into the blob store and its record into the
+/// scheduler's; with its host's cable pulled, a resume through the other
+/// gateway boots it on another host from that layer (same id, the file
+/// written before the pause there), and its record goes. Killing a
+/// filesystem-paused sandbox removes its record too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gone() {
+    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
+    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
+    let garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
+        .await
+        .expect("the garage task")
+        .expect("Garage (cargo install garage; .ci/run installs it)");
+    let blobs = Blobs::of(&garage);
+    let store = base_only_store();
+    let h = Hosts::start_on(
+        net,
+        Setup {
+            isolated: true,
+            blobs: Some(Blobs::of(&garage)),
+            first_node_capacity: None,
+        },
+    )
+    .await;
+    let gateways: Vec<String> = h.gateways.iter().map(|g| g.addr("gateway http")).collect();
+    push_and_import(&h, store.path(), &blobs);
+
+    // Killed while paused: its record goes with it.
+    let k = h.create_from(&gateways[0], "base").await;
+    let k_id = k["sandboxID"].as_str().expect("id").to_string();
+    pause_filesystem_only(&gateways[0], &k_id).await;
+    assert_eq!(records_named(&h, &format!("paused-{k_id}")), 1);
+    let r = send(
+        &gateways[1],
+        Method::DELETE,
+        &format!("/sandboxes/{k_id}"),
+        &[("x-api-key", KEY)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    assert_eq!(records_named(&h, &format!("paused-{k_id}")), 0);
+
+    // A file in a sandbox made through the first gateway, then paused
+    // filesystem-only: its record is in the scheduler's store.
+    let a = h.create_from(&gateways[0], "base").await;
+    let client = warren_client::Client::new(&[format!("http://{}", h.balancer.addr)], KEY)
+        .expect("a client");
+    let sa: warren_client::Sandbox = serde_json::from_value(a.clone()).expect("a sandbox");
+    client
+        .write_file(
+            &sa,
+            "/home/user/mark.txt",
+            "user",
+            "written before the pause".into(),
+        )
+        .await
+        .expect("a file written");
+    pause_filesystem_only(&gateways[0], &sa.sandbox_id).await;
+    let key = format!("paused-{}", sa.sandbox_id);
+    assert_eq!(records_named(&h, &key), 1);
+
+    // Its host is cut off; the other gateway resumes it elsewhere.
+    let home = a["clientID"].as_str().expect("a node").to_string();
+    let i = h
+        .node_hosts
+        .iter()
+        .position(|n| n.name == home)
+        .expect("its host");
+    h.node_hosts[i].disconnect().expect("cable out");
+    let r = send(
+        &gateways[1],
+        Method::POST,
+        &format!("/sandboxes/{}/resume", sa.sandbox_id),
+        &[("x-api-key", KEY)],
+        Some(json!({"timeout": 120})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let moved = r.expect_json();
+    assert_eq!(moved["sandboxID"], a["sandboxID"], "{moved}");
+    assert_ne!(moved["clientID"].as_str(), Some(home.as_str()), "{moved}");
+    let out = client
+        .run_to_end(
+            &sa,
+            warren_client::Command::shell("cat /home/user/mark.txt"),
+        )
+        .await
+        .expect("cat");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "written before the pause"
+    );
+    // Running there, its record is done with; killed, it is gone.
+    assert_eq!(records_named(&h, &key), 0);
+    let r = send(
+        &gateways[1],
+        Method::DELETE,
+        &format!("/sandboxes/{}", sa.sandbox_id),
+        &[("x-api-key", KEY)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    assert_eq!(records_named(&h, &key), 0);
+}
+
+/// `warren template push --import` of the template store at `store` into
+/// the blob store and, through HAProxy, the scheduler's records: the
+/// operator's upgrade to `--blob-store`, one command.
+fn push_and_import(h: &Hosts, store: &Path, blobs: &Blobs) {
+    let pushed = std::process::Command::new(bin())
+        .arg("template")
+        .arg("--template-dir")
+        .arg(store)
+        .arg("push")
+        .args(blobs.args("--to", "--blob-option"))
+        .arg("--import")
+        .env("E2B_API_URL", format!("http://{}", h.balancer.addr))
+        .env("E2B_API_KEY", KEY)
+        .envs(blobs.env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("warren template push");
+    let said = String::from_utf8_lossy(&pushed.stdout).into_owned();
+    assert!(
+        pushed.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    assert!(said.contains("2 templates imported"), "{said}");
+}
+
+/// How many records the schedulers' store holds under `name` (0 or 1),
+/// read from the database: a paused record belongs to no team, so no API
+/// call shows it.
+fn records_named(h: &Hosts, name: &str) -> u32 {
+    assert!(
+        name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+        "{name}"
+    );
+    let out = std::process::Command::new("psql")
+        .arg(&h.db)
+        .args([
+            "-tAc",
+            &format!("SELECT count(*) FROM template_records WHERE name = '{name}'"),
+        ])
+        .output()
+        .expect("psql");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said.trim().parse().expect("a count")
+}
+
+/// Pauses sandbox `id` filesystem-only through `gateway`.
+async fn pause_filesystem_only(gateway: &str, id: &str) {
+    let r = send(
+        gateway,
+        Method::POST,
+        &format!("/sandboxes/{id}/pause"),
+        &[("x-api-key", KEY)],
+        Some(json!({"memory": false})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "pause {id}: {}", r.text());
 }
 
 /// Replaces blob `digest`'s object in Garage's bucket with other bytes,
