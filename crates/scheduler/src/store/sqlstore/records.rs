@@ -366,6 +366,30 @@ pub(super) async fn delete(
     Ok(noted.into_iter().collect())
 }
 
+/// Deletes sandbox `sandbox_id`'s paused record (`paused-<id>`, kind
+/// PAUSED), if there is one, and notes its layers, in the transaction
+/// that removes the sandbox's binding.
+pub(super) async fn drop_paused(tx: &mut WriteTx, sandbox_id: &str) -> Result<()> {
+    let name = format!("paused-{sandbox_id}");
+    let Some(old) = record_in(tx, &name)
+        .await?
+        .filter(|r| r.kind == RecordKind::Paused)
+    else {
+        return Ok(());
+    };
+    sqlx::query(sql::DELETE_RECORD)
+        .bind(&name)
+        .bind(to_i64(old.version))
+        .execute(tx.conn())
+        .await?;
+    sqlx::query(sql::DELETE_RECORD_LAYERS)
+        .bind(&name)
+        .execute(tx.conn())
+        .await?;
+    let layers: Vec<String> = old.layers.into_iter().map(|l| l.digest).collect();
+    note(tx, &layers).await
+}
+
 pub(super) async fn get(store: &SqlStore, name: &str) -> Result<Option<TemplateRecord>> {
     let row = sqlx::query(sql::RECORD_BY_NAME)
         .bind(name)
