@@ -1443,7 +1443,6 @@ async fn a_filesystem_only_pause_on_a_blob_store_answers_and_reports_its_record(
     let b = s
         .get_sandbox(pb::GetSandboxRequest {
             sandbox_id: auto.id.clone(),
-            ..Default::default()
         })
         .await
         .expect("the binding")

@@ -232,7 +232,7 @@ impl NodeClient {
         // sandbox's paused record. An answer without one (a node on a
         // shared store, or one that could not pack the layer) is no error:
         // the sandbox is paused all the same, to resume on its node.
-        if !(pause && !keep_memory) {
+        if !pause || keep_memory {
             return Ok(None);
         }
         match serde_json::from_slice::<node_api::SandboxInfo>(&bytes) {
