@@ -200,6 +200,7 @@ impl Link {
                 // A filesystem-only pause on a blob store: no gateway is
                 // here to keep its record, so the report carries it and
                 // the scheduler writes it with the PAUSE (fenced alike).
+                let with_record = paused_record.is_some();
                 let req = pb::ReportSandboxEventRequest {
                     node_id: link.me.node_id.clone(),
                     events: vec![pb::SandboxEvent {
@@ -209,7 +210,21 @@ impl Link {
                         paused_record,
                     }],
                 };
-                let result = link.report(&req).await;
+                let result = match link.report(&req).await {
+                    // A record the scheduler refuses must not keep the
+                    // pause from being reported (it would stay EXPIRING,
+                    // answered again at every heartbeat): again without.
+                    Err(s) if with_record && s.code() == Code::InvalidArgument => {
+                        tracing::warn!(sandbox_id = %id, status = %s,
+                            "the scheduler refused the paused record; the sandbox can resume on this node only");
+                        let mut req = req.clone();
+                        for e in &mut req.events {
+                            e.paused_record = None;
+                        }
+                        link.report(&req).await
+                    }
+                    r => r,
+                };
                 match result {
                     Ok(resp) => match resp.results.iter().find(|r| !r.applied) {
                         None => {

@@ -875,9 +875,11 @@ async fn report(
 /// written with the PAUSE, in its transaction, and only when the PAUSE
 /// applies (a report from a node the sandbox is not on writes nothing); a
 /// record that is not the sandbox's own, of this pause, or on another
-/// event is refused with the report. The binding's removal removes the
-/// record and notes its layers.
-async fn a_pause_report_writes_its_paused_record_and_a_delete_removes_it(store: TestStore) {
+/// event is refused with the report. A RESUME, and the binding's removal,
+/// remove the record (and note its layers).
+async fn a_pause_report_writes_its_paused_record_and_a_resume_or_delete_removes_it(
+    store: TestStore,
+) {
     let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
     register(&mut c, "node-a", 10).await;
@@ -947,6 +949,24 @@ async fn a_pause_report_writes_its_paused_record_and_a_delete_removes_it(store: 
         pb::BindingState::Paused as i32
     );
 
+    // Resumed where it was: the record is stale, and goes with the RESUME.
+    let r = report(&mut c, "node-a", &p, pb::EventType::Resume, None)
+        .await
+        .unwrap();
+    assert!(r.applied, "{r:?}");
+    assert_status(get_record(&mut c, &name, "").await, Code::NotFound, "");
+    let r = report(
+        &mut c,
+        "node-a",
+        &p,
+        pb::EventType::Pause,
+        Some(record.clone()),
+    )
+    .await
+    .unwrap();
+    assert!(r.applied, "{r:?}");
+    assert!(get_record(&mut c, &name, "").await.is_ok());
+
     // Gone for good: so is its record, and its layers are noted.
     let r = report(&mut c, "node-a", &p, pb::EventType::Delete, None)
         .await
@@ -969,5 +989,5 @@ on_both_stores!(
     team_bounds_hold_under_concurrent_writers,
     unused_blob_notes_are_removed_only_when_nothing_names_them,
     uploads_round_trip_and_expire,
-    a_pause_report_writes_its_paused_record_and_a_delete_removes_it,
+    a_pause_report_writes_its_paused_record_and_a_resume_or_delete_removes_it,
 );

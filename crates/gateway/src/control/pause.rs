@@ -17,9 +17,9 @@
 //! layer with a record `paused-<id>` no team sees (`warren_template::Paused`):
 //! both into the shared template store, or, with `--blob-store`, the layer
 //! into the blob store and the record back in the pause's answer, which
-//! this gateway writes into the scheduler's store (kind PAUSED) once the
-//! scheduler took the PAUSE ([`keep_paused`]); a node's own auto-pause
-//! carries it in its PAUSE report instead. A resume whose node cannot be reached
+//! this gateway's PAUSE event carries ([`paused_for_event`]): the
+//! scheduler writes it (kind PAUSED) with the PAUSE, fenced alike, as it
+//! does for a node's own auto-pause report. A resume whose node cannot be reached
 //! (or whose binding is LOST) boots it from that layer on another node
 //! instead ([`move_paused`]): the scheduler's fenced `Reassign` gives it
 //! a new node and generation, that node creates it from the record with
@@ -216,11 +216,8 @@ async fn resume_as(
     let mut after = super::sandboxes::set_end(app, id, end_at_ms).await?;
     match change(app, id, b, how).await {
         // Running on its node again: a filesystem-only pause's record is
-        // stale (a later loss of the node must not boot that old layer).
-        // On a shared store its node removed it.
-        Ok(()) if matches!(app.records, Records::Scheduler(_)) => {
-            forget_record(app, id).await;
-        }
+        // stale, and gone (the scheduler deletes it with the RESUME; on a
+        // shared store its node removed it).
         Ok(()) => {}
         // Its node cannot be reached: booted elsewhere from its paused
         // layer, when it has one.
@@ -280,15 +277,22 @@ async fn paused_record(
     Some((t.clone(), settings))
 }
 
-/// Keeps the paused record a blob store's node answered for sandbox
-/// `id`'s filesystem-only pause at `generation` (`record`, a
-/// `warren_template::Template` as JSON) in the scheduler's store: kind
-/// PAUSED, no team, replacing an earlier pause's (version-fenced, like
-/// every record write). Written once the scheduler took the PAUSE, so a
-/// pause it refused leaves no record. Checked first: it must be that
-/// sandbox's own record, of that pause. Best effort: without it the
-/// sandbox resumes on its own node only.
-async fn keep_paused(app: &App, id: &str, generation: u64, record: serde_json::Value) {
+/// The paused record a blob store's node answered for sandbox `id`'s
+/// filesystem-only pause at `generation` (`record`, a
+/// `warren_template::Template` as JSON), as the scheduler stores it, for
+/// the PAUSE event to carry: the scheduler writes it (kind PAUSED, no
+/// team, in place of an earlier pause's) in the transaction that applies
+/// the PAUSE, so a pause it refuses leaves none and a resume right after
+/// finds it. Checked first: it must be that sandbox's own record, of that
+/// pause; anything else is dropped, logged. Without it the sandbox
+/// resumes on its own node only. Its layers' sizes are 0, as a node's
+/// report gives them (a paused record counts against no team's bounds).
+fn paused_for_event(
+    app: &App,
+    id: &str,
+    generation: u64,
+    record: serde_json::Value,
+) -> Option<warren_proto::scheduler::v1::TemplateRecord> {
     if !matches!(app.records, Records::Scheduler(_)) {
         // A node on a blob store behind a gateway on a shared store: the
         // record has nowhere to go that the node could read.
@@ -296,13 +300,13 @@ async fn keep_paused(app: &App, id: &str, generation: u64, record: serde_json::V
             sandbox_id = id,
             "a paused record from a node, but no --blob-store here; not kept"
         );
-        return;
+        return None;
     }
     let t: warren_template::Template = match serde_json::from_value(record) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(sandbox_id = id, error = %e, "the node's paused record does not parse; not kept");
-            return;
+            return None;
         }
     };
     let ours = t.name == warren_template::paused_key(id)
@@ -316,21 +320,10 @@ async fn keep_paused(app: &App, id: &str, generation: u64, record: serde_json::V
     if !ours {
         tracing::warn!(sandbox_id = id, generation, record = %t.name,
             "the node's paused record is not this pause's; not kept");
-        return;
+        return None;
     }
-    let expected = match catalog::get(app, &t.name).await {
-        Ok(found) => found.map_or(0, |(_, v)| v),
-        Err(e) => {
-            tracing::warn!(sandbox_id = id, error = %e.message,
-                "cannot read the earlier paused record; this pause's is not kept");
-            return;
-        }
-    };
-    match catalog::put(app, &t, false, expected).await {
-        Ok(()) => tracing::info!(sandbox_id = id, generation, "paused record kept"),
-        Err(e) => tracing::warn!(sandbox_id = id, error = %e.message,
-            "cannot keep the paused record; the sandbox can resume on its node only"),
-    }
+    let kind = crate::records::kind_of(&t, false);
+    Some(crate::records::to_record(&t, kind, |_| 0))
 }
 
 /// Removes sandbox `id`'s paused record from the scheduler's store, as
@@ -455,8 +448,9 @@ async fn move_paused(
 
 /// Removes what a filesystem-only pause of sandbox `id` left (its record,
 /// and the layer nothing stacks yet): the sandbox is gone for good. Best
-/// effort. With `--blob-store` the record is the scheduler's, whose delete
-/// notes the layer as unused.
+/// effort. With `--blob-store` the record is the scheduler's: removed as
+/// read (`catalog::remove`, which notes its layers as unused), should the
+/// binding's removal not have taken it already.
 pub(super) async fn drop_paused(app: &App, id: &str) {
     if matches!(app.records, Records::Scheduler(_)) {
         return forget_record(app, id).await;
@@ -546,22 +540,36 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
     } else {
         EventType::Resume
     };
-    let resp = app
-        .scheduler
-        .call("ReportSandboxEvent", |mut c| async move {
-            c.report_sandbox_event(ReportSandboxEventRequest {
-                node_id: b.node_id.clone(),
-                events: vec![SandboxEvent {
-                    sandbox_id: id.to_string(),
-                    generation: b.generation,
-                    r#type: kind as i32,
-                    paused_record: None,
-                }],
-            })
-            .await
+    let paused_record = record.and_then(|r| paused_for_event(app, id, b.generation, r));
+    let report = |paused_record: Option<warren_proto::scheduler::v1::TemplateRecord>| {
+        app.scheduler.call("ReportSandboxEvent", move |mut c| {
+            let paused_record = paused_record.clone();
+            async move {
+                c.report_sandbox_event(ReportSandboxEventRequest {
+                    node_id: b.node_id.clone(),
+                    events: vec![SandboxEvent {
+                        sandbox_id: id.to_string(),
+                        generation: b.generation,
+                        r#type: kind as i32,
+                        paused_record,
+                    }],
+                })
+                .await
+            }
         })
-        .await
-        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+    };
+    let with_record = paused_record.is_some();
+    let resp = match report(paused_record).await {
+        // A record the scheduler refuses must not cost the pause, which
+        // has happened on the node: reported again without it.
+        Err(s) if with_record && s.code() == tonic::Code::InvalidArgument => {
+            tracing::warn!(sandbox_id = id, status = %s,
+                "the scheduler refused the paused record; the sandbox can resume on its node only");
+            report(None).await
+        }
+        r => r,
+    }
+    .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
     if let Some(r) = resp.results.iter().find(|r| !r.applied) {
         // Put the node back as the scheduler still has it.
         let _ = app
@@ -587,8 +595,5 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
     app.resolver
         .learn(Arc::new(Route::of_binding(b, state)))
         .await;
-    if let Some(record) = record {
-        keep_paused(app, id, b.generation, record).await;
-    }
     Ok(())
 }

@@ -302,9 +302,18 @@ pub(super) async fn apply_event(
                 }
             }
         }
-        EventType::Resume => transition(&mut tx, (id, node_id, gen), State::Paused, State::Running)
-            .await?
-            .unwrap_or_else(|| applied("running")),
+        // Running again where it was: what a filesystem-only pause left
+        // of it is stale (a later loss of its node must not boot it from
+        // that old layer), so its paused record goes in this transaction.
+        EventType::Resume => {
+            match transition(&mut tx, (id, node_id, gen), State::Paused, State::Running).await? {
+                Some(miss) if !miss.applied => miss,
+                done => {
+                    super::records::drop_paused(&mut tx, id).await?;
+                    done.unwrap_or_else(|| applied("running"))
+                }
+            }
+        }
         EventType::Fork => match tx.binding(id).await? {
             Some(b) if b.node_id == node_id && b.generation == gen => applied("fork noted"),
             _ => missed(tx.explain_miss(id, node_id, gen).await?),

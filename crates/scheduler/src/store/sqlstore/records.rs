@@ -368,7 +368,7 @@ pub(super) async fn delete(
 
 /// Deletes sandbox `sandbox_id`'s paused record (`paused-<id>`, kind
 /// PAUSED), if there is one, and notes its layers, in the transaction
-/// that removes the sandbox's binding.
+/// that removes the sandbox's binding or resumes it.
 pub(super) async fn drop_paused(tx: &mut WriteTx, sandbox_id: &str) -> Result<()> {
     let name = format!("paused-{sandbox_id}");
     let Some(old) = record_in(tx, &name)
