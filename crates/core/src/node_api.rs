@@ -228,6 +228,14 @@ pub struct SandboxInfo {
     /// record names is still in use before it removes it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub layers: Vec<String>,
+    /// A filesystem-only pause's record of the sandbox (a
+    /// `warren_template::Template` named `paused-<id>`, as JSON), in the
+    /// pause's answer from a node whose layers go to a blob store, which
+    /// keeps no records: the gateway writes it into the scheduler's store.
+    /// Absent from every other answer, and from a node that wrote it into
+    /// its shared `--template-dir` (or could not pack the layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_record: Option<serde_json::Value>,
 }
 
 /// `GET /_warren/v1/sandboxes`: what the node hosts now.

@@ -178,8 +178,8 @@ impl Link {
             let link = self.clone();
             tokio::spawn(async move {
                 let (id, gen) = (r.sandbox_id.as_str(), r.generation);
-                match link.registry.pause_at_end(id, gen).await {
-                    Ok(_) => {}
+                let paused_record = match link.registry.pause_at_end(id, gen).await {
+                    Ok(info) => info.paused_record.and_then(|v| paused_record(id, v)),
                     Err(NodeError::NotHosted { .. } | NodeError::Conflict { .. }) => {
                         tracing::debug!(sandbox_id = %id, "nothing to pause at its end");
                         return;
@@ -196,16 +196,35 @@ impl Link {
                         }
                         return;
                     }
-                }
+                };
+                // A filesystem-only pause on a blob store: no gateway is
+                // here to keep its record, so the report carries it and
+                // the scheduler writes it with the PAUSE (fenced alike).
+                let with_record = paused_record.is_some();
                 let req = pb::ReportSandboxEventRequest {
                     node_id: link.me.node_id.clone(),
                     events: vec![pb::SandboxEvent {
                         sandbox_id: id.to_string(),
                         generation: gen,
                         r#type: pb::EventType::Pause as i32,
+                        paused_record,
                     }],
                 };
-                let result = link.report(&req).await;
+                let result = match link.report(&req).await {
+                    // A record the scheduler refuses must not keep the
+                    // pause from being reported (it would stay EXPIRING,
+                    // answered again at every heartbeat): again without.
+                    Err(s) if with_record && s.code() == Code::InvalidArgument => {
+                        tracing::warn!(sandbox_id = %id, status = %s,
+                            "the scheduler refused the paused record; the sandbox can resume on this node only");
+                        let mut req = req.clone();
+                        for e in &mut req.events {
+                            e.paused_record = None;
+                        }
+                        link.report(&req).await
+                    }
+                    r => r,
+                };
                 match result {
                     Ok(resp) => match resp.results.iter().find(|r| !r.applied) {
                         None => {
@@ -320,6 +339,7 @@ impl Link {
                             EventKind::Fork => pb::EventType::Fork,
                             EventKind::Delete => pb::EventType::Delete,
                         } as i32,
+                        paused_record: None,
                     })
                     .collect(),
             };
@@ -350,6 +370,25 @@ impl Link {
                     }
                 }
             }
+        }
+    }
+}
+
+/// The paused record a filesystem-only pause answered (a
+/// `warren_template::Template` as JSON) as the scheduler stores it, for the
+/// PAUSE report. The node does not know every layer's size: 0 (a paused
+/// record counts against no team's bounds).
+fn paused_record(id: &str, v: serde_json::Value) -> Option<pb::TemplateRecord> {
+    match serde_json::from_value::<warren_template::Template>(v) {
+        Ok(t) => Some(warren_proto::records::to_record(
+            &t,
+            pb::RecordKind::Paused,
+            |_| 0,
+        )),
+        Err(e) => {
+            tracing::warn!(sandbox_id = %id, error = %e,
+                "cannot decode the paused record; the sandbox can resume on this node only");
+            None
         }
     }
 }

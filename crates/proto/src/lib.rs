@@ -7,11 +7,14 @@
 //!   `records.proto`) at build time.
 //! - [`client`]: the scheduler client gateways and nodes share (`--scheduler`
 //!   syntax, replica failover, timeouts).
+//! - [`records`]: template records (`warren_template::Template`) as the
+//!   scheduler stores them, and back.
 //! - [`REASON_METADATA`]: the gRPC metadata key that refines a status code
 //!   (e.g. `node-down` on `FAILED_PRECONDITION` from `LookupNode`), and
 //!   [`BOUND_METADATA`], which names the bound a refused write would pass.
 
 pub mod client;
+pub mod records;
 
 pub mod scheduler {
     pub mod v1 {

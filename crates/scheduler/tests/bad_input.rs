@@ -78,6 +78,7 @@ async fn malformed_sandbox_ids_are_rejected_everywhere(store: TestStore) {
                     sandbox_id: id.clone(),
                     generation: 1,
                     r#type: EventType::Delete as i32,
+                    paused_record: None,
                 }],
             })
             .await;
@@ -152,6 +153,7 @@ async fn bad_generations_and_fences_change_nothing(store: TestStore) {
         sandbox_id: p.sandbox_id.clone(),
         generation: p.generation,
         r#type: EventType::Delete as i32,
+        paused_record: None,
     };
     let future = pb::SandboxEvent {
         generation: p.generation + 1000,

@@ -850,6 +850,137 @@ async fn uploads_round_trip_and_expire(store: TestStore) {
     assert!(fresh.version > short.version);
 }
 
+/// One event of `node_id` about `sandbox_id`, carrying `record`.
+async fn report(
+    c: &mut Client,
+    node_id: &str,
+    p: &pb::Placement,
+    kind: pb::EventType,
+    record: Option<pb::TemplateRecord>,
+) -> Result<pb::EventResult, Status> {
+    c.report_sandbox_event(pb::ReportSandboxEventRequest {
+        node_id: node_id.into(),
+        events: vec![pb::SandboxEvent {
+            sandbox_id: p.sandbox_id.clone(),
+            generation: p.generation,
+            r#type: kind as i32,
+            paused_record: record,
+        }],
+    })
+    .await
+    .map(|r| r.into_inner().results.remove(0))
+}
+
+/// A node's auto-pause report carries the sandbox's paused record: it is
+/// written with the PAUSE, in its transaction, and only when the PAUSE
+/// applies (a report from a node the sandbox is not on writes nothing); a
+/// record that is not the sandbox's own, of this pause, or on another
+/// event is refused with the report. A RESUME, and the binding's removal,
+/// remove the record (and note its layers).
+async fn a_pause_report_writes_its_paused_record_and_a_resume_or_delete_removes_it(
+    store: TestStore,
+) {
+    let s = Sched::start(&store, &[]).await;
+    let mut c = s.client().await;
+    register(&mut c, "node-a", 10).await;
+    let p = running(&mut c, "t").await;
+    assert_eq!(p.node_id, "node-a");
+    register(&mut c, "node-b", 10).await;
+    let name = format!("paused-{}", p.sandbox_id);
+    let mut record = paused(&p.sandbox_id);
+    record.created_at_ms = 1_000;
+    if let Some(m) = record.snapshot.as_mut().and_then(|s| s.paused.as_mut()) {
+        m.generation = p.generation;
+    }
+
+    let mut others = record.clone();
+    others.name = "paused-someoneelse".into();
+    let mut older = record.clone();
+    if let Some(m) = older.snapshot.as_mut().and_then(|s| s.paused.as_mut()) {
+        m.generation = p.generation + 1;
+    }
+    let mut snap = record.clone();
+    snap.kind = RecordKind::Snapshot as i32;
+    for (bad, kind, needle) in [
+        (others, pb::EventType::Pause, "own paused record"),
+        (older, pb::EventType::Pause, "own paused record"),
+        (snap, pb::EventType::Pause, "team_id"),
+        (record.clone(), pb::EventType::Resume, "only for a PAUSE"),
+    ] {
+        let r = report(&mut c, "node-a", &p, kind, Some(bad)).await;
+        assert_status(r, Code::InvalidArgument, needle);
+    }
+    assert_status(get_record(&mut c, &name, "").await, Code::NotFound, "");
+    assert_eq!(
+        get(&mut c, &p.sandbox_id).await.unwrap().state,
+        pb::BindingState::Running as i32
+    );
+
+    // Not the sandbox's node: the PAUSE misses, and no record is written.
+    let r = report(
+        &mut c,
+        "node-b",
+        &p,
+        pb::EventType::Pause,
+        Some(record.clone()),
+    )
+    .await
+    .unwrap();
+    assert!(!r.applied, "{r:?}");
+    assert_status(get_record(&mut c, &name, "").await, Code::NotFound, "");
+
+    // Its node: paused, its record kept; sent again, the same.
+    for _ in 0..2 {
+        let r = report(
+            &mut c,
+            "node-a",
+            &p,
+            pb::EventType::Pause,
+            Some(record.clone()),
+        )
+        .await
+        .unwrap();
+        assert!(r.applied, "{r:?}");
+        let kept = get_record(&mut c, &name, "").await.unwrap();
+        assert_eq!(content(kept), content(record.clone()));
+    }
+    assert_eq!(
+        get(&mut c, &p.sandbox_id).await.unwrap().state,
+        pb::BindingState::Paused as i32
+    );
+
+    // Resumed where it was: the record is stale, and goes with the RESUME.
+    let r = report(&mut c, "node-a", &p, pb::EventType::Resume, None)
+        .await
+        .unwrap();
+    assert!(r.applied, "{r:?}");
+    assert_status(get_record(&mut c, &name, "").await, Code::NotFound, "");
+    let r = report(
+        &mut c,
+        "node-a",
+        &p,
+        pb::EventType::Pause,
+        Some(record.clone()),
+    )
+    .await
+    .unwrap();
+    assert!(r.applied, "{r:?}");
+    assert!(get_record(&mut c, &name, "").await.is_ok());
+
+    // Gone for good: so is its record, and its layers are noted.
+    let r = report(&mut c, "node-a", &p, pb::EventType::Delete, None)
+        .await
+        .unwrap();
+    assert!(r.applied, "{r:?}");
+    assert_status(get_record(&mut c, &name, "").await, Code::NotFound, "");
+    let left: BTreeSet<String> = noted(&mut c, 0)
+        .await
+        .into_iter()
+        .map(|n| n.digest)
+        .collect();
+    assert!(left.contains(&blob(8)), "{left:?}");
+}
+
 on_both_stores!(
     every_kind_round_trips,
     writes_are_fenced_on_the_version_read,
@@ -858,4 +989,5 @@ on_both_stores!(
     team_bounds_hold_under_concurrent_writers,
     unused_blob_notes_are_removed_only_when_nothing_names_them,
     uploads_round_trip_and_expire,
+    a_pause_report_writes_its_paused_record_and_a_resume_or_delete_removes_it,
 );

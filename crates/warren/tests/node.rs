@@ -1313,3 +1313,208 @@ async fn deleting_a_sandbox_never_kills_the_next_one_isolated() {
         previous = next;
     }
 }
+
+/// With a blob store (a directory here) a node keeps no records. A
+/// filesystem-only pause puts the sandbox's writable layer into the blob
+/// store and answers the paused record (`paused_record`) for the gateway
+/// to keep; a resume on the node boots it again from its kept files, the
+/// file written before the pause still there. An auto-pause at its end
+/// (filesystem-only) has no gateway: the node's PAUSE report carries the
+/// record, and the scheduler keeps it with the PAUSE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_only_pause_on_a_blob_store_answers_and_reports_its_record() {
+    if skip(Runtime::Isolated) {
+        return;
+    }
+    let blobs = tempfile::tempdir().expect("a temporary directory");
+    let base = base_into_blob_dir(blobs.path());
+    let spec = Spec {
+        tls: false,
+        nodes: 1,
+        gateways: 0,
+        runtime: "isolated".into(),
+        node_args: vec![
+            "--heartbeat-interval".into(),
+            "200ms".into(),
+            "--blob-store".into(),
+            blobs.path().display().to_string(),
+        ],
+        ..Spec::default()
+    };
+    let c = Cluster::start(bin(), spec)
+        .await
+        .unwrap_or_else(|e| panic!("a scheduler and an isolated node with a blob store: {e:#}"));
+    let rig = Rig {
+        node_id: "node-1".into(),
+        node_http: c.node(1),
+        data_dir: c.dir().join("node-1"),
+        c,
+        http: Http::default(),
+        runtime: Runtime::Isolated,
+    };
+    rig.node_ready().await;
+
+    // Paused as a gateway pauses it: the answer carries the record.
+    let sbx = blob_sandbox(&rig, &base, None).await;
+    let out = run(&rig.process(&sbx), "echo kept > /home/user/mark.txt").await;
+    assert_eq!(out.exit, Some(0), "{:?}", String::from_utf8_lossy(&out.all));
+    let r = rig
+        .control(
+            Method::POST,
+            &format!(
+                "/_warren/v1/sandboxes/{}/pause?generation={}",
+                sbx.id, sbx.generation
+            ),
+            Some(json!({"memory": false})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let record = r.expect_json()["paused_record"].clone();
+    assert_eq!(record["name"], format!("paused-{}", sbx.id), "{record}");
+    let paused = &record["snapshot"]["paused"];
+    assert_eq!(paused["generation"], sbx.generation, "{record}");
+    assert_eq!(record["snapshot"]["team"], "", "{record}");
+    let layer = record["layers"]
+        .as_array()
+        .and_then(|l| l.last())
+        .and_then(Value::as_str)
+        .expect("the pause's layer")
+        .to_string();
+    assert_eq!(paused["own_layers"], json!([layer]), "{record}");
+    assert!(
+        blob_path(blobs.path(), &layer).is_file(),
+        "the pause's layer {layer} is in the blob store"
+    );
+    // Booted again on this node, from its kept files.
+    let r = rig
+        .control(
+            Method::POST,
+            &format!(
+                "/_warren/v1/sandboxes/{}/resume?generation={}",
+                sbx.id, sbx.generation
+            ),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert!(
+        r.expect_json().get("paused_record").is_none(),
+        "{}",
+        r.text()
+    );
+    let out = run(&rig.process(&sbx), "cat /home/user/mark.txt").await;
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "kept\n");
+
+    // Auto-paused filesystem-only at its end, by the node alone.
+    let auto = blob_sandbox(&rig, &base, Some(2)).await;
+    let mut s = rig.scheduler().await;
+    let key = format!("paused-{}", auto.id);
+    let kept = wait_until(
+        "the scheduler to keep the auto-pause's record",
+        Duration::from_secs(60),
+        || {
+            let (mut s, key) = (s.clone(), key.clone());
+            async move {
+                s.get_template_record(pb::GetTemplateRecordRequest {
+                    name: key,
+                    team_id: String::new(),
+                })
+                .await
+                .ok()
+                .map(|r| r.into_inner())
+            }
+        },
+    )
+    .await;
+    assert_eq!(kept.kind, pb::RecordKind::Paused as i32, "{kept:?}");
+    let meta = kept.snapshot.as_ref().and_then(|s| s.paused.as_ref());
+    assert_eq!(
+        meta.map(|p| p.generation),
+        Some(auto.generation),
+        "{kept:?}"
+    );
+    let own = meta
+        .and_then(|p| p.own_layers.last())
+        .expect("its own layer");
+    assert!(
+        blob_path(blobs.path(), own).is_file(),
+        "{own} in the blob store"
+    );
+    let b = s
+        .get_sandbox(pb::GetSandboxRequest {
+            sandbox_id: auto.id.clone(),
+        })
+        .await
+        .expect("the binding")
+        .into_inner();
+    assert_eq!(b.state, pb::BindingState::Paused as i32, "{b:?}");
+}
+
+/// A sandbox of `base` (its record handed in, as a gateway with a blob
+/// store hands it): placed, created on the node, recorded. With
+/// `auto_pause_secs`, it ends that soon and is then paused filesystem-only.
+async fn blob_sandbox(rig: &Rig, base: &Value, auto_pause_secs: Option<u64>) -> Sbx {
+    let mut s = rig.scheduler().await;
+    let placed = s
+        .place(pb::PlaceRequest {
+            template_id: "base".into(),
+            team_id: TEAM.into(),
+            timeout_secs: auto_pause_secs.unwrap_or(600),
+            require_node_id: rig.node_id.clone(),
+            lifecycle: auto_pause_secs.map(|_| pb::Lifecycle {
+                auto_pause: true,
+                auto_resume: false,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("place")
+        .into_inner();
+    let token = format!("tok{}", placed.sandbox_id);
+    let mut body = create_body(&placed.sandbox_id, placed.generation, &token);
+    body["template_record"] = base.clone();
+    if let Some(secs) = auto_pause_secs {
+        body["timeout_secs"] = json!(secs);
+        body["auto_pause_filesystem_only"] = json!(true);
+    }
+    let r = rig
+        .control(Method::POST, "/_warren/v1/sandboxes", Some(body))
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "create: {}", r.text());
+    s.record_assignment(pb::RecordAssignmentRequest {
+        sandbox_id: placed.sandbox_id.clone(),
+        node_id: rig.node_id.clone(),
+        generation: placed.generation,
+    })
+    .await
+    .expect("record assignment");
+    Sbx {
+        id: placed.sandbox_id,
+        generation: placed.generation,
+        token,
+    }
+}
+
+/// Blob `digest`'s file in a directory blob store.
+fn blob_path(dir: &Path, digest: &str) -> PathBuf {
+    dir.join("blobs/sha256")
+        .join(digest.trim_start_matches("sha256-"))
+}
+
+/// The machine's `base` blob into the directory blob store `dir` (linked,
+/// or copied across filesystems); its record.
+fn base_into_blob_dir(dir: &Path) -> Value {
+    let store = Path::new(warren_test_support::templates::TEMPLATE_DIR);
+    let record = std::fs::read(store.join("templates/base.json")).unwrap_or_else(|e| {
+        panic!("the base template is built (scripts/test builds it; docs/sandboxes.md): {e}")
+    });
+    let t: Value = serde_json::from_slice(&record).expect("the record parses");
+    let digest = t["digest"].as_str().expect("a digest");
+    let from = store.join(format!("blobs/{digest}.tar"));
+    let to = blob_path(dir, digest);
+    std::fs::create_dir_all(to.parent().expect("a parent")).expect("the blob dir");
+    std::fs::hard_link(&from, &to)
+        .or_else(|_| std::fs::copy(&from, &to).map(|_| ()))
+        .expect("base's blob in the blob store");
+    t
+}

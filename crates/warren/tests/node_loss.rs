@@ -301,6 +301,7 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
                 sandbox_id: moved.clone(),
                 generation: old.generation,
                 r#type: EventType::Delete as i32,
+                paused_record: None,
             }],
         })
         .await

@@ -452,6 +452,7 @@ async fn forget(app: &App, placement: &Placement) {
                     sandbox_id: id.to_string(),
                     generation: placement.generation,
                     r#type: EventType::Delete as i32,
+                    paused_record: None,
                 }],
             })
             .await

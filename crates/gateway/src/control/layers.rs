@@ -23,7 +23,10 @@
 //! nothing names (no record, upload or running build) and that was not
 //! noted again is removed, by exactly one gateway, which then deletes the
 //! blob from the blob store (`--blob-store`, or the local upload store).
-//! A node's layer cache keeps its own copy of what its sandboxes stack.
+//! With `--blob-store`, a layer that a sandbox on any node stacks is kept
+//! (as in the shared store's sweep: its snapshot or pause names it again,
+//! and another node must then fetch it); a node that does not answer
+//! keeps every note for the next round.
 
 use crate::state::App;
 use std::collections::HashSet;
@@ -56,7 +59,8 @@ pub(crate) async fn sweep_blobs(app: &App) -> Result<usize, String> {
         return Ok(0);
     };
     let grace = app.settings.limits.layer_gc.grace.as_millis() as u64;
-    let (mut token, mut removed) = (String::new(), 0);
+    let mut due = Vec::new();
+    let mut token = String::new();
     loop {
         let req = pb::ListUnusedBlobsRequest {
             grace_ms: grace,
@@ -71,42 +75,53 @@ pub(crate) async fn sweep_blobs(app: &App) -> Result<usize, String> {
             })
             .await
             .map_err(|s| format!("cannot list unused blobs: {}", s.message()))?;
-        for b in page.blobs {
-            let req = pb::RemoveUnusedBlobRequest {
-                digest: b.digest.clone(),
-                noted_at_ms: b.noted_at_ms,
-            };
-            let outcome = app
-                .scheduler
-                .call("RemoveUnusedBlob", |mut c| {
-                    let req = req.clone();
-                    async move { c.remove_unused_blob(req).await }
-                })
-                .await
-                .map_err(|s| format!("cannot remove the note of {}: {}", b.digest, s.message()))?;
-            if outcome.outcome != pb::BlobRemoval::Removed as i32 {
-                continue;
-            }
-            let Ok(digest) = b.digest.parse::<warren_blob::Digest>() else {
-                tracing::warn!(digest = %b.digest, "an unused-blob note names no digest");
-                continue;
-            };
-            match blobs.delete(&digest).await {
-                Ok(()) => {
-                    tracing::info!(blob = %b.digest, store = %blobs, "unused blob removed");
-                    removed += 1;
-                }
-                // Its note is gone: a leak, never a loss.
-                Err(e) => {
-                    tracing::warn!(blob = %b.digest, error = %e, "cannot remove an unused blob")
-                }
-            }
-        }
-        if page.next_page_token.is_empty() {
-            return Ok(removed);
+        due.extend(page.blobs);
+        if page.next_page_token.is_empty() || due.len() >= 10_000 {
+            break;
         }
         token = page.next_page_token;
     }
+    if due.is_empty() {
+        return Ok(0);
+    }
+    // A layer a sandbox stacks stays: a snapshot or pause of that sandbox
+    // names it again, and another node must then fetch it. (Archives are
+    // never stacked.)
+    let in_use = match &app.records {
+        crate::records::Records::Scheduler(_) => stacked(app).await?,
+        crate::records::Records::Local(_) => HashSet::new(),
+    };
+    let mut removed = 0;
+    for b in due.into_iter().filter(|b| !in_use.contains(&b.digest)) {
+        let req = pb::RemoveUnusedBlobRequest {
+            digest: b.digest.clone(),
+            noted_at_ms: b.noted_at_ms,
+        };
+        let outcome = app
+            .scheduler
+            .call("RemoveUnusedBlob", |mut c| {
+                let req = req.clone();
+                async move { c.remove_unused_blob(req).await }
+            })
+            .await
+            .map_err(|s| format!("cannot remove the note of {}: {}", b.digest, s.message()))?;
+        if outcome.outcome != pb::BlobRemoval::Removed as i32 {
+            continue;
+        }
+        let Ok(digest) = b.digest.parse::<warren_blob::Digest>() else {
+            tracing::warn!(digest = %b.digest, "an unused-blob note names no digest");
+            continue;
+        };
+        match blobs.delete(&digest).await {
+            Ok(()) => {
+                tracing::info!(blob = %b.digest, store = %blobs, "unused blob removed");
+                removed += 1;
+            }
+            // Its note is gone: a leak, never a loss.
+            Err(e) => tracing::warn!(blob = %b.digest, error = %e, "cannot remove an unused blob"),
+        }
+    }
+    Ok(removed)
 }
 
 /// One round: the number of layers removed, or why none could be.

@@ -14,15 +14,20 @@
 //! kind of pause it holds, so a resume is the same call either way.
 //!
 //! At a filesystem-only pause the node also packs the sandbox's writable
-//! layer into the shared template store (a record `paused-<id>` no team
-//! sees; `warren_template::Paused`). A resume whose node cannot be reached
+//! layer with a record `paused-<id>` no team sees (`warren_template::Paused`):
+//! both into the shared template store, or, with `--blob-store`, the layer
+//! into the blob store and the record back in the pause's answer, which
+//! this gateway's PAUSE event carries ([`paused_for_event`]): the
+//! scheduler writes it (kind PAUSED) with the PAUSE, fenced alike, as it
+//! does for a node's own auto-pause report. A resume whose node cannot be reached
 //! (or whose binding is LOST) boots it from that layer on another node
 //! instead ([`move_paused`]): the scheduler's fenced `Reassign` gives it
 //! a new node and generation, that node creates it from the record with
 //! its create's access token, environment, metadata, lifecycle, egress
-//! policy and port access, and gateways' route caches follow the MOVED
-//! change. The node that had it deletes its copy as an orphan when it is
-//! back.
+//! policy and port access (handed the record with `--blob-store`), and
+//! gateways' route caches follow the MOVED change. The node that had it
+//! deletes its copy as an orphan when it is back. Once the sandbox runs
+//! again (moved, or booted on its node) or is killed, its record goes.
 //!
 //! A data-plane request for a paused sandbox resumes it ([`wake`]) only
 //! when it was created with E2B's `autoResume.enabled`; otherwise it is
@@ -31,11 +36,12 @@
 //! at its end instead of killed (the scheduler's heartbeat answer
 //! `to_pause`; the node's `link`).
 
-use super::owned;
+use super::{catalog, owned};
 use crate::auth::Team;
 use crate::error::ApiError;
 use crate::models::{object, Timeout};
 use crate::node_client::NodeError;
+use crate::records::Records;
 use crate::resolver::Route;
 use crate::state::App;
 use http::{Response, StatusCode};
@@ -209,6 +215,9 @@ async fn resume_as(
     let end_at_ms = now_ms() + secs * 1000;
     let mut after = super::sandboxes::set_end(app, id, end_at_ms).await?;
     match change(app, id, b, how).await {
+        // Running on its node again: a filesystem-only pause's record is
+        // stale, and gone (the scheduler deletes it with the RESUME; on a
+        // shared store its node removed it).
         Ok(()) => {}
         // Its node cannot be reached: booted elsewhere from its paused
         // layer, when it has one.
@@ -234,7 +243,7 @@ pub(super) async fn resume_lost(
     b: &Binding,
     timeout_secs: Option<u64>,
 ) -> Result<Binding, ApiError> {
-    if paused_record(app, id, b.generation).is_none() {
+    if paused_record(app, id, b.generation).await.is_none() {
         return Err(ApiError::node_down(id));
     }
     let secs = timeout_secs.unwrap_or(DEFAULT_RESUME_TIMEOUT_SECS);
@@ -245,8 +254,9 @@ pub(super) async fn resume_lost(
 }
 
 /// The paused record of sandbox `id` paused at `generation`, if this
-/// gateway's template store holds it.
-fn paused_record(
+/// gateway's records hold it (the shared store's files, or the
+/// scheduler's with `--blob-store`).
+async fn paused_record(
     app: &App,
     id: &str,
     generation: u64,
@@ -254,12 +264,88 @@ fn paused_record(
     warren_template::Template,
     warren_core::node_api::PausedSettings,
 )> {
-    let store = super::snapshots::store(app).ok()?;
-    let t = store.get(&warren_template::paused_key(id)).ok()?;
+    let (t, _) = match catalog::get(app, &warren_template::paused_key(id)).await {
+        Ok(got) => got?,
+        Err(e) => {
+            tracing::warn!(sandbox_id = id, error = %e.message, "cannot read the paused record");
+            return None;
+        }
+    };
     let s = t.snapshot.as_ref().filter(|s| s.source_sandbox == id)?;
     let p = s.paused.as_ref().filter(|p| p.generation == generation)?;
     let settings = serde_json::from_value(p.settings.clone()).ok()?;
     Some((t.clone(), settings))
+}
+
+/// The paused record a blob store's node answered for sandbox `id`'s
+/// filesystem-only pause at `generation` (`record`, a
+/// `warren_template::Template` as JSON), as the scheduler stores it, for
+/// the PAUSE event to carry: the scheduler writes it (kind PAUSED, no
+/// team, in place of an earlier pause's) in the transaction that applies
+/// the PAUSE, so a pause it refuses leaves none and a resume right after
+/// finds it. Checked first: it must be that sandbox's own record, of that
+/// pause; anything else is dropped, logged. Without it the sandbox
+/// resumes on its own node only. Its layers' sizes are 0, as a node's
+/// report gives them (a paused record counts against no team's bounds).
+fn paused_for_event(
+    app: &App,
+    id: &str,
+    generation: u64,
+    record: serde_json::Value,
+) -> Option<warren_proto::scheduler::v1::TemplateRecord> {
+    if !matches!(app.records, Records::Scheduler(_)) {
+        // A node on a blob store behind a gateway on a shared store: the
+        // record has nowhere to go that the node could read.
+        tracing::warn!(
+            sandbox_id = id,
+            "a paused record from a node, but no --blob-store here; not kept"
+        );
+        return None;
+    }
+    let t: warren_template::Template = match serde_json::from_value(record) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(sandbox_id = id, error = %e, "the node's paused record does not parse; not kept");
+            return None;
+        }
+    };
+    let ours = t.name == warren_template::paused_key(id)
+        && t.snapshot.as_ref().is_some_and(|s| {
+            s.team.is_empty()
+                && s.source_sandbox == id
+                && s.paused
+                    .as_ref()
+                    .is_some_and(|p| p.generation == generation)
+        });
+    if !ours {
+        tracing::warn!(sandbox_id = id, generation, record = %t.name,
+            "the node's paused record is not this pause's; not kept");
+        return None;
+    }
+    let kind = crate::records::kind_of(&t, false);
+    Some(crate::records::to_record(&t, kind, |_| 0))
+}
+
+/// Removes sandbox `id`'s paused record from the scheduler's store, as
+/// read (the store's delete notes the layers no record names any more).
+/// Best effort.
+async fn forget_record(app: &App, id: &str) {
+    let key = warren_template::paused_key(id);
+    match catalog::get(app, &key).await {
+        Ok(Some((t, version)))
+            if t.snapshot
+                .as_ref()
+                .is_some_and(|s| s.source_sandbox == id && s.paused.is_some()) =>
+        {
+            if let Err(e) = catalog::remove(app, &key, version).await {
+                tracing::warn!(sandbox_id = id, error = %e.message, "cannot remove the paused record");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(sandbox_id = id, error = %e.message, "cannot read the paused record to remove it")
+        }
+    }
 }
 
 /// Boots the filesystem-paused sandbox `b` on another node from the layer
@@ -271,8 +357,19 @@ async fn move_paused(
     b: &Binding,
     secs: u64,
 ) -> Result<Option<Binding>, ApiError> {
-    let Some((record, settings)) = paused_record(app, id, b.generation) else {
+    let Some((record, settings)) = paused_record(app, id, b.generation).await else {
         return Ok(None);
+    };
+    // With a blob store the node keeps no records: it is handed this one
+    // (and knows its own layers from it); else it reads it from the
+    // shared store.
+    let blobs = matches!(app.records, Records::Scheduler(_));
+    let template_record = if blobs {
+        Some(serde_json::to_value(&record).map_err(|e| {
+            ApiError::internal(format!("cannot encode sandbox {id}'s paused record: {e}"))
+        })?)
+    } else {
+        None
     };
     let placement = app
         .scheduler
@@ -300,9 +397,7 @@ async fn move_paused(
         network: settings.network,
         mask_request_host: settings.mask_request_host,
         auto_pause_filesystem_only: settings.auto_pause_filesystem_only,
-        // The node reads the paused record from the shared store (it
-        // knows its own layers from there).
-        template_record: None,
+        template_record,
     };
     let extra = super::create::ready_time(&record.defaults);
     if let Err(e) = app.nodes.create(&placement.endpoint, &create, extra).await {
@@ -340,16 +435,26 @@ async fn move_paused(
         .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
     tracing::info!(sandbox_id = id, from = %b.node_id, to = %placement.node_id,
         generation = placement.generation, "paused sandbox resumed on another node");
+    // Running there now: its pause's record is done with (on a shared
+    // store the new node removed it).
+    if blobs {
+        forget_record(app, id).await;
+    }
     app.resolver
         .learn(Arc::new(Route::of_binding(&after, BindingState::Running)))
         .await;
     Ok(Some(after))
 }
 
-/// Removes what a filesystem-only pause of sandbox `id` left in the
-/// template store (its record and the layer nothing stacks yet): the
-/// sandbox is gone for good. Best effort.
-pub(super) fn drop_paused(app: &App, id: &str) {
+/// Removes what a filesystem-only pause of sandbox `id` left (its record,
+/// and the layer nothing stacks yet): the sandbox is gone for good. Best
+/// effort. With `--blob-store` the record is the scheduler's: removed as
+/// read (`catalog::remove`, which notes its layers as unused), should the
+/// binding's removal not have taken it already.
+pub(super) async fn drop_paused(app: &App, id: &str) {
+    if matches!(app.records, Records::Scheduler(_)) {
+        return forget_record(app, id).await;
+    }
     let Ok(store) = super::snapshots::store(app) else {
         return;
     };
@@ -396,12 +501,12 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
     let pause = matches!(how, Change::Freeze | Change::Halt);
     let keep_memory = how != Change::Halt;
     let cold_boot = how != Change::Wake;
-    match app
+    let record = match app
         .nodes
         .set_paused(&b.endpoint, id, b.generation, pause, keep_memory, cold_boot)
         .await
     {
-        Ok(()) => {}
+        Ok(record) => record,
         Err(NodeError::Status {
             not_hosted: true, ..
         }) => return Err(ApiError::sandbox_not_found(id)),
@@ -429,27 +534,42 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
                 if pause { "pause" } else { "resume" }
             )))
         }
-    }
+    };
     let kind = if pause {
         EventType::Pause
     } else {
         EventType::Resume
     };
-    let resp = app
-        .scheduler
-        .call("ReportSandboxEvent", |mut c| async move {
-            c.report_sandbox_event(ReportSandboxEventRequest {
-                node_id: b.node_id.clone(),
-                events: vec![SandboxEvent {
-                    sandbox_id: id.to_string(),
-                    generation: b.generation,
-                    r#type: kind as i32,
-                }],
-            })
-            .await
+    let paused_record = record.and_then(|r| paused_for_event(app, id, b.generation, r));
+    let report = |paused_record: Option<warren_proto::scheduler::v1::TemplateRecord>| {
+        app.scheduler.call("ReportSandboxEvent", move |mut c| {
+            let paused_record = paused_record.clone();
+            async move {
+                c.report_sandbox_event(ReportSandboxEventRequest {
+                    node_id: b.node_id.clone(),
+                    events: vec![SandboxEvent {
+                        sandbox_id: id.to_string(),
+                        generation: b.generation,
+                        r#type: kind as i32,
+                        paused_record,
+                    }],
+                })
+                .await
+            }
         })
-        .await
-        .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
+    };
+    let with_record = paused_record.is_some();
+    let resp = match report(paused_record).await {
+        // A record the scheduler refuses must not cost the pause, which
+        // has happened on the node: reported again without it.
+        Err(s) if with_record && s.code() == tonic::Code::InvalidArgument => {
+            tracing::warn!(sandbox_id = id, status = %s,
+                "the scheduler refused the paused record; the sandbox can resume on its node only");
+            report(None).await
+        }
+        r => r,
+    }
+    .map_err(|s| ApiError::from_scheduler(&s, Some(id)))?;
     if let Some(r) = resp.results.iter().find(|r| !r.applied) {
         // Put the node back as the scheduler still has it.
         let _ = app

@@ -285,7 +285,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
             Err(e) => match deleted {
                 Some(generation) if e.status == StatusCode::NOT_FOUND => {
                     forget(app, id, generation).await;
-                    super::pause::drop_paused(app, id);
+                    super::pause::drop_paused(app, id).await;
                     return Ok(no_content(StatusCode::NO_CONTENT));
                 }
                 _ => return Err(e),
@@ -317,6 +317,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
                             sandbox_id: id.to_string(),
                             generation: b.generation,
                             r#type: EventType::Delete as i32,
+                            paused_record: None,
                         }],
                     })
                     .await
@@ -329,7 +330,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
         // again to tell which, and delete the new one.
         if resp.results.iter().all(|r| r.applied) {
             forget(app, id, b.generation).await;
-            super::pause::drop_paused(app, id);
+            super::pause::drop_paused(app, id).await;
             return Ok(no_content(StatusCode::NO_CONTENT));
         }
     }

@@ -76,8 +76,8 @@ impl SnapshotInfo {
 
 /// The shared store, or why this gateway has none to give: a 503 when
 /// `--template-dir` is missing, a 501 when its records are the
-/// scheduler's (`--blob-store`), where what needs the shared store
-/// (filesystem-only pauses, the layer sweep) is not served yet.
+/// scheduler's (`--blob-store`), where nothing a request does needs it
+/// (only the shared store's layer sweep asks, and finds none).
 pub(super) fn store(app: &App) -> Result<Store, ApiError> {
     if let crate::records::Records::Scheduler(blobs) = &app.records {
         return Err(ApiError::new(
@@ -85,8 +85,7 @@ pub(super) fn store(app: &App) -> Result<Store, ApiError> {
             "needs_shared_template_store",
             format!(
                 "this gateway keeps its records in the scheduler and its layers in the blob \
-                 store {blobs} (--blob-store); filesystem-only pauses need a shared \
-                 --template-dir for now"
+                 store {blobs} (--blob-store); this needs a shared --template-dir"
             ),
         ));
     }

@@ -191,7 +191,9 @@ impl NodeClient {
     /// or thaws the sandbox in place; `keep_memory: false` pauses it
     /// filesystem-only (body [`node_api::PauseSandbox`]), and the resume of
     /// such a sandbox boots it again unless `cold_boot` is false (body
-    /// [`node_api::ResumeSandbox`]; then a `409`).
+    /// [`node_api::ResumeSandbox`]; then a `409`). A filesystem-only
+    /// pause's paused record, when the node answers one
+    /// ([`node_api::SandboxInfo::paused_record`]).
     pub async fn set_paused(
         &self,
         endpoint: &str,
@@ -200,7 +202,7 @@ impl NodeClient {
         pause: bool,
         keep_memory: bool,
         cold_boot: bool,
-    ) -> Result<(), NodeError> {
+    ) -> Result<Option<serde_json::Value>, NodeError> {
         let action = if pause { "pause" } else { "resume" };
         let path = node_api::freeze_path(id, action, generation);
         let body = if pause && !keep_memory {
@@ -223,9 +225,24 @@ impl NodeClient {
         } else {
             self.timeout
         };
-        self.send_within(within, endpoint, Method::POST, path, Some(body))
-            .await
-            .map(|_| ())
+        let (_, bytes) = self
+            .send_within(within, endpoint, Method::POST, path, Some(body))
+            .await?;
+        // A filesystem-only pause from a blob store's node answers the
+        // sandbox's paused record. An answer without one (a node on a
+        // shared store, or one that could not pack the layer) is no error:
+        // the sandbox is paused all the same, to resume on its node.
+        if !pause || keep_memory {
+            return Ok(None);
+        }
+        match serde_json::from_slice::<node_api::SandboxInfo>(&bytes) {
+            Ok(info) => Ok(info.paused_record),
+            Err(e) => {
+                tracing::warn!(%endpoint, sandbox_id = id, error = %e,
+                    "the node's pause answer is not a sandbox; no paused record kept");
+                Ok(None)
+            }
+        }
     }
 
     /// `POST /_warren/v1/sandboxes/{id}/snapshot`, allowed `extra` time on

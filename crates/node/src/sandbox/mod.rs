@@ -263,6 +263,7 @@ impl Registry {
                     .map(|s| SandboxInfo {
                         network: Some(s.network_info()),
                         layers: s.handle.layers.clone(),
+                        paused_record: None,
                         ..s.info.clone()
                     })
                     .collect()
@@ -503,15 +504,23 @@ impl Registry {
         };
         // A sandbox moved here after a filesystem-only pause boots from
         // the record its pause left (template root, its layers and the
-        // pause's); the layers its pauses made are its own.
+        // pause's): handed in the create with a blob store, else read from
+        // the shared store. The layers its pauses made are its own.
         let moved_in = kept.is_none()
             && parent.is_none()
             && req.template_id == warren_template::paused_key(&req.sandbox_id);
+        let handed = record
+            .as_ref()
+            .and_then(|t| t.snapshot.as_ref())
+            .filter(|s| s.source_sandbox == req.sandbox_id)
+            .and_then(|s| s.paused.as_ref())
+            .map(|p| p.own_layers.clone());
         let own_layers = match (kept, moved_in) {
             (Some(k), _) => k.own_layers.clone(),
-            (None, true) => self
-                .paused_record(&req.sandbox_id)
-                .map_or_else(Vec::new, |(_, p)| p.own_layers),
+            (None, true) => handed.unwrap_or_else(|| {
+                self.paused_record(&req.sandbox_id)
+                    .map_or_else(Vec::new, |(_, p)| p.own_layers)
+            }),
             (None, false) => Vec::new(),
         };
         // Launch here, on an async worker thread (see runtime's module doc).
@@ -602,6 +611,7 @@ impl Registry {
             envd_version: warren_core::node_api::ENVD_VERSION.to_string(),
             network: None,
             layers: Vec::new(),
+            paused_record: None,
         };
         let record = Record {
             info: info.clone(),

@@ -108,15 +108,25 @@ impl Registry {
         // Its writable layer into the store, for a boot on another node
         // (its own node keeps booting from its disk). Without it the pause
         // still happens: the sandbox can then only resume here.
-        let own_layers = match self.pack_paused(&sb, &boot).await {
-            Ok(layers) => layers,
+        let (own_layers, record) = match self.pack_paused(&sb, &boot).await {
+            Ok(packed) => packed,
             Err(why) => {
                 tracing::warn!(sandbox_id = %id, generation, error = %why,
                     "cannot pack the paused sandbox's layer; it can resume on this node only");
                 self.forget_paused(id, None, false);
-                sb.own_layers.clone()
+                (sb.own_layers.clone(), None)
             }
         };
+        // Kept in the halted sandbox's info, so a repeated pause (a lost
+        // auto-pause report answered again) answers the same record.
+        let paused_record = record.and_then(|t| match serde_json::to_value(&t) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, error = %e,
+                    "cannot encode the paused record; it can resume on this node only");
+                None
+            }
+        });
         let done = tokio::task::spawn_blocking(move || rt.halt(&paths, &handle)).await;
         let failed = match done {
             Ok(Ok(())) => None,
@@ -133,8 +143,12 @@ impl Registry {
                 "cannot pause sandbox {id} filesystem-only: {why} (the sandbox was deleted)"
             )));
         }
+        let info = SandboxInfo {
+            paused_record,
+            ..sb.info.clone()
+        };
         let halted = Arc::new(Sandbox {
-            info: sb.info.clone(),
+            info: info.clone(),
             paths: sb.paths.clone(),
             handle: sb.handle.clone(),
             metadata: sb.metadata.clone(),
@@ -153,7 +167,7 @@ impl Registry {
         });
         self.insert(halted);
         tracing::info!(sandbox_id = %id, generation, "sandbox paused filesystem-only");
-        Ok(sb.info.clone())
+        Ok(info)
     }
 
     /// Boots a filesystem-paused sandbox again from its kept files, with
@@ -264,21 +278,21 @@ impl Registry {
         result
     }
 
-    /// Packs a filesystem-paused sandbox's writable layer into the template
-    /// store as its paused record ([`warren_template::paused_key`]), with
-    /// what a gateway needs to boot it on another node; the layers it owns
-    /// after. Its processes are frozen first (they are killed next), and
-    /// the layer is made from the node's own copy of its disk, like a
+    /// Packs a filesystem-paused sandbox's writable layer, with its paused
+    /// record ([`warren_template::paused_key`]) saying what a gateway needs
+    /// to boot it on another node: layer and record into the shared
+    /// template store, or, from a blob store's node, the layer into the
+    /// blob store (and this host's cache, like a snapshot's) and the record
+    /// returned, for the pause's answer. The layers it owns after, and
+    /// that record. Its processes are frozen first (they are killed next),
+    /// and the layer is made from the node's own copy of its disk, like a
     /// snapshot's.
-    async fn pack_paused(&self, sb: &Arc<Sandbox>, boot: &Boot) -> Result<Vec<String>, String> {
-        let Some(store) = self.runtime.store().cloned() else {
-            return Err(
-                "a filesystem-only pause needs a shared template store: this node's layers \
-                 come from a blob store (--blob-store), where paused sandboxes' records are \
-                 not kept yet; pause with memory kept"
-                    .into(),
-            );
-        };
+    async fn pack_paused(
+        &self,
+        sb: &Arc<Sandbox>,
+        boot: &Boot,
+    ) -> Result<(Vec<String>, Option<warren_template::Template>), String> {
+        let store = self.runtime.store().cloned();
         let id = sb.info.sandbox_id.clone();
         let settings = warren_core::node_api::PausedSettings {
             network: Some(sb.policy()),
@@ -315,9 +329,14 @@ impl Registry {
             if let Some(p) = t.snapshot.as_mut().and_then(|s| s.paused.as_mut()) {
                 p.own_layers = own.clone();
             }
-            store.put(&t).map_err(|e| e.to_string())?;
             tracing::info!(sandbox_id = %id, layers = t.layers.len(), "paused sandbox's layer packed");
-            Ok(own)
+            match store {
+                Some(store) => {
+                    store.put(&t).map_err(|e| e.to_string())?;
+                    Ok((own, None))
+                }
+                None => Ok((own, Some(t))),
+            }
         })
         .await
         .map_err(|e| format!("the pack task failed: {e}"))?

@@ -324,12 +324,14 @@ impl SchedulerService {
             .map(|(i, e)| {
                 let checked = validate::sandbox_id(&e.sandbox_id)
                     .and_then(|()| validate::generation(e.generation))
-                    .and_then(|()| validate::event_type(e.r#type));
+                    .and_then(|()| validate::event_type(e.r#type))
+                    .and_then(|kind| Ok((kind, paused_record(e, kind)?)));
                 match checked {
-                    Ok(kind) => Ok(NodeEvent {
+                    Ok((kind, paused_record)) => Ok(NodeEvent {
                         sandbox_id: e.sandbox_id.clone(),
                         generation: e.generation,
                         kind,
+                        paused_record,
                     }),
                     Err(err) => Err(Error::invalid(format!("event {i}: {err}"))),
                 }
@@ -445,6 +447,36 @@ fn refuse(
     let addr = peer.map(|p| p.addr.to_string()).unwrap_or_default();
     tracing::warn!(rpc, caller = %identity, peer = %addr, "refused: {why}");
     Error::PermissionDenied(format!("{identity} may not call {rpc}: {why}"))
+}
+
+/// The paused record a PAUSE event carries, checked: only on a PAUSE, a
+/// valid paused record (`validate_records::record`), the sandbox's own
+/// (`paused-<id>`, its `source_sandbox`) and of this pause (its
+/// generation). Anything else is refused with the whole report.
+fn paused_record(
+    e: &pb::SandboxEvent,
+    kind: crate::store::EventType,
+) -> Result<Option<crate::store::TemplateRecord>> {
+    let Some(r) = e.paused_record.clone() else {
+        return Ok(None);
+    };
+    if kind != crate::store::EventType::Pause {
+        return Err(Error::invalid("paused_record is only for a PAUSE event"));
+    }
+    let r = validate_records::record("paused_record", Some(r))?;
+    let own = format!("paused-{}", e.sandbox_id);
+    let paused = r.snapshot.as_ref().and_then(|s| {
+        (s.source_sandbox == e.sandbox_id)
+            .then_some(s.paused.as_ref())
+            .flatten()
+    });
+    match paused {
+        Some(p) if r.name == own && p.generation == e.generation => Ok(Some(r)),
+        _ => Err(Error::invalid(format!(
+            "paused_record must be sandbox {}'s own paused record ({own}, of generation {})",
+            e.sandbox_id, e.generation
+        ))),
+    }
 }
 
 /// A node's certificate must name the node it speaks for.

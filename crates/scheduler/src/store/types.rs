@@ -281,6 +281,9 @@ pub struct NodeEvent {
     pub sandbox_id: String,
     pub generation: u64,
     pub kind: EventType,
+    /// A PAUSE's paused record of the sandbox (a node's filesystem-only
+    /// auto-pause with a blob store), written when the PAUSE applies.
+    pub paused_record: Option<super::records::TemplateRecord>,
 }
 
 /// The result of one event.

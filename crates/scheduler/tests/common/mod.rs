@@ -317,6 +317,7 @@ pub async fn event(
                 sandbox_id: sandbox_id.into(),
                 generation,
                 r#type: kind as i32,
+                paused_record: None,
             }],
         })
         .await

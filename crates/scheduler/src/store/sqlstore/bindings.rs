@@ -282,15 +282,38 @@ pub(super) async fn apply_event(
         }
         // An auto-pause sandbox's node froze it at its end (EXPIRING ->
         // PAUSED), or a gateway paused a running one.
+        // Its paused record, if the report carries one, in the same
+        // transaction: only a PAUSE that applies writes it.
         EventType::Pause if pause_at_end(&mut tx, (id, node_id, gen)).await? => {
+            keep_paused(&mut tx, ev).await?;
             applied("paused at its end")
         }
-        EventType::Pause => transition(&mut tx, (id, node_id, gen), State::Running, State::Paused)
-            .await?
-            .unwrap_or_else(|| applied("paused")),
-        EventType::Resume => transition(&mut tx, (id, node_id, gen), State::Paused, State::Running)
-            .await?
-            .unwrap_or_else(|| applied("running")),
+        EventType::Pause => {
+            match transition(&mut tx, (id, node_id, gen), State::Running, State::Paused).await? {
+                // Already paused at this fence: a report sent again.
+                Some(done) if done.applied => {
+                    keep_paused(&mut tx, ev).await?;
+                    done
+                }
+                Some(miss) => miss,
+                None => {
+                    keep_paused(&mut tx, ev).await?;
+                    applied("paused")
+                }
+            }
+        }
+        // Running again where it was: what a filesystem-only pause left
+        // of it is stale (a later loss of its node must not boot it from
+        // that old layer), so its paused record goes in this transaction.
+        EventType::Resume => {
+            match transition(&mut tx, (id, node_id, gen), State::Paused, State::Running).await? {
+                Some(miss) if !miss.applied => miss,
+                done => {
+                    super::records::drop_paused(&mut tx, id).await?;
+                    done.unwrap_or_else(|| applied("running"))
+                }
+            }
+        }
         EventType::Fork => match tx.binding(id).await? {
             Some(b) if b.node_id == node_id && b.generation == gen => applied("fork noted"),
             _ => missed(tx.explain_miss(id, node_id, gen).await?),
@@ -298,6 +321,34 @@ pub(super) async fn apply_event(
     };
     tx.commit(&store.changed).await?;
     Ok(outcome)
+}
+
+/// Writes the paused record a PAUSE event carries, in place of the
+/// sandbox's earlier one (at the version it is at now, under the write
+/// lock). A record of another kind under that name stays, and the pause
+/// applies without it.
+async fn keep_paused(tx: &mut WriteTx, ev: &NodeEvent) -> Result<()> {
+    let Some(record) = &ev.paused_record else {
+        return Ok(());
+    };
+    let expected_version = match super::records::record_in(tx, &record.name).await? {
+        None => 0,
+        Some(old) if old.kind == crate::store::RecordKind::Paused => old.version,
+        Some(old) => {
+            tracing::warn!(sandbox_id = %ev.sandbox_id, record = %record.name, kind = old.kind.as_str(),
+                "a record of another kind has the paused record's name; the pause goes without it");
+            return Ok(());
+        }
+    };
+    super::records::put_one(
+        tx,
+        &crate::store::RecordPut {
+            record: record.clone(),
+            expected_version,
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 fn missed(e: Error) -> EventOutcome {

@@ -208,6 +208,9 @@ impl WriteTx {
             self.count_sandboxes(node_id, -1).await?;
             self.emit(ChangeKind::Removed, sandbox_id, node_id, gen, None)
                 .await?;
+            // Gone for good, however it went (a kill, its node's report,
+            // a sweep): so is what a filesystem-only pause left of it.
+            records::drop_paused(self, sandbox_id).await?;
         }
         Ok(done)
     }

@@ -52,7 +52,7 @@ fn record_from_row(r: &AnyRow) -> Result<TemplateRecord> {
     })
 }
 
-async fn record_in(tx: &mut WriteTx, name: &str) -> Result<Option<TemplateRecord>> {
+pub(super) async fn record_in(tx: &mut WriteTx, name: &str) -> Result<Option<TemplateRecord>> {
     let row = sqlx::query(sql::RECORD_BY_NAME)
         .bind(name)
         .fetch_optional(tx.conn())
@@ -173,7 +173,7 @@ fn same_content(old: &TemplateRecord, new: &TemplateRecord) -> bool {
 
 /// **fenced** One put: the version it was written at. A put that finds
 /// exactly its content in place (at any version) answers with that record.
-async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateRecord> {
+pub(super) async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateRecord> {
     let new = &p.record;
     let name = &new.name;
     let old = record_in(tx, name).await?;
@@ -364,6 +364,30 @@ pub(super) async fn delete(
     note(&mut tx, &noted).await?;
     tx.commit(&store.changed).await?;
     Ok(noted.into_iter().collect())
+}
+
+/// Deletes sandbox `sandbox_id`'s paused record (`paused-<id>`, kind
+/// PAUSED), if there is one, and notes its layers, in the transaction
+/// that removes the sandbox's binding or resumes it.
+pub(super) async fn drop_paused(tx: &mut WriteTx, sandbox_id: &str) -> Result<()> {
+    let name = format!("paused-{sandbox_id}");
+    let Some(old) = record_in(tx, &name)
+        .await?
+        .filter(|r| r.kind == RecordKind::Paused)
+    else {
+        return Ok(());
+    };
+    sqlx::query(sql::DELETE_RECORD)
+        .bind(&name)
+        .bind(to_i64(old.version))
+        .execute(tx.conn())
+        .await?;
+    sqlx::query(sql::DELETE_RECORD_LAYERS)
+        .bind(&name)
+        .execute(tx.conn())
+        .await?;
+    let layers: Vec<String> = old.layers.into_iter().map(|l| l.digest).collect();
+    note(tx, &layers).await
 }
 
 pub(super) async fn get(store: &SqlStore, name: &str) -> Result<Option<TemplateRecord>> {

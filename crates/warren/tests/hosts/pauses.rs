@@ -1,0 +1,125 @@
+//! Filesystem-only pauses through the blob store.
+
+use super::*;
+
+/// A filesystem-paused sandbox resumes on any host once its own is gone,
+/// with nothing shared but the network: its pause through one gateway puts
+/// its writable layer into the blob store and its record into the
+/// scheduler's; with its host's cable pulled, a resume through the other
+/// gateway boots it on another host from that layer (same id, the file
+/// written before the pause there), and its record goes. Killing a
+/// filesystem-paused sandbox removes its record too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gone() {
+    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
+    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
+    let garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
+        .await
+        .expect("the garage task")
+        .expect("Garage (cargo install garage; .ci/run installs it)");
+    let blobs = Blobs::of(&garage);
+    let store = base_only_store();
+    let h = Hosts::start_on(
+        net,
+        Setup {
+            isolated: true,
+            blobs: Some(Blobs::of(&garage)),
+            ..Setup::default()
+        },
+    )
+    .await;
+    let gateways: Vec<String> = h.gateways.iter().map(|g| g.addr("gateway http")).collect();
+    push_and_import(&h, store.path(), &blobs);
+
+    // Killed while paused: its record goes with it.
+    let k = h.create_from(&gateways[0], "base").await;
+    let k_id = k["sandboxID"].as_str().expect("id").to_string();
+    pause_filesystem_only(&gateways[0], &k_id).await;
+    assert_eq!(records_named(&h, &format!("paused-{k_id}")), 1);
+    let r = send(
+        &gateways[1],
+        Method::DELETE,
+        &format!("/sandboxes/{k_id}"),
+        &[("x-api-key", KEY)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    assert_eq!(records_named(&h, &format!("paused-{k_id}")), 0);
+
+    // A file in a sandbox made through the first gateway, then paused
+    // filesystem-only: its record is in the scheduler's store.
+    let a = h.create_from(&gateways[0], "base").await;
+    let client = warren_client::Client::new(&[format!("http://{}", h.balancer.addr)], KEY)
+        .expect("a client");
+    let sa: warren_client::Sandbox = serde_json::from_value(a.clone()).expect("a sandbox");
+    client
+        .write_file(
+            &sa,
+            "/home/user/mark.txt",
+            "user",
+            "written before the pause".into(),
+        )
+        .await
+        .expect("a file written");
+    pause_filesystem_only(&gateways[0], &sa.sandbox_id).await;
+    let key = format!("paused-{}", sa.sandbox_id);
+    assert_eq!(records_named(&h, &key), 1);
+
+    // Its host is cut off; the other gateway resumes it elsewhere.
+    let home = a["clientID"].as_str().expect("a node").to_string();
+    let i = h
+        .node_hosts
+        .iter()
+        .position(|n| n.name == home)
+        .expect("its host");
+    h.node_hosts[i].disconnect().expect("cable out");
+    let r = send(
+        &gateways[1],
+        Method::POST,
+        &format!("/sandboxes/{}/resume", sa.sandbox_id),
+        &[("x-api-key", KEY)],
+        Some(json!({"timeout": 120})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let moved = r.expect_json();
+    assert_eq!(moved["sandboxID"], a["sandboxID"], "{moved}");
+    assert_ne!(moved["clientID"].as_str(), Some(home.as_str()), "{moved}");
+    let out = client
+        .run_to_end(
+            &sa,
+            warren_client::Command::shell("cat /home/user/mark.txt"),
+        )
+        .await
+        .expect("cat");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "written before the pause"
+    );
+    // Running there, its record is done with; killed, it is gone.
+    assert_eq!(records_named(&h, &key), 0);
+    let r = send(
+        &gateways[1],
+        Method::DELETE,
+        &format!("/sandboxes/{}", sa.sandbox_id),
+        &[("x-api-key", KEY)],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
+    assert_eq!(records_named(&h, &key), 0);
+}
+
+/// Pauses sandbox `id` filesystem-only through `gateway`.
+async fn pause_filesystem_only(gateway: &str, id: &str) {
+    let r = send(
+        gateway,
+        Method::POST,
+        &format!("/sandboxes/{id}/pause"),
+        &[("x-api-key", KEY)],
+        Some(json!({"memory": false})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "pause {id}: {}", r.text());
+}
