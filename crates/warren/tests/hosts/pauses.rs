@@ -7,8 +7,11 @@ use super::*;
 /// its writable layer into the blob store and its record into the
 /// scheduler's; with its host's cable pulled, a resume through the other
 /// gateway boots it on another host from that layer (same id, the file
-/// written before the pause there), and its record goes. Killing a
-/// filesystem-paused sandbox removes its record too.
+/// written before the pause there), and its record goes. Paused again
+/// there and that host cut off too, it boots on the third from both
+/// pauses' layers: the blob sweep (every second here) kept the first
+/// pause's layer, whose record was gone, because a sandbox stacked it.
+/// Killing a filesystem-paused sandbox removes its record too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gone() {
     let net = Network::create().expect("a bridge and hosts (root, iproute2)");
@@ -24,6 +27,7 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
         Setup {
             isolated: true,
             blobs: Some(Blobs::of(&garage)),
+            gateway_args: strings(&["--layer-gc-interval", "1s", "--layer-gc-grace", "1s"]),
             ..Setup::default()
         },
     )
@@ -97,8 +101,55 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
         String::from_utf8_lossy(&out.stdout),
         "written before the pause"
     );
-    // Running there, its record is done with; killed, it is gone.
+    // Running there, its record is done with.
     assert_eq!(records_named(&h, &key), 0);
+
+    // Time for a few sweep rounds past the grace, then paused again and
+    // its second host cut off: the third boots it from both layers.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    client
+        .write_file(
+            &sa,
+            "/home/user/second.txt",
+            "user",
+            "after the move".into(),
+        )
+        .await
+        .expect("a second file");
+    pause_filesystem_only(&gateways[1], &sa.sandbox_id).await;
+    let second = moved["clientID"].as_str().expect("a node").to_string();
+    let j = h
+        .node_hosts
+        .iter()
+        .position(|n| n.name == second)
+        .expect("its second host");
+    h.node_hosts[j].disconnect().expect("cable out");
+    let r = send(
+        &gateways[0],
+        Method::POST,
+        &format!("/sandboxes/{}/resume", sa.sandbox_id),
+        &[("x-api-key", KEY)],
+        Some(json!({"timeout": 120})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    let third = r.expect_json();
+    assert!(
+        third["clientID"] != a["clientID"] && third["clientID"] != moved["clientID"],
+        "{third}"
+    );
+    let out = client
+        .run_to_end(
+            &sa,
+            warren_client::Command::shell("cat /home/user/mark.txt /home/user/second.txt"),
+        )
+        .await
+        .expect("cat");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "written before the pauseafter the move"
+    );
+    // Killed, it is gone.
     let r = send(
         &gateways[1],
         Method::DELETE,
