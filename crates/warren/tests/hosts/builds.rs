@@ -10,37 +10,29 @@ use super::*;
 /// naming that gateway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_template_built_through_one_gateway_is_read_through_another_and_used_everywhere() {
-    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
-    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
-    let garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
-        .await
-        .expect("the garage task")
-        .expect("Garage (cargo install garage; .ci/run installs it)");
-    let blobs = Blobs::of(&garage);
-    let store = base_only_store();
     // Both gateways sign upload links with one key.
-    let link_key = net.dir().join("upload-link.key");
+    let keys = tempfile::tempdir().expect("a directory");
+    let link_key = keys.path().join("upload-link.key");
     warren_core::private::write(&link_key, warren_core::id::random_token(43).as_bytes())
         .expect("the link key");
-    let h = Hosts::start_on(
-        net,
-        Setup {
-            isolated: true,
-            blobs: Some(Blobs::of(&garage)),
-            // One sandbox each: the template's sandboxes go to every node.
-            capacity: Some(1),
-            gateway_args: strings(&[
-                "--build-upload-key-file",
-                &link_key.display().to_string(),
-                "--build-lease",
-                "3s",
-            ]),
-            ..Setup::default()
-        },
-    )
+    let WithBlobs {
+        garage: _garage,
+        blobs: _blobs,
+        store: _store,
+        hosts: h,
+    } = Hosts::start_with_blobs(Setup {
+        // One sandbox each: the template's sandboxes go to every node.
+        capacity: Some(1),
+        gateway_args: strings(&[
+            "--build-upload-key-file",
+            &link_key.display().to_string(),
+            "--build-lease",
+            "3s",
+        ]),
+        ..Setup::default()
+    })
     .await;
     let gateways: Vec<String> = h.gateways.iter().map(|g| g.addr("gateway http")).collect();
-    push_and_import(&h, store.path(), &blobs);
     let auth = [("x-api-key", KEY)];
 
     // Requested through the first gateway.
@@ -261,7 +253,6 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
         reason.contains("lease") && reason.contains("gateway"),
         "{status}"
     );
-    drop(garage);
 }
 
 /// Polls a build's status through `gw` until it is `want` (up to 10 min:

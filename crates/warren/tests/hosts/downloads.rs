@@ -7,24 +7,12 @@ use super::*;
 /// is dropped and never unpacked, and once the host is back creates work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_host_cut_off_mid_download_never_uses_the_half_fetched_layer() {
-    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
-    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
-    let garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
-        .await
-        .expect("the garage task")
-        .expect("Garage (cargo install garage; .ci/run installs it)");
-    let blobs = Blobs::of(&garage);
-    let store = base_only_store();
-    let h = Hosts::start_on(
-        net,
-        Setup {
-            isolated: true,
-            blobs: Some(Blobs::of(&garage)),
-            ..Setup::default()
-        },
-    )
-    .await;
-    push_and_import(&h, store.path(), &blobs);
+    let WithBlobs {
+        garage: _garage,
+        blobs: _blobs,
+        store,
+        hosts: h,
+    } = Hosts::start_with_blobs(Setup::default()).await;
     let base: Value = serde_json::from_slice(
         &std::fs::read(store.path().join("templates/base.json")).expect("base's record"),
     )
@@ -120,5 +108,4 @@ async fn a_host_cut_off_mid_download_never_uses_the_half_fetched_layer() {
             .expect("a command");
         assert!(!out.stdout.is_empty(), "{s}");
     }
-    drop(garage);
 }

@@ -385,6 +385,45 @@ impl Hosts {
     }
 }
 
+/// The hosts with a real S3 server (Garage, on the machine) as their blob
+/// store, `base` and a tiny template pushed to it and imported. Bind
+/// `hosts` last when taking it apart, so that the parts stop before the
+/// server does.
+struct WithBlobs {
+    hosts: Hosts,
+    garage: GarageServer,
+    blobs: Blobs,
+    /// The template store that was pushed (`base_only_store`).
+    store: tempfile::TempDir,
+}
+
+impl Hosts {
+    /// [`Hosts::start`] with isolated sandboxes and a blob store (see
+    /// [`WithBlobs`]); `setup`'s `isolated` and `blobs` are set here.
+    async fn start_with_blobs(mut setup: Setup) -> WithBlobs {
+        let net = Network::create().expect("a bridge and hosts (root, iproute2)");
+        let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
+        let garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
+            .await
+            .expect("the garage task")
+            .expect("Garage (cargo install garage; .ci/run installs it)");
+        let blobs = Blobs::of(&garage);
+        let store = base_only_store();
+        setup.isolated = true;
+        setup.blobs = Some(Blobs::of(&garage));
+        let hosts = Hosts::start_on(net, setup).await;
+        // The operator's upgrade: the store's blobs into the blob store, its
+        // templates' records into the scheduler's, one command.
+        push_and_import(&hosts, store.path(), &blobs);
+        WithBlobs {
+            hosts,
+            garage,
+            blobs,
+            store,
+        }
+    }
+}
+
 /// `warren template push --import` of the template store at `store` into
 /// the blob store and, through HAProxy, the scheduler's records: the
 /// operator's upgrade to `--blob-store`, one command.

@@ -14,26 +14,17 @@ use super::*;
 /// Killing a filesystem-paused sandbox removes its record too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gone() {
-    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
-    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
-    let garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
-        .await
-        .expect("the garage task")
-        .expect("Garage (cargo install garage; .ci/run installs it)");
-    let blobs = Blobs::of(&garage);
-    let store = base_only_store();
-    let h = Hosts::start_on(
-        net,
-        Setup {
-            isolated: true,
-            blobs: Some(Blobs::of(&garage)),
-            gateway_args: strings(&["--layer-gc-interval", "1s", "--layer-gc-grace", "1s"]),
-            ..Setup::default()
-        },
-    )
+    let WithBlobs {
+        garage: _garage,
+        blobs: _blobs,
+        store: _store,
+        hosts: h,
+    } = Hosts::start_with_blobs(Setup {
+        gateway_args: strings(&["--layer-gc-interval", "1s", "--layer-gc-grace", "1s"]),
+        ..Setup::default()
+    })
     .await;
     let gateways: Vec<String> = h.gateways.iter().map(|g| g.addr("gateway http")).collect();
-    push_and_import(&h, store.path(), &blobs);
 
     // Killed while paused: its record goes with it.
     let k = h.create_from(&gateways[0], "base").await;
@@ -72,22 +63,7 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
 
     // Its host is cut off; the other gateway resumes it elsewhere.
     let home = a["clientID"].as_str().expect("a node").to_string();
-    let i = h
-        .node_hosts
-        .iter()
-        .position(|n| n.name == home)
-        .expect("its host");
-    h.node_hosts[i].disconnect().expect("cable out");
-    let r = send(
-        &gateways[1],
-        Method::POST,
-        &format!("/sandboxes/{}/resume", sa.sandbox_id),
-        &[("x-api-key", KEY)],
-        Some(json!({"timeout": 120})),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
-    let moved = r.expect_json();
+    let moved = cut_off_and_resume(&h, &home, &gateways[1], &sa.sandbox_id).await;
     assert_eq!(moved["sandboxID"], a["sandboxID"], "{moved}");
     assert_ne!(moved["clientID"].as_str(), Some(home.as_str()), "{moved}");
     let out = client
@@ -118,22 +94,7 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
         .expect("a second file");
     pause_filesystem_only(&gateways[1], &sa.sandbox_id).await;
     let second = moved["clientID"].as_str().expect("a node").to_string();
-    let j = h
-        .node_hosts
-        .iter()
-        .position(|n| n.name == second)
-        .expect("its second host");
-    h.node_hosts[j].disconnect().expect("cable out");
-    let r = send(
-        &gateways[0],
-        Method::POST,
-        &format!("/sandboxes/{}/resume", sa.sandbox_id),
-        &[("x-api-key", KEY)],
-        Some(json!({"timeout": 120})),
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
-    let third = r.expect_json();
+    let third = cut_off_and_resume(&h, &second, &gateways[0], &sa.sandbox_id).await;
     assert!(
         third["clientID"] != a["clientID"] && third["clientID"] != moved["clientID"],
         "{third}"
@@ -160,6 +121,27 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
     .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
     assert_eq!(records_named(&h, &key), 0);
+}
+
+/// Pulls the cable of `node`'s host and resumes sandbox `id` through
+/// `gateway`: the sandbox as it answers (201).
+async fn cut_off_and_resume(h: &Hosts, node: &str, gateway: &str, id: &str) -> Value {
+    let host = h
+        .node_hosts
+        .iter()
+        .find(|n| n.name == node)
+        .unwrap_or_else(|| panic!("{node}'s host"));
+    host.disconnect().expect("cable out");
+    let r = send(
+        gateway,
+        Method::POST,
+        &format!("/sandboxes/{id}/resume"),
+        &[("x-api-key", KEY)],
+        Some(json!({"timeout": 120})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text());
+    r.expect_json()
 }
 
 /// Pauses sandbox `id` filesystem-only through `gateway`.

@@ -15,30 +15,18 @@ use super::*;
 /// them; a template no host holds gets a 503 naming the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
-    let net = Network::create().expect("a bridge and hosts (root, iproute2)");
-    let addr: std::net::Ipv4Addr = net.machine_addr().parse().expect("an IPv4 address");
-    let mut garage = tokio::task::spawn_blocking(move || GarageServer::start_on(addr))
-        .await
-        .expect("the garage task")
-        .expect("Garage (cargo install garage; .ci/run installs it)");
-    let blobs = Blobs::of(&garage);
-    let store = base_only_store();
-    let h = Hosts::start_on(
-        net,
-        Setup {
-            isolated: true,
-            blobs: Some(Blobs::of(&garage)),
-            // Full with one sandbox: what it snapshots starts elsewhere.
-            first_node_capacity: Some(1),
-            ..Setup::default()
-        },
-    )
+    let WithBlobs {
+        mut garage,
+        blobs,
+        store,
+        hosts: h,
+    } = Hosts::start_with_blobs(Setup {
+        // Full with one sandbox: what it snapshots starts elsewhere.
+        first_node_capacity: Some(1),
+        ..Setup::default()
+    })
     .await;
     let gateways: Vec<String> = h.gateways.iter().map(|g| g.addr("gateway http")).collect();
-
-    // The operator's upgrade: the store's blobs into the blob store, its
-    // templates' records into the scheduler's, one command.
-    push_and_import(&h, store.path(), &blobs);
     for gw in &gateways {
         let r = send(gw, Method::GET, "/templates", &[("x-api-key", KEY)], None).await;
         let names: Vec<Value> = r.expect_json().as_array().cloned().unwrap_or_default();
