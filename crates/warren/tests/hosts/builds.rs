@@ -6,8 +6,9 @@ use super::*;
 /// network: the upload link one gateway made is taken by the other, the
 /// build runs on one and its status and log are read through the other,
 /// every node starts the template (fetching its layers), two gateways
-/// racing on one tag: one wins; and a build whose gateway dies fails,
-/// naming that gateway.
+/// racing on one tag: one wins; a build past the team's template bound is
+/// refused at its request; and a build whose gateway dies fails, naming
+/// that gateway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_template_built_through_one_gateway_is_read_through_another_and_used_everywhere() {
     // Both gateways sign upload links with one key.
@@ -28,6 +29,8 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
             &link_key.display().to_string(),
             "--build-lease",
             "3s",
+            "--template-team-count",
+            "2",
         ]),
         ..Setup::default()
     })
@@ -202,6 +205,23 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
     );
     let r = h.try_create(&gateways[0], "built-here:raced").await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
+
+    // The team keeps one template of two: a build of two more tags is
+    // refused at its request, before anything runs.
+    let r = send(
+        &gateways[1],
+        Method::POST,
+        "/v3/templates",
+        &auth,
+        Some(json!({"name": "too-many", "tags": ["one", "two"]})),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{}", r.text());
+    assert!(
+        r.message().contains("--template-team-count"),
+        "{}",
+        r.text()
+    );
 
     // A build whose gateway dies: its lease runs out and the build fails,
     // naming that gateway (read through the other).

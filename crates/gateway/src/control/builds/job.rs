@@ -523,7 +523,9 @@ impl Job {
         };
         let names: Vec<String> = self.tags.iter().map(|t| tagged(&self.name, t)).collect();
         let team = crate::auth::Team(self.team.clone());
-        let mut put = super::room_for_templates(&self.app, &team, &names).map_err(|e| e.message);
+        let mut put = super::room_for_templates(&self.app, &team, &names)
+            .await
+            .map_err(|e| e.message);
         if put.is_ok() {
             for called in names {
                 template.name = warren_template::named_snapshot_key(&self.team, &called);

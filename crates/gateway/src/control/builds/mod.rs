@@ -176,7 +176,7 @@ pub(super) async fn request(
         ));
     }
     let new_names: Vec<String> = tags.iter().map(|t| tagged(&name, t)).collect();
-    room_for_templates(app, team, &new_names)?;
+    room_for_templates(app, team, &new_names).await?;
     let build_id = new_build_id();
     app.builds
         .request(
@@ -457,16 +457,52 @@ async fn built(app: &App, team: &Team, called: &str) -> Result<Versioned, ApiErr
     }
 }
 
-/// Whether `team` may keep built templates called `names` as well: the
-/// shared store's records counted here; the scheduler's write checks its
-/// own (`--template-team-count`).
-fn room_for_templates(app: &App, team: &Team, names: &[String]) -> Result<(), ApiError> {
-    match catalog::local(app) {
-        Some(store) => {
-            super::team_store::room_for_templates(&store, app.settings.limits.store, &team.0, names)
-        }
-        None => Ok(()),
+/// Whether `team` may keep built templates called `names` as well
+/// (`--template-team-count`; each tag counts; a name it has already is
+/// replaced, not added): counted in the shared store's records, or asked
+/// of the scheduler's (whose writes check again, in the transaction).
+async fn room_for_templates(app: &App, team: &Team, names: &[String]) -> Result<(), ApiError> {
+    let limit = app.settings.limits.store.template_count;
+    if let Some(store) = catalog::local(app) {
+        return super::team_store::room_for_templates(
+            &store,
+            app.settings.limits.store,
+            &team.0,
+            names,
+        );
     }
+    let mut new = 0;
+    for called in names {
+        let key = warren_template::named_snapshot_key(&team.0, called);
+        if catalog::get(app, &key).await?.is_none() {
+            new += 1;
+        }
+    }
+    if new == 0 {
+        return Ok(());
+    }
+    let req = warren_proto::scheduler::v1::GetTeamUsageRequest {
+        team_id: team.0.clone(),
+    };
+    let usage = app
+        .scheduler
+        .call("GetTeamUsage", |mut c| {
+            let req = req.clone();
+            async move { c.get_team_usage(req).await }
+        })
+        .await
+        .map_err(|s| ApiError::from_scheduler(&s, None))?;
+    if usage.templates as usize + new > limit {
+        return Err(ApiError::over_limit(
+            "too_many_templates",
+            format!(
+                "team {} keeps {} templates (each tag counts), its limit \
+                 (--template-team-count) is {limit}; delete some first",
+                team.0, usage.templates
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Records the team's built template `t`: new (`expected` 0) or in place
@@ -511,7 +547,7 @@ pub(super) async fn assign_tags(
     super::snapshots::records_ready(app)?;
     let (mut t, _) = built(app, team, &target).await?;
     let names: Vec<String> = tags.iter().map(|tag| tagged(&name, tag)).collect();
-    room_for_templates(app, team, &names)?;
+    room_for_templates(app, team, &names).await?;
     for called in names {
         t.name = warren_template::named_snapshot_key(&team.0, &called);
         let expected = catalog::get(app, &t.name).await?.map_or(0, |(_, v)| v);
