@@ -131,6 +131,9 @@ pub struct Metrics {
     /// Seconds from a node's lease expiry (the LOST change's `at_ms`) to this
     /// gateway applying the LOST change from its watch.
     pub node_loss_eviction: Histogram,
+    /// Blobs nothing names any more that this gateway's sweep removed from
+    /// the blob store (`control::layers::sweep_blobs`).
+    pub blobs_removed: Counter,
 }
 
 impl Metrics {
@@ -156,6 +159,7 @@ impl Metrics {
             refetches: Family::default(),
             // 10 ms .. ~80 s: lease expiry → sweep → watch → gateway.
             node_loss_eviction: Histogram::new(exponential_buckets(0.01, 2.0, 14)),
+            blobs_removed: Counter::default(),
         };
         // Every label value exists from the start, so a dashboard's rate()
         // sees 0 rather than no series.
@@ -227,6 +231,11 @@ impl Metrics {
                 "route_cache_watch_connected",
                 "1 while the WatchBindings stream to the scheduler is open",
                 m.watch_connected.clone(),
+            );
+            reg.register(
+                "blobs_removed",
+                "Blobs nothing names any more that this gateway removed from the blob store",
+                m.blobs_removed.clone(),
             );
             reg.register(
                 "route_cache_watch_revision",

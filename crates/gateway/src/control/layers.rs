@@ -115,6 +115,7 @@ pub(crate) async fn sweep_blobs(app: &App) -> Result<usize, String> {
         match blobs.delete(&digest).await {
             Ok(()) => {
                 tracing::info!(blob = %b.digest, store = %blobs, "unused blob removed");
+                app.metrics.blobs_removed.inc();
                 removed += 1;
             }
             // Its note is gone: a leak, never a loss.

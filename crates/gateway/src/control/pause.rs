@@ -527,7 +527,13 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
             };
             return Err(ApiError::new(status, code, message));
         }
-        Err(e) if e.is_connect() => return Err(ApiError::upstream_unreachable()),
+        // No answer at all: the connection never came up, or a pooled one
+        // went dead (`--dead-node-timeout`) or was reset. Either way the
+        // node cannot be reached now, and a resume boots the sandbox
+        // elsewhere from its paused layer when it has one: the scheduler's
+        // Reassign fences the copy the cut-off node may still hold (it is
+        // an orphan there once the node is back).
+        Err(NodeError::Unreachable { .. }) => return Err(ApiError::upstream_unreachable()),
         Err(e) => {
             return Err(ApiError::internal(format!(
                 "cannot {} sandbox {id}: {e}",

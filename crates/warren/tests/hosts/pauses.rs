@@ -11,7 +11,8 @@ use super::*;
 /// there and that host cut off too, it boots on the third from both
 /// pauses' layers: the blob sweep (every second here) kept the first
 /// pause's layer, whose record was gone, because a sandbox stacked it.
-/// Killing a filesystem-paused sandbox removes its record too.
+/// Killing a filesystem-paused sandbox removes its record too, and then
+/// the sweeps remove the layers nothing names or stacks any more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gone() {
     let WithBlobs {
@@ -121,6 +122,41 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
     .await;
     assert_eq!(r.status, StatusCode::NO_CONTENT, "{}", r.text());
     assert_eq!(records_named(&h, &key), 0);
+
+    // Nothing names or stacks the three pauses' layers now: once every
+    // node answers again (a sweep keeps every note while one does not, and
+    // the cut-off hosts drop their stale copies when back), the gateways'
+    // sweeps remove them from the bucket.
+    for name in [&home, &second] {
+        let i = h
+            .node_hosts
+            .iter()
+            .position(|n| &n.name == name)
+            .expect("a host");
+        h.node_hosts[i].reconnect().expect("cable back");
+        h.wait_up(i).await;
+    }
+    let admins: Vec<String> = h.gateways.iter().map(|g| g.addr("gateway admin")).collect();
+    wait_until(
+        "the sweeps to remove the three paused layers",
+        Duration::from_secs(60),
+        || {
+            let admins = admins.clone();
+            async move {
+                let mut removed = 0;
+                for a in &admins {
+                    let m = send(a, Method::GET, "/metrics", &[], None).await.text();
+                    removed += m
+                        .lines()
+                        .find_map(|l| l.strip_prefix("warren_gateway_blobs_removed_total "))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .unwrap_or(0.0) as u64;
+                }
+                (removed >= 3).then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 /// Pulls the cable of `node`'s host and resumes sandbox `id` through
