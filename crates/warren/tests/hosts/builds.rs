@@ -141,14 +141,12 @@ async fn a_template_built_through_one_gateway_is_read_through_another_and_used_e
         .expect("a client");
     for s in &sandboxes {
         let sb: warren_client::Sandbox = serde_json::from_value(s.clone()).expect("a sandbox");
-        let out = client
-            .run_to_end(
-                &sb,
-                warren_client::Command::shell("cat /home/user/hello.txt /home/user/built.txt"),
-            )
-            .await
-            .expect("cat");
-        let said = String::from_utf8_lossy(&out.stdout);
+        let said = stdout_of(
+            &client,
+            &sb,
+            "cat /home/user/hello.txt /home/user/built.txt",
+        )
+        .await;
         assert!(
             said.starts_with("copied across hosts\nbuilt on "),
             "{s}: {said}"

@@ -99,13 +99,7 @@ async fn a_host_cut_off_mid_download_never_uses_the_half_fetched_layer() {
     for _ in 0..3 {
         let s = h.create().await;
         let sb: warren_client::Sandbox = serde_json::from_value(s.clone()).expect("a sandbox");
-        let out = client
-            .run_to_end(
-                &sb,
-                warren_client::Command::shell("cat /etc/debian_version"),
-            )
-            .await
-            .expect("a command");
-        assert!(!out.stdout.is_empty(), "{s}");
+        let version = stdout_of(&client, &sb, "cat /etc/debian_version").await;
+        assert!(!version.is_empty(), "{s}");
     }
 }

@@ -309,16 +309,8 @@ impl Hosts {
             || {
                 let name = name.clone();
                 async move {
-                    let r = send(
-                        &self.balancer.addr,
-                        Method::GET,
-                        "/nodes",
-                        &[("x-api-key", KEY)],
-                        None,
-                    )
-                    .await;
-                    let nodes = r.expect_json();
-                    nodes
+                    self.nodes()
+                        .await
                         .as_array()?
                         .iter()
                         .any(|n| n["nodeID"] == name.as_str() && n["status"] == "ready")
@@ -327,6 +319,19 @@ impl Hosts {
             },
         )
         .await;
+    }
+
+    /// `GET /nodes` through HAProxy: every node the scheduler knows.
+    async fn nodes(&self) -> Value {
+        send(
+            &self.balancer.addr,
+            Method::GET,
+            "/nodes",
+            &[("x-api-key", KEY)],
+            None,
+        )
+        .await
+        .expect_json()
     }
 
     /// A sandbox created through HAProxy.
@@ -520,6 +525,20 @@ fn base_only_store() -> tempfile::TempDir {
         String::from_utf8_lossy(&imported.stderr)
     );
     dir
+}
+
+/// What `cmd` (a shell line) prints to stdout in `sandbox`, run through
+/// `client`.
+async fn stdout_of(
+    client: &warren_client::Client,
+    sandbox: &warren_client::Sandbox,
+    cmd: &str,
+) -> String {
+    let out = client
+        .run_to_end(sandbox, warren_client::Command::shell(cmd))
+        .await
+        .unwrap_or_else(|e| panic!("{cmd:?} in {}: {e}", sandbox.sandbox_id));
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One request, answered within 5 min (a guard against a hang, not a

@@ -67,15 +67,8 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
     let moved = cut_off_and_resume(&h, &home, &gateways[1], &sa.sandbox_id).await;
     assert_eq!(moved["sandboxID"], a["sandboxID"], "{moved}");
     assert_ne!(moved["clientID"].as_str(), Some(home.as_str()), "{moved}");
-    let out = client
-        .run_to_end(
-            &sa,
-            warren_client::Command::shell("cat /home/user/mark.txt"),
-        )
-        .await
-        .expect("cat");
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        stdout_of(&client, &sa, "cat /home/user/mark.txt").await,
         "written before the pause"
     );
     // Running there, its record is done with.
@@ -100,15 +93,13 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
         third["clientID"] != a["clientID"] && third["clientID"] != moved["clientID"],
         "{third}"
     );
-    let out = client
-        .run_to_end(
-            &sa,
-            warren_client::Command::shell("cat /home/user/mark.txt /home/user/second.txt"),
-        )
-        .await
-        .expect("cat");
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        stdout_of(
+            &client,
+            &sa,
+            "cat /home/user/mark.txt /home/user/second.txt"
+        )
+        .await,
         "written before the pauseafter the move"
     );
     // Killed, it is gone.

@@ -109,15 +109,8 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
     let b = h.create_from(&gateways[1], "moved").await;
     assert_ne!(b["clientID"], a["clientID"], "{b}");
     let sb: warren_client::Sandbox = serde_json::from_value(b.clone()).expect("a sandbox");
-    let out = client
-        .run_to_end(
-            &sb,
-            warren_client::Command::shell("cat /home/user/mark.txt"),
-        )
-        .await
-        .expect("cat");
     assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
+        stdout_of(&client, &sb, "cat /home/user/mark.txt").await,
         "written on the first host"
     );
     // The blob store goes down. What a host holds, it still creates from,
@@ -152,15 +145,7 @@ async fn a_snapshot_taken_on_one_host_starts_on_another_from_the_blob_store() {
             let b_node = b_node.clone();
             let h = &h;
             async move {
-                let r = send(
-                    &h.balancer.addr,
-                    Method::GET,
-                    "/nodes",
-                    &[("x-api-key", KEY)],
-                    None,
-                )
-                .await;
-                let nodes = r.expect_json();
+                let nodes = h.nodes().await;
                 let n = nodes
                     .as_array()?
                     .iter()
