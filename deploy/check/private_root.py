@@ -53,13 +53,12 @@ def setup_script(mounts, scratch):
     return lines
 
 
-def command(argv, env, mounts, scratch, uid=0, gid=0, groups=(), caps="all", workdir=None):
-    """The command line that runs `argv` with exactly `env` (plus PATH, as
-    an image sets it), after `mounts`, as uid:gid with supplementary
-    `groups`; `caps` is "all" (root's, or a privileged container's) or a
-    list of capability names it keeps (empty: none). Every step execs the
-    next: the process is `argv`'s, signals reach it."""
-    lines = setup_script(mounts, scratch)
+def exec_argv(argv, env, uid=0, gid=0, groups=(), caps="all"):
+    """`argv` with exactly `env` (plus PATH, as an image sets it), as
+    uid:gid with supplementary `groups`; `caps` is "all" (root's, or a
+    privileged container's) or a list of capability names it keeps
+    (empty: none). `env` then `setpriv` then `argv`, each exec'ing the
+    next."""
     setpriv = [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={gid}"]
     setpriv.append("--groups=" + ",".join(str(g) for g in groups) if groups else "--clear-groups")
     if caps != "all":
@@ -68,12 +67,36 @@ def command(argv, env, mounts, scratch, uid=0, gid=0, groups=(), caps="all", wor
         setpriv += [f"--inh-caps={bounding}", f"--bounding-set={bounding}"]
         if keep and uid != 0:
             setpriv.append(f"--ambient-caps={keep}")
-    cd = f"cd {shlex.quote(workdir)} && " if workdir else ""
     full_env = {"PATH": IMAGE_PATH, **env}
-    envs = ["env", "-i"] + [f"{k}={v}" for k, v in full_env.items()]
-    lines.append(cd + "exec " + " ".join(shlex.quote(a) for a in envs + setpriv + ["--"] + list(argv)))
+    envs = [shutil.which("env") or "env", "-i"] + [f"{k}={v}" for k, v in full_env.items()]
+    return envs + setpriv + ["--"] + list(argv)
+
+
+def command(argv, env, mounts, scratch, uid=0, gid=0, groups=(), caps="all", workdir=None):
+    """The command line that runs [`exec_argv`] after `mounts`, in a mount
+    namespace of its own. Every step execs the next: the process is
+    `argv`'s, signals reach it."""
+    lines = setup_script(mounts, scratch)
+    cd = f"cd {shlex.quote(workdir)} && " if workdir else ""
+    inner = exec_argv(argv, env, uid, gid, groups, caps)
+    lines.append(cd + "exec " + " ".join(shlex.quote(a) for a in inner))
     os.makedirs(scratch, exist_ok=True)
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(lines)]
+
+
+def persistent(ns_file, mounts, scratch):
+    """Makes a mount namespace with `mounts` that outlives its first
+    process, held by a bind mount of it on `ns_file` (whose directory must
+    be on a private mount): a host's own view of the machine, which
+    processes join with `nsenter --mount=ns_file`. A process that makes a
+    namespace of its own from there (the node) keeps paths to what it
+    started from, which a namespace of one process would lose with it."""
+    os.makedirs(scratch, exist_ok=True)
+    if not os.path.exists(ns_file):
+        open(ns_file, "w").close()
+    lines = setup_script(mounts, scratch) + ["true"]
+    subprocess.run(["unshare", f"--mount={ns_file}", "--propagation", "private", "sh", "-c",
+                    "\n".join(lines)], check=True)
 
 
 def run(argv, env, mounts, scratch, uid=0, gid=0, groups=(), caps="all", workdir=None, timeout=60):

@@ -24,7 +24,8 @@ is installed).
 `start` execs the unit's ExecStart line (ExecStartPre's with --check)
 with DIR as /etc/warren and the other mounts given (a host's data
 directories), in the process's network namespace (`nsenter` puts it on a
-host first).
+host first); with --in-place, in a host's mount namespace that `host`
+made (`nsenter --mount=FILE`), where those are mounted already.
 
 Not checked here: that systemd applies the hardening as written (no
 systemd runs in CI or in the run).
@@ -135,7 +136,8 @@ def env_file(path):
     return env
 
 
-def unit_command(path, etc, warren, scratch, line, extra_args=(), extra_mounts=(), extra_env=None):
+def unit_command(path, etc, warren, scratch, line, extra_args=(), extra_mounts=(), extra_env=None,
+                 in_place=False):
     """The command that runs the unit's `line` (ExecStart, ExecStartPre) as
     systemd would, with `etc` as /etc/warren; and the user it runs as."""
     svc = unit(path)
@@ -164,8 +166,25 @@ def unit_command(path, etc, warren, scratch, line, extra_args=(), extra_mounts=(
             out.write(f.read() + f"{user}:x:{gid}:\n")
         mounts += [(passwd, "/etc/passwd"), (group, "/etc/group")]
     caps = "all" if uid == 0 else [c[len("CAP_"):] for c in svc.get("AmbientCapabilities", "").split()]
-    cmd = private_root.command(argv, env, mounts, scratch, uid, gid, (), caps)
+    if in_place:
+        # Already in the host's namespace (`units.py host`): no mounts.
+        cmd = private_root.exec_argv(argv, env, uid, gid, (), caps)
+    else:
+        cmd = private_root.command(argv, env, mounts, scratch, uid, gid, (), caps)
     return cmd, user, caps, argv
+
+
+def host_mounts(etc, warren, work, extra_mounts=()):
+    """What a host's mount namespace shows: its /etc/warren, the binary,
+    the `warren` account, and its data directories."""
+    passwd = os.path.join(work, "passwd")
+    group = os.path.join(work, "group")
+    with open("/etc/passwd") as f, open(passwd, "w") as out:
+        out.write(f.read() + f"warren:x:{SERVICE_UID}:{SERVICE_UID}::/var/lib/warren:/usr/sbin/nologin\n")
+    with open("/etc/group") as f, open(group, "w") as out:
+        out.write(f.read() + f"warren:x:{SERVICE_UID}:\n")
+    return [(etc, "/etc/warren"), (os.path.abspath(warren), BINARY), (passwd, "/etc/passwd"),
+            (group, "/etc/group")] + list(extra_mounts)
 
 
 def check_unit(warren, shipped, path, work):
@@ -240,9 +259,16 @@ def start(a):
     # The harness's exit-with-its-parent marker (warren_harness), which the
     # unit's clean environment would drop, passes through.
     passthrough = {k: os.environ[k] for k in ("WARREN_EXIT_WITH_PARENT",) if k in os.environ}
-    cmd, _, _, _ = unit_command(a.unit, os.path.abspath(a.etc), a.warren, os.path.join(scratch, "root"),
-                                line, (), mounts, passthrough)
+    cmd, _, _, _ = unit_command(a.unit, a.etc_in, a.warren, os.path.join(scratch, "root"),
+                                line, (), mounts, passthrough, in_place=a.in_place)
     os.execvp(cmd[0], cmd)
+
+
+def host(a):
+    """A host's persistent mount namespace (see private_root.persistent)."""
+    work = os.path.abspath(a.work)
+    mounts = host_mounts(os.path.abspath(a.etc), a.warren, work, [tuple(m.split(":", 1)) for m in a.mount])
+    private_root.persistent(a.ns, mounts, os.path.join(work, "root"))
 
 
 def main():
@@ -258,8 +284,19 @@ def main():
     s.add_argument("--mount", action="append", default=[])
     s.add_argument("--check", action="store_true")
     s.add_argument("--work", help="where the run's scratch files go (default: the temporary directory)")
+    s.add_argument("--in-place", action="store_true",
+                   help="in a host's namespace already (units.py host): /etc/warren and the binary are there")
+    h = sub.add_parser("host")
+    h.add_argument("--warren", required=True)
+    h.add_argument("--etc", required=True)
+    h.add_argument("--ns", required=True, help="the file that holds the namespace")
+    h.add_argument("--work", required=True)
+    h.add_argument("--mount", action="append", default=[])
     a = ap.parse_args()
-    return check(a) if a.cmd == "check" else start(a)
+    if a.cmd == "start":
+        # In place, /etc/warren is read where it is mounted.
+        a.etc_in = "/etc/warren" if a.in_place else os.path.abspath(a.etc)
+    return {"check": check, "start": start, "host": host}[a.cmd](a)
 
 
 if __name__ == "__main__":
