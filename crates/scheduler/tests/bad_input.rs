@@ -213,6 +213,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation: 9,
         roster: vec![],
         cached_layers: vec![],
+        ..Default::default()
     };
     let cases: Vec<(pb::RegisterNodeRequest, &str)> = vec![
         (
@@ -280,6 +281,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation,
         roster: vec![],
         cached_layers: vec![],
+        ..Default::default()
     };
     assert_status(
         c.heartbeat(hb("node-a", inc ^ 0xff)).await,
