@@ -283,6 +283,11 @@ def attacks():
     assert sh(s, "ls -A /mnt").split() == ["data"]
     code, out, err, _ = run(s, "sudo mknod /mnt/data/dev c 1 3")
     assert code != 0, (out, err)
+    # Nor can the sandbox's root take the flags off (seccomp refuses mount).
+    code, out, err, _ = run(s, "sudo mount -o remount,suid,dev /mnt/data")
+    assert code != 0, (out, err)
+    opts = sh(s, "findmnt -no OPTIONS /mnt/data")
+    assert "nosuid" in opts and "nodev" in opts, opts
     s.kill()
     assert Volume.destroy(vol.volume_id)
     result(volume=vol.volume_id, secret=secret, race_reads=seen)

@@ -593,7 +593,14 @@ mod tests {
 
     #[test]
     fn volume_stores() {
-        let base = ["--node-id", "n1", "--envd-bin", "/bin/sh", "--data-dir", "/d"];
+        let base = [
+            "--node-id",
+            "n1",
+            "--envd-bin",
+            "/bin/sh",
+            "--data-dir",
+            "/d",
+        ];
         let s = parse(&base).unwrap();
         assert_eq!(
             s.volumes,
@@ -613,13 +620,19 @@ mod tests {
         assert_eq!(s.volumes.max_bytes, 0);
         assert_eq!(s.volumes.dir, PathBuf::from("/mnt/nfs/v"));
         assert_eq!(
-            with(&["--volume-max-bytes", "67108864"]).unwrap().volumes.max_bytes,
+            with(&["--volume-max-bytes", "67108864"])
+                .unwrap()
+                .volumes
+                .max_bytes,
             64 << 20
         );
         let e = with(&["--volume-shared", "--volume-max-bytes", "1073741824"])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--volume-max-bytes") && e.contains("shared"), "{e}");
+        assert!(
+            e.contains("--volume-max-bytes") && e.contains("shared"),
+            "{e}"
+        );
         assert!(with(&["--volume-max-bytes", "1000"]).is_err());
     }
 

@@ -281,7 +281,6 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation,
         roster: vec![],
         cached_layers: vec![],
-        ..Default::default()
     };
     assert_status(
         c.heartbeat(hb("node-a", inc ^ 0xff)).await,

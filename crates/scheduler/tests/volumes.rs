@@ -82,7 +82,11 @@ async fn local_volumes_pin_their_users_and_outlive_them(store: TestStore) {
     let mut c = s.client().await;
     // No store anywhere: no volume, and a clear reason.
     register(&mut c, "plain", 10).await;
-    let e = assert_status(create(&mut c, "t", "v").await, Code::FailedPrecondition, "volume store");
+    let e = assert_status(
+        create(&mut c, "t", "v").await,
+        Code::FailedPrecondition,
+        "volume store",
+    );
     assert_eq!(reason(&e).as_deref(), Some("no-volume-store"));
     node_with_store(&mut c, "node-a", "local", 1000).await;
     node_with_store(&mut c, "node-b", "local", 1000).await;
@@ -91,7 +95,11 @@ async fn local_volumes_pin_their_users_and_outlive_them(store: TestStore) {
     assert!(v.token.starts_with("vt_") && v.max_bytes == 1000, "{v:?}");
     assert!(v.node_id == "node-a" || v.node_id == "node-b", "{v:?}");
     // A name is the team's: taken in the team, free in another.
-    assert_status(create(&mut c, "t", "data").await, Code::AlreadyExists, "named data");
+    assert_status(
+        create(&mut c, "t", "data").await,
+        Code::AlreadyExists,
+        "named data",
+    );
     // The second volume goes to the node holding fewer.
     let w = create(&mut c, "t", "more").await.unwrap();
     assert_ne!(w.node_id, v.node_id, "{w:?}");
@@ -117,7 +125,9 @@ async fn local_volumes_pin_their_users_and_outlive_them(store: TestStore) {
         .await;
     assert_status(other_team, Code::NotFound, "not found");
     let listed = c
-        .list_volumes(pb::ListVolumesRequest { team_id: "t".into() })
+        .list_volumes(pb::ListVolumesRequest {
+            team_id: "t".into(),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -127,31 +137,76 @@ async fn local_volumes_pin_their_users_and_outlive_them(store: TestStore) {
 
     // A token opens its volume only.
     let r = route(&mut c, &v.volume_id, &v.token).await.unwrap();
-    assert_eq!((r.node_id.as_str(), r.endpoint.is_empty()), (v.node_id.as_str(), false));
-    assert_status(route(&mut c, &v.volume_id, &w.token).await, Code::Unauthenticated, "token");
-    assert_status(route(&mut c, &v.volume_id, &theirs.token).await, Code::Unauthenticated, "token");
-    assert_status(route(&mut c, &v.volume_id, "").await, Code::Unauthenticated, "token");
+    assert_eq!(
+        (r.node_id.as_str(), r.endpoint.is_empty()),
+        (v.node_id.as_str(), false)
+    );
+    assert_status(
+        route(&mut c, &v.volume_id, &w.token).await,
+        Code::Unauthenticated,
+        "token",
+    );
+    assert_status(
+        route(&mut c, &v.volume_id, &theirs.token).await,
+        Code::Unauthenticated,
+        "token",
+    );
+    assert_status(
+        route(&mut c, &v.volume_id, "").await,
+        Code::Unauthenticated,
+        "token",
+    );
 
     // A sandbox that mounts it goes to its node, and gets the mount.
-    let p = c.place(mounting("t", &[("data", "/mnt//data/")])).await.unwrap().into_inner();
+    let p = c
+        .place(mounting("t", &[("data", "/mnt//data/")]))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(p.node_id, v.node_id);
     let m = &p.binding.as_ref().unwrap().volume_mounts;
-    assert_eq!((m.len(), m[0].path.as_str(), m[0].volume_id.as_str()), (1, "/mnt/data", v.volume_id.as_str()));
+    assert_eq!(
+        (m.len(), m[0].path.as_str(), m[0].volume_id.as_str()),
+        (1, "/mnt/data", v.volume_id.as_str())
+    );
     record(&mut c, &p).await;
-    assert_eq!(get(&mut c, &p.sandbox_id).await.unwrap().volume_mounts.len(), 1);
+    assert_eq!(
+        get(&mut c, &p.sandbox_id)
+            .await
+            .unwrap()
+            .volume_mounts
+            .len(),
+        1
+    );
     // Volumes of two nodes in one sandbox: refused, naming both.
     assert_status(
-        c.place(mounting("t", &[("data", "/a"), ("more", "/b")])).await,
+        c.place(mounting("t", &[("data", "/a"), ("more", "/b")]))
+            .await,
         Code::InvalidArgument,
         "one node",
     );
     // Another team's name: not found (its own volume of that name is its own).
-    assert_status(c.place(mounting("v", &[("data", "/a")])).await, Code::NotFound, "data");
-    let pu = c.place(mounting("u", &[("data", "/a")])).await.unwrap().into_inner();
-    assert_eq!(pu.binding.unwrap().volume_mounts[0].volume_id, theirs.volume_id);
+    assert_status(
+        c.place(mounting("v", &[("data", "/a")])).await,
+        Code::NotFound,
+        "data",
+    );
+    let pu = c
+        .place(mounting("u", &[("data", "/a")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        pu.binding.unwrap().volume_mounts[0].volume_id,
+        theirs.volume_id
+    );
     // Bad paths never reach the store.
     for bad in ["relative", "/proc/x", "/a/../b", "/"] {
-        assert_status(c.place(mounting("t", &[("data", bad)])).await, Code::InvalidArgument, "");
+        assert_status(
+            c.place(mounting("t", &[("data", bad)])).await,
+            Code::InvalidArgument,
+            "",
+        );
     }
 
     // A fork mounts its parent's volumes; a move stays with them.
@@ -176,7 +231,11 @@ async fn local_volumes_pin_their_users_and_outlive_them(store: TestStore) {
     );
 
     // Mounted (by the parent and the fork): no delete, naming them.
-    let e = assert_status(begin_delete(&mut c, "t", &v.volume_id).await, Code::FailedPrecondition, &p.sandbox_id);
+    let e = assert_status(
+        begin_delete(&mut c, "t", &v.volume_id).await,
+        Code::FailedPrecondition,
+        &p.sandbox_id,
+    );
     assert_eq!(reason(&e).as_deref(), Some("volume-mounted"));
     for (id, node, gen) in [
         (&p.sandbox_id, &p.node_id, p.generation),
@@ -187,17 +246,29 @@ async fn local_volumes_pin_their_users_and_outlive_them(store: TestStore) {
     // Every sandbox gone: the delete begins, and then nothing mounts it.
     let d = begin_delete(&mut c, "t", &v.volume_id).await.unwrap();
     assert_eq!(d.state, pb::VolumeState::Deleting as i32);
-    let e = assert_status(c.place(mounting("t", &[("data", "/a")])).await, Code::FailedPrecondition, "deleted");
+    let e = assert_status(
+        c.place(mounting("t", &[("data", "/a")])).await,
+        Code::FailedPrecondition,
+        "deleted",
+    );
     assert_eq!(reason(&e).as_deref(), Some("volume-deleting"));
     // Another team cannot delete it; its own finish does.
-    assert_status(begin_delete(&mut c, "u", &v.volume_id).await, Code::NotFound, "");
+    assert_status(
+        begin_delete(&mut c, "u", &v.volume_id).await,
+        Code::NotFound,
+        "",
+    );
     c.finish_delete_volume(pb::FinishDeleteVolumeRequest {
         volume_id: v.volume_id.clone(),
         team_id: "t".into(),
     })
     .await
     .unwrap();
-    assert_status(route(&mut c, &v.volume_id, &v.token).await, Code::Unauthenticated, "");
+    assert_status(
+        route(&mut c, &v.volume_id, &v.token).await,
+        Code::Unauthenticated,
+        "",
+    );
     // The name is free again.
     create(&mut c, "t", "data").await.unwrap();
 }
@@ -223,7 +294,11 @@ async fn a_local_volume_is_unavailable_while_its_node_is_down(store: TestStore) 
     .await;
     assert_eq!(reason(&e).as_deref(), Some("node-down"));
     assert!(e.message().contains("node-a"), "{}", e.message());
-    let e = assert_status(route(&mut c, &v.volume_id, &v.token).await, Code::FailedPrecondition, "node-a");
+    let e = assert_status(
+        route(&mut c, &v.volume_id, &v.token).await,
+        Code::FailedPrecondition,
+        "node-a",
+    );
     assert_eq!(reason(&e).as_deref(), Some("node-down"));
     // Without volumes, sandboxes go elsewhere meanwhile.
     assert_eq!(place(&mut c, "t").await.node_id, "node-b");
@@ -241,13 +316,21 @@ async fn shared_volumes_go_to_nodes_with_the_shared_store(store: TestStore) {
     // Users go to nodes with the shared store only, and may move among them.
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..6 {
-        let p = c.place(mounting("t", &[("s", "/mnt/s")])).await.unwrap().into_inner();
+        let p = c
+            .place(mounting("t", &[("s", "/mnt/s")]))
+            .await
+            .unwrap()
+            .into_inner();
         assert!(p.node_id.starts_with("shared-"), "{}", p.node_id);
         seen.insert(p.node_id.clone());
         record(&mut c, &p).await;
     }
     assert_eq!(seen.len(), 2, "{seen:?}");
-    let p = c.place(mounting("t", &[("s", "/mnt/s")])).await.unwrap().into_inner();
+    let p = c
+        .place(mounting("t", &[("s", "/mnt/s")]))
+        .await
+        .unwrap()
+        .into_inner();
     record(&mut c, &p).await;
     let moved = c
         .reassign(pb::ReassignRequest {
@@ -257,7 +340,10 @@ async fn shared_volumes_go_to_nodes_with_the_shared_store(store: TestStore) {
         .await
         .unwrap()
         .into_inner();
-    assert!(moved.node_id.starts_with("shared-") && moved.node_id != p.node_id, "{moved:?}");
+    assert!(
+        moved.node_id.starts_with("shared-") && moved.node_id != p.node_id,
+        "{moved:?}"
+    );
     assert_eq!(moved.binding.unwrap().volume_mounts.len(), 1);
     // Its content is served by a node with the shared store; another one
     // when the gateway cannot reach the first.
@@ -272,7 +358,10 @@ async fn shared_volumes_go_to_nodes_with_the_shared_store(store: TestStore) {
         .await
         .unwrap()
         .into_inner();
-    assert!(other.node_id.starts_with("shared-") && other.node_id != r.node_id, "{other:?}");
+    assert!(
+        other.node_id.starts_with("shared-") && other.node_id != r.node_id,
+        "{other:?}"
+    );
 }
 
 async fn a_teams_volumes_are_bounded(store: TestStore) {
@@ -283,7 +372,11 @@ async fn a_teams_volumes_are_bounded(store: TestStore) {
     // the bytes.
     create(&mut c, "t", "a").await.unwrap();
     create(&mut c, "t", "b").await.unwrap();
-    let e = assert_status(create(&mut c, "t", "c").await, Code::ResourceExhausted, "2500");
+    let e = assert_status(
+        create(&mut c, "t", "c").await,
+        Code::ResourceExhausted,
+        "2500",
+    );
     assert_eq!(bound(&e).as_deref(), Some("team-volume-bytes"));
     // Another team is not held by this one's.
     create(&mut c, "u", "a").await.unwrap();
@@ -292,7 +385,11 @@ async fn a_teams_volumes_are_bounded(store: TestStore) {
     create(&mut c, "v", "a").await.unwrap();
     create(&mut c, "v", "b").await.unwrap();
     create(&mut c, "v", "c").await.unwrap();
-    let e = assert_status(create(&mut c, "v", "d").await, Code::ResourceExhausted, "3 volumes");
+    let e = assert_status(
+        create(&mut c, "v", "d").await,
+        Code::ResourceExhausted,
+        "3 volumes",
+    );
     assert_eq!(bound(&e).as_deref(), Some("team-volumes"));
     // Names are checked.
     for bad in ["", "a b", "../x", &"x".repeat(65)] {

@@ -35,7 +35,10 @@ async fn cluster(nodes: usize, node_args: &[&str]) -> Cluster {
         Spec {
             nodes,
             runtime: "isolated".into(),
-            keys: vec![(KEY.into(), "team-a".into()), (OTHER.into(), "team-b".into())],
+            keys: vec![
+                (KEY.into(), "team-a".into()),
+                (OTHER.into(), "team-b".into()),
+            ],
             node_args: node_args.iter().map(|s| s.to_string()).collect(),
             ..Spec::default()
         },
@@ -177,7 +180,13 @@ async fn a_local_volume_is_unavailable_while_its_node_is_down() {
     let http = Http::new(Duration::from_secs(120));
     let key = [("x-api-key", KEY)];
     let v = http
-        .send(Method::POST, &gw, "/volumes", &key, Some(json!({"name": "pinned"})))
+        .send(
+            Method::POST,
+            &gw,
+            "/volumes",
+            &key,
+            Some(json!({"name": "pinned"})),
+        )
         .await
         .expect("create");
     assert_eq!(v.status, StatusCode::CREATED, "{}", v.text());
@@ -252,7 +261,13 @@ async fn a_local_volume_is_unavailable_while_its_node_is_down() {
     assert!(r.text().contains(&node), "{}", r.text());
     // Sandboxes without volumes go to the other node meanwhile.
     let plain = http
-        .send(Method::POST, &gw, "/v2/sandboxes", &key, Some(create(false)))
+        .send(
+            Method::POST,
+            &gw,
+            "/v2/sandboxes",
+            &key,
+            Some(create(false)),
+        )
         .await
         .expect("create");
     assert_eq!(plain.status, StatusCode::CREATED, "{}", plain.text());

@@ -400,8 +400,8 @@ impl NodeClient {
         id: &str,
         max_bytes: u64,
     ) -> Result<node_api::volumes::VolumeInfo, NodeError> {
-        let body = serde_json::to_vec(&node_api::volumes::EnsureVolume { max_bytes })
-            .unwrap_or_default();
+        let body =
+            serde_json::to_vec(&node_api::volumes::EnsureVolume { max_bytes }).unwrap_or_default();
         let path = node_api::volumes::volume_path(id);
         let (_, bytes) = self.send(endpoint, Method::PUT, path, Some(body)).await?;
         parse(endpoint, &bytes)

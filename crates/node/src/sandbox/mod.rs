@@ -515,15 +515,13 @@ impl Registry {
         };
         let volumes = {
             let (store, mounts) = (self.volumes.clone(), mounts.clone());
-            tokio::task::spawn_blocking(move || {
-                crate::volumes::sources(store.as_deref(), &mounts)
-            })
-            .await
-            .map_err(|e| NodeError::Internal(format!("the volume task failed: {e}")))?
-            .map_err(|e| match e {
-                crate::volumes::VolumeError::Store(m) => NodeError::Internal(m),
-                e => NodeError::BadRequest(format!("cannot mount its volumes: {e}")),
-            })?
+            tokio::task::spawn_blocking(move || crate::volumes::sources(store.as_deref(), &mounts))
+                .await
+                .map_err(|e| NodeError::Internal(format!("the volume task failed: {e}")))?
+                .map_err(|e| match e {
+                    crate::volumes::VolumeError::Store(m) => NodeError::Internal(m),
+                    e => NodeError::BadRequest(format!("cannot mount its volumes: {e}")),
+                })?
         };
         let spec = LaunchSpec {
             volumes: &volumes,

@@ -71,9 +71,9 @@ impl FsError {
                 "path {p} leads out of the volume (through a symlink or a mount); \
                  paths and the symlinks in them must stay inside the volume"
             )),
-            Errno::NOTDIR => FsError::BadRequest(format!(
-                "a component of path {p} is not a directory"
-            )),
+            Errno::NOTDIR => {
+                FsError::BadRequest(format!("a component of path {p} is not a directory"))
+            }
             Errno::EXIST => FsError::Conflict(format!("path {p} already exists")),
             Errno::ISDIR => FsError::Conflict(format!("path {p} is a directory")),
             Errno::NOTEMPTY => FsError::Conflict(format!("directory {p} is not empty")),
@@ -224,14 +224,18 @@ fn open_beneath(root: impl AsFd, path: &VPath, flags: OFlags, what: &str) -> Res
 
 /// `path`'s parent directory, opened beneath `root`.
 fn parent_dir(root: impl AsFd, path: &VPath, what: &str) -> Result<OwnedFd> {
-    open_beneath(root, &path.parent(), OFlags::RDONLY | OFlags::DIRECTORY, what).map_err(|e| {
-        match e {
-            FsError::NotFound(_) => FsError::NotFound(format!(
-                "the directory of {} does not exist",
-                path.display()
-            )),
-            e => e,
-        }
+    open_beneath(
+        root,
+        &path.parent(),
+        OFlags::RDONLY | OFlags::DIRECTORY,
+        what,
+    )
+    .map_err(|e| match e {
+        FsError::NotFound(_) => FsError::NotFound(format!(
+            "the directory of {} does not exist",
+            path.display()
+        )),
+        e => e,
     })
 }
 
@@ -338,7 +342,12 @@ pub struct Owner {
 
 impl Owner {
     /// From the call's `uid`, `gid`, `mode` (each optional), checked.
-    pub fn new(uid: Option<u32>, gid: Option<u32>, mode: Option<u32>, default_mode: u32) -> Result<Owner> {
+    pub fn new(
+        uid: Option<u32>,
+        gid: Option<u32>,
+        mode: Option<u32>,
+        default_mode: u32,
+    ) -> Result<Owner> {
         for (what, v) in [("uid", uid), ("gid", gid)] {
             if v.is_some_and(|v| v > MAX_ID) {
                 return Err(FsError::BadRequest(format!(
@@ -387,8 +396,13 @@ pub fn make_dir(root: &OwnedFd, path: &VPath, owner: Owner, force: bool) -> Resu
         return stat_in(&dir, path.name(), path);
     }
     // One component at a time, each opened beneath the one before.
-    let mut dir = rustix::fs::openat(root, ".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|e| FsError::from_errno(e, "open", path))?;
+    let mut dir = rustix::fs::openat(
+        root,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| FsError::from_errno(e, "open", path))?;
     let mut at = VPath { parts: Vec::new() };
     for c in &path.parts {
         at = at.child(c);
@@ -480,10 +494,12 @@ impl Upload {
     /// Appends `data`.
     pub fn write(&mut self, data: &[u8]) -> Result<()> {
         use std::io::Write;
-        self.file.write_all(data).map_err(|e| match e.raw_os_error() {
-            Some(n) => FsError::from_errno(Errno::from_raw_os_error(n), "write", &self.path),
-            None => FsError::Internal(format!("cannot write {}: {e}", self.path.display())),
-        })
+        self.file
+            .write_all(data)
+            .map_err(|e| match e.raw_os_error() {
+                Some(n) => FsError::from_errno(Errno::from_raw_os_error(n), "write", &self.path),
+                None => FsError::Internal(format!("cannot write {}: {e}", self.path.display())),
+            })
     }
 
     /// Sets its owner and mode and puts it in place.
@@ -535,7 +551,10 @@ pub fn open_file(root: &OwnedFd, path: &VPath) -> Result<(std::fs::File, u64)> {
     let flags = rustix::fs::fcntl_getfl(&fd).map_err(|e| FsError::from_errno(e, "read", path))?;
     rustix::fs::fcntl_setfl(&fd, flags - OFlags::NONBLOCK)
         .map_err(|e| FsError::from_errno(e, "read", path))?;
-    Ok((std::fs::File::from(fd), u64::try_from(st.st_size).unwrap_or(0)))
+    Ok((
+        std::fs::File::from(fd),
+        u64::try_from(st.st_size).unwrap_or(0),
+    ))
 }
 
 /// `PATCH /path`: sets `path`'s owner and mode (each only when given). A
@@ -584,7 +603,13 @@ pub fn update(
     stat_in(&dir, name, path)
 }
 
-fn set(fd: &OwnedFd, path: &VPath, uid: Option<u32>, gid: Option<u32>, mode: Option<u32>) -> Result<()> {
+fn set(
+    fd: &OwnedFd,
+    path: &VPath,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    mode: Option<u32>,
+) -> Result<()> {
     if uid.is_some() || gid.is_some() {
         rustix::fs::fchown(
             fd,
@@ -712,7 +737,10 @@ mod tests {
             mode: 0o640,
         };
         let d = make_dir(&r, &p("/a/b/c"), owner, true).unwrap();
-        assert_eq!((d.kind, d.path.as_str(), d.name.as_str()), ("directory", "/a/b/c", "c"));
+        assert_eq!(
+            (d.kind, d.path.as_str(), d.name.as_str()),
+            ("directory", "/a/b/c", "c")
+        );
         assert!(matches!(
             make_dir(&r, &p("/a/b/c"), owner, false),
             Err(FsError::Conflict(_))
@@ -757,7 +785,13 @@ mod tests {
         std::fs::write(vol.join("in.txt"), b"inside").unwrap();
         std::os::unix::fs::symlink("in.txt", vol.join("ok")).unwrap();
         let r = root(&vol);
-        let owner = Owner::new(Some(rustix::process::getuid().as_raw()), Some(0), None, 0o644).unwrap();
+        let owner = Owner::new(
+            Some(rustix::process::getuid().as_raw()),
+            Some(0),
+            None,
+            0o644,
+        )
+        .unwrap();
         for path in ["/out/secret", "/up/etc/passwd", "/s"] {
             assert!(
                 matches!(open_file(&r, &p(path)), Err(FsError::BadRequest(_))),
@@ -785,15 +819,25 @@ mod tests {
         assert_eq!(s, "inside");
         // Mode changes on a symlink are refused; nothing outside changes.
         assert!(update(&r, &p("/s"), None, None, Some(0o777)).is_err());
-        assert_eq!(std::fs::read(outside.path().join("secret")).unwrap(), b"host");
+        assert_eq!(
+            std::fs::read(outside.path().join("secret")).unwrap(),
+            b"host"
+        );
     }
 
     #[test]
     fn a_fifo_cannot_hold_a_reader() {
         let t = tempfile::tempdir().unwrap();
-        nix::unistd::mkfifo(&t.path().join("pipe"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        nix::unistd::mkfifo(
+            &t.path().join("pipe"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
         let r = root(t.path());
-        assert!(matches!(open_file(&r, &p("/pipe")), Err(FsError::BadRequest(_))));
+        assert!(matches!(
+            open_file(&r, &p("/pipe")),
+            Err(FsError::BadRequest(_))
+        ));
         assert_eq!(stat(&r, &p("/pipe")).unwrap().kind, "unknown");
     }
 }

@@ -146,13 +146,15 @@ async fn content(
     let q = query(&req);
     let method = req.method().clone();
     let answer = async move {
-        let path = VPath::parse(q.get("path").map(String::as_str).ok_or_else(|| {
-            FsError::BadRequest("the query needs a path (?path=/...)".into())
-        })?)?;
+        let path =
+            VPath::parse(q.get("path").map(String::as_str).ok_or_else(|| {
+                FsError::BadRequest("the query needs a path (?path=/...)".into())
+            })?)?;
         Ok::<_, FsError>(match (method.clone(), op) {
-            (Method::GET, "path") => {
-                json(StatusCode::OK, &run(&root, move |r| fs::stat(r, &path)).await?)
-            }
+            (Method::GET, "path") => json(
+                StatusCode::OK,
+                &run(&root, move |r| fs::stat(r, &path)).await?,
+            ),
             (Method::PATCH, "path") => {
                 let body = warren_core::body::read_limited(req.into_body(), MAX_JSON)
                     .await
@@ -168,17 +170,30 @@ async fn content(
             }
             (Method::GET, "dir") => {
                 let depth = number(&q, "depth")?.unwrap_or(1);
-                json(StatusCode::OK, &run(&root, move |r| fs::list(r, &path, depth)).await?)
+                json(
+                    StatusCode::OK,
+                    &run(&root, move |r| fs::list(r, &path, depth)).await?,
+                )
             }
             (Method::POST, "dir") => {
-                let owner = Owner::new(number(&q, "uid")?, number(&q, "gid")?, number(&q, "mode")?, 0o755)?;
+                let owner = Owner::new(
+                    number(&q, "uid")?,
+                    number(&q, "gid")?,
+                    number(&q, "mode")?,
+                    0o755,
+                )?;
                 let force = flag(&q, "force")?;
                 let e = run(&root, move |r| fs::make_dir(r, &path, owner, force)).await?;
                 json(StatusCode::CREATED, &e)
             }
             (Method::GET, "file") => download(&root, path).await?,
             (Method::PUT, "file") => {
-                let owner = Owner::new(number(&q, "uid")?, number(&q, "gid")?, number(&q, "mode")?, 0o644)?;
+                let owner = Owner::new(
+                    number(&q, "uid")?,
+                    number(&q, "gid")?,
+                    number(&q, "mode")?,
+                    0o644,
+                )?;
                 // `force` is accepted: a file is always replaced (E2B's SDKs
                 // say so); a directory in its place never is.
                 flag(&q, "force")?;
@@ -275,7 +290,10 @@ async fn download(root: &Arc<OwnedFd>, path: VPath) -> Result<Response<Body>, Fs
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     })
-    .map(|r| r.map(hyper::body::Frame::data).map_err(warren_core::body::BoxError::from));
+    .map(|r| {
+        r.map(hyper::body::Frame::data)
+            .map_err(warren_core::body::BoxError::from)
+    });
     let mut resp = Response::new(warren_core::body::boxed(http_body_util::StreamBody::new(
         stream,
     )));

@@ -249,9 +249,7 @@ impl VolumeStore {
         ) {
             Ok(fd) => Ok(fd),
             Err(rustix::io::Errno::NOENT) => Err(self.not_held(id)),
-            Err(e) => Err(VolumeError::Store(format!(
-                "cannot open volume {id}: {e}"
-            ))),
+            Err(e) => Err(VolumeError::Store(format!("cannot open volume {id}: {e}"))),
         }
     }
 
@@ -289,9 +287,9 @@ impl VolumeStore {
             .map_err(|e| VolumeError::Store(format!("cannot unmount volume {id}: {e}")))?;
         let _ = std::fs::remove_dir(&at);
         match std::fs::remove_file(self.image(id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(VolumeError::Store(
-                format!("cannot remove volume {id}'s image: {e}"),
-            )),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(VolumeError::Store(format!(
+                "cannot remove volume {id}'s image: {e}"
+            ))),
             _ => {
                 tracing::info!(volume = id, "volume removed");
                 Ok(())
@@ -370,7 +368,11 @@ pub fn sources(
                 return Err(VolumeError::Store(format!(
                     "volume {} is in {} store, and this node's is {}",
                     m.volume_id,
-                    if m.shared { "the shared" } else { "a node's local" },
+                    if m.shared {
+                        "the shared"
+                    } else {
+                        "a node's local"
+                    },
                     store.kind()
                 )));
             }

@@ -96,8 +96,7 @@ async fn a_shared_volume_follows_a_sandbox_resumed_on_another_host() {
     // host, the volume mounted there.
     super::pauses::pause_filesystem_only(&gateways[0], &sa.sandbox_id).await;
     let home = a["clientID"].as_str().expect("a node").to_string();
-    let moved =
-        super::pauses::cut_off_and_resume(&h, &home, &gateways[1], &sa.sandbox_id).await;
+    let moved = super::pauses::cut_off_and_resume(&h, &home, &gateways[1], &sa.sandbox_id).await;
     assert!(
         moved["clientID"] != a["clientID"] && moved["clientID"] != b["clientID"],
         "{moved}"
@@ -106,7 +105,12 @@ async fn a_shared_volume_follows_a_sandbox_resumed_on_another_host() {
         stdout_of(&client, &sa, "cat /mnt/shared/a.txt /mnt/shared/b.txt").await,
         "from-afrom-b"
     );
-    stdout_of(&client, &sa, "echo -n after-the-move > /mnt/shared/moved.txt").await;
+    stdout_of(
+        &client,
+        &sa,
+        "echo -n after-the-move > /mnt/shared/moved.txt",
+    )
+    .await;
     assert_eq!(
         stdout_of(&client, &sb, "cat /mnt/shared/moved.txt").await,
         "after-the-move"
@@ -124,7 +128,10 @@ async fn a_shared_volume_follows_a_sandbox_resumed_on_another_host() {
             )
             .await
             .expect("get");
-        assert_eq!((r.status, r.text().as_str()), (StatusCode::OK, "after-the-move"));
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (StatusCode::OK, "after-the-move")
+        );
     }
 
     // Mounted: no delete; once both are gone, deleted.

@@ -145,7 +145,11 @@ pub(in crate::control) async fn handle(
     let path = format!(
         "{}/{op}{}",
         warren_core::node_api::volumes::volume_path(id),
-        parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default()
+        parts
+            .uri
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default()
     );
     let build = |body: Body| -> Result<Request<Body>, ApiError> {
         let mut b = Request::builder().method(parts.method.clone()).uri(&path);
@@ -216,9 +220,9 @@ pub(in crate::control) async fn handle(
 /// headers; nothing of warren's own.
 fn answer(resp: Response<crate::node_client::PooledBody>) -> Response<Body> {
     let (parts, body) = resp.into_parts();
-    let mut out = Response::new(warren_core::body::boxed(body.map_err(
-        |e| -> warren_core::body::BoxError { e.into() },
-    )));
+    let mut out = Response::new(warren_core::body::boxed(
+        body.map_err(|e| -> warren_core::body::BoxError { e.into() }),
+    ));
     *out.status_mut() = parts.status;
     for h in [header::CONTENT_TYPE, header::CONTENT_LENGTH] {
         if let Some(v) = parts.headers.get(&h) {
@@ -239,9 +243,15 @@ mod tests {
     fn bearer_tokens() {
         let mut h = HeaderMap::new();
         assert_eq!(bearer(&h).unwrap_err().status, StatusCode::UNAUTHORIZED);
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer vt_abc"));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("Bearer vt_abc"),
+        );
         assert_eq!(bearer(&h).unwrap(), "vt_abc");
-        h.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer  vt_abc "));
+        h.insert(
+            header::AUTHORIZATION,
+            HeaderValue::from_static("bearer  vt_abc "),
+        );
         assert_eq!(bearer(&h).unwrap(), "vt_abc");
         h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic xyz"));
         assert!(bearer(&h).is_err());

@@ -189,7 +189,11 @@ pub(super) fn from_scheduler(s: &tonic::Status, id: Option<&str>) -> ApiError {
 }
 
 /// `POST /volumes`: a new volume of the team, its data made on its node.
-pub(super) async fn create(app: &App, team: &Team, body: &[u8]) -> Result<Response<Body>, ApiError> {
+pub(super) async fn create(
+    app: &App,
+    team: &Team,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
     let obj = crate::models::object(body, false)?;
     let name = match obj.get("name") {
         Some(serde_json::Value::String(s)) => s.clone(),
@@ -374,22 +378,19 @@ pub(super) async fn delete(app: &App, team: &Team, id: &str) -> Result<Response<
         .await
         .map_err(|s| from_scheduler(&s, Some(id)))?;
     let endpoint = serving_node(app, &v).await?;
-    app.nodes
-        .remove_volume(&endpoint, id)
-        .await
-        .map_err(|e| {
-            let mut err = ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "volume_unavailable",
-                format!(
-                    "volume {} is being deleted, but its node cannot remove its data now ({e}); \
+    app.nodes.remove_volume(&endpoint, id).await.map_err(|e| {
+        let mut err = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "volume_unavailable",
+            format!(
+                "volume {} is being deleted, but its node cannot remove its data now ({e}); \
                      delete it again later",
-                    v.name
-                ),
-            );
-            err.retry_after = Some(crate::error::RETRY_AFTER_SECS);
-            err
-        })?;
+                v.name
+            ),
+        );
+        err.retry_after = Some(crate::error::RETRY_AFTER_SECS);
+        err
+    })?;
     app.scheduler
         .call("FinishDeleteVolume", |mut c| {
             let req = FinishDeleteVolumeRequest {

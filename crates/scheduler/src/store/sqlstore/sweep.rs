@@ -40,7 +40,10 @@ pub(super) async fn run(store: &SqlStore, settings: &SweepSettings) -> Result<Sw
     super::uploads::sweep(store, &mut report).await?;
     let stale = super::volumes::sweep(store).await?;
     if stale > 0 {
-        tracing::debug!(stale, "removed the volume mounts of sandboxes that are gone");
+        tracing::debug!(
+            stale,
+            "removed the volume mounts of sandboxes that are gone"
+        );
     }
 
     let bounds = change_bounds(store).await?;

@@ -159,7 +159,10 @@ async fn create(
                 reason: warren_proto::REASON_NO_VOLUME_STORE,
             })?;
         let max: i64 = row.try_get(1)?;
-        (row.try_get::<String, _>(0)?, to_u64(max, "volume_max_bytes")?)
+        (
+            row.try_get::<String, _>(0)?,
+            to_u64(max, "volume_max_bytes")?,
+        )
     } else {
         let mut max = 0u64;
         for r in &shared {
@@ -225,7 +228,9 @@ async fn fresh_id(tx: &mut WriteTx) -> Result<String> {
             return Ok(id);
         }
     }
-    Err(Error::Corrupt("5 random volume ids in a row were taken".into()))
+    Err(Error::Corrupt(
+        "5 random volume ids in a row were taken".into(),
+    ))
 }
 
 /// Sandboxes (at most 3, for the message) whose binding mounts `id`.
