@@ -9,8 +9,8 @@
 //! while calls are in flight) never lead out of a volume, and the mount
 //! is nosuid,nodev; past the size limit a sandbox gets ENOSPC and the API
 //! 507; a 1 GiB file streams in and out without either part holding it;
-//! and a local volume whose node is down is unavailable, with a clear
-//! error, until that node is back.
+//! and a local volume whose node is down is unavailable (not deleted
+//! either), with a clear error, until that node is back.
 //!
 //! The shared store (any node mounts any volume; a sandbox paused and
 //! resumed on another node) is in `tests/hosts/volumes.rs`.
@@ -259,6 +259,17 @@ async fn a_local_volume_is_unavailable_while_its_node_is_down() {
         .expect("get");
     assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
     assert!(r.text().contains(&node), "{}", r.text());
+    // Nor can it be deleted meanwhile: nothing changes, and it is still there.
+    let r = http
+        .send(Method::DELETE, &gw, &format!("/volumes/{id}"), &key, None)
+        .await
+        .expect("delete");
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.text());
+    let r = http
+        .send(Method::GET, &gw, &format!("/volumes/{id}"), &key, None)
+        .await
+        .expect("get");
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     // Sandboxes without volumes go to the other node meanwhile.
     let plain = http
         .send(

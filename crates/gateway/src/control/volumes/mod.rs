@@ -367,6 +367,8 @@ pub(super) async fn get(app: &App, team: &Team, id: &str) -> Result<Response<Bod
 /// later delete finishes it).
 pub(super) async fn delete(app: &App, team: &Team, id: &str) -> Result<Response<Body>, ApiError> {
     let v = get_volume(app, team, id).await?;
+    // Its node first: while that is down nothing changes (503 naming it).
+    let endpoint = serving_node(app, &v).await?;
     app.scheduler
         .call("BeginDeleteVolume", |mut c| {
             let req = BeginDeleteVolumeRequest {
@@ -377,7 +379,6 @@ pub(super) async fn delete(app: &App, team: &Team, id: &str) -> Result<Response<
         })
         .await
         .map_err(|s| from_scheduler(&s, Some(id)))?;
-    let endpoint = serving_node(app, &v).await?;
     app.nodes.remove_volume(&endpoint, id).await.map_err(|e| {
         let mut err = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
