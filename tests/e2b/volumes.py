@@ -67,8 +67,10 @@ def content(method, vol_id, op, token, query="", body=None):
 
 
 def round_trip():
-    """The volume API and the content API, two sandboxes on one volume, the
-    data outliving every sandbox, a delete refused while mounted."""
+    """The volume API and the content API, two sandboxes on one volume, a
+    fork mounting its parent's, a snapshot without the volume's contents,
+    pauses of either kind resumed with the volume, the data outliving every
+    sandbox, a delete refused while mounted."""
     vname = name("data")
     vol = Volume.create(vname)
     assert vol.name == vname and vol.volume_id and vol.token, vol
@@ -116,6 +118,27 @@ def round_trip():
     assert sh(a, "cat /mnt/data/from-b.txt") == "from sandbox b"
     ranges = {sh(s, "cat /proc/self/uid_map").split()[1] for s in (a, b)}
     assert len(ranges) == 2, ranges
+
+    # A fork mounts its parent's volumes.
+    fork = a.fork()[0]
+    assert not isinstance(fork, Exception), fork
+    sh(fork, "echo -n 'from the fork' > /mnt/data/from-fork.txt", user="user")
+    assert sh(b, "cat /data/from-fork.txt") == "from the fork"
+    # A snapshot does not include a volume's contents: a sandbox made from
+    # it has the mount point, empty.
+    snap = a.create_snapshot()
+    from_snap = Sandbox.create(snap.snapshot_id, timeout=120, allow_internet_access=False)
+    assert sh(from_snap, "ls -A /mnt/data").strip() == ""
+    from_snap.kill()
+    fork.kill()
+    Sandbox.delete_snapshot(snap.snapshot_id)
+    # Paused (memory kept, and filesystem-only), then resumed: mounted again.
+    for keep in (True, False):
+        assert a.pause(mode="full" if keep else "filesystem") is True
+        a = Sandbox.connect(a.sandbox_id, timeout=240)
+        assert sh(a, "cat /mnt/data/from-b.txt") == "from sandbox b", keep
+    sh(a, "echo -n again > /mnt/data/after-pause.txt", user="user")
+    assert vol.read_file("/after-pause.txt") == "again"
 
     # Mounted: no delete.
     refused = raises(VolumeException, Volume.destroy, vol.volume_id)
