@@ -23,6 +23,9 @@
 //! - [`metrics`]: `warren_node_*` metrics.
 //! - [`samples`]: sandbox metrics (E2B's): the sampler and its bounded
 //!   per-sandbox rings.
+//! - [`volumes`]: the volume store (`--volume-dir`): E2B's persistent
+//!   volumes, their content calls (confined to each volume) and what a
+//!   sandbox that mounts one is given.
 //!
 //! # Lifecycle and shutdown policy
 //! At start the node adopts sandboxes whose envd still answers on its socket
@@ -58,6 +61,7 @@ pub mod proxy;
 pub mod runtime;
 pub mod samples;
 pub mod sandbox;
+pub mod volumes;
 
 pub use config::Config;
 
@@ -207,6 +211,26 @@ pub async fn run(
             .map_err(|_| anyhow::anyhow!("metrics registry poisoned"))?;
         metrics::Metrics::register(&mut reg)
     };
+    let volumes = match volumes::VolumeStore::open(settings.volumes.clone(), &settings.node_id) {
+        Ok(v) => {
+            tracing::info!(
+                store = v.kind(),
+                dir = %settings.volumes.dir.display(),
+                max_bytes = v.max_bytes(),
+                "volumes: {}",
+                if v.shared() {
+                    "a shared store (each volume a directory any node with it serves; no size limit of warren's)"
+                } else {
+                    "local (each volume an ext4 image of its size limit, served by this node only)"
+                }
+            );
+            Some(Arc::new(v))
+        }
+        Err(why) => {
+            tracing::warn!(%why, "this node holds no volumes (creates that mount one are placed elsewhere)");
+            None
+        }
+    };
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let registry = sandbox::Registry::new(
         sandbox::RegistryConfig {
@@ -221,6 +245,7 @@ pub async fn run(
         runtime.clone(),
         metrics.clone(),
         events_tx,
+        volumes,
     );
     registry.restore().await;
 

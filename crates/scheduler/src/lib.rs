@@ -162,6 +162,18 @@ async fn reseal_all(store: Arc<SqlStore>) {
         }
         tokio::task::yield_now().await;
     }
+    // Volumes' tokens the same way.
+    loop {
+        match store.reseal_volumes(500).await {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e) => {
+                tracing::error!(error = %e, "store: cannot seal volume tokens again; they stay readable, under their old key");
+                return;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
     if total > 0 {
         tracing::info!(
             values = total,
