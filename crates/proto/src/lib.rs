@@ -4,7 +4,8 @@
 //! - [`scheduler::v1`]: messages, the tonic client (`scheduler_client`) and
 //!   server (`scheduler_server`), generated from
 //!   `proto/warren/scheduler/v1/scheduler.proto` (and the records' messages,
-//!   `records.proto`) at build time.
+//!   `records.proto`) at build time; the `Secrets` service (`secrets_client`,
+//!   `secrets_server`) from `secrets.proto`.
 //! - [`client`]: the scheduler client gateways and nodes share (`--scheduler`
 //!   syntax, replica failover, timeouts).
 //! - [`records`]: template records (`warren_template::Template`) as the
@@ -62,3 +63,5 @@ pub const BOUND_TOTAL_BUILDS: &str = "total-builds";
 pub const BOUND_TEAM_UPLOAD_BYTES: &str = "team-upload-bytes";
 /// The bytes of every team's uploads (`UploadBounds.max_total_bytes`).
 pub const BOUND_TOTAL_UPLOAD_BYTES: &str = "total-upload-bytes";
+/// A team holds `--secrets-team-count` secrets.
+pub const BOUND_SECRETS: &str = "secrets";

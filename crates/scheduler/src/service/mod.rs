@@ -4,7 +4,9 @@
 //! `crate::error::Error`. The records' RPCs (`records.proto`: template
 //! records, unused blobs, builds, uploads) have their bodies in
 //! `records.rs` and their checks in `validate_records.rs`; who may call
-//! each RPC is decided here, in the trait impl at the bottom.
+//! each RPC is decided here, in the trait impl at the bottom. The
+//! `Secrets` service (`secrets.proto`) is implemented by the same struct
+//! in `secrets.rs`.
 
 pub(crate) mod convert;
 mod records;
@@ -507,6 +509,9 @@ macro_rules! rpc {
             .await
     }};
 }
+
+// After the macro above, which it uses.
+mod secrets;
 
 #[tonic::async_trait]
 impl pb::scheduler_server::Scheduler for SchedulerService {
