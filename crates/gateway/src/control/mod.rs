@@ -14,6 +14,8 @@
 //! - [`metrics`]: `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics`
 //!   (the samples on the sandbox's node).
 //! - [`network`]: `PUT /sandboxes/{id}/network`, the traffic access token.
+//! - [`secrets`]: E2B's `/secrets` (the scheduler keeps them; values are
+//!   write-only).
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 //! - [`builds`]: E2B's template build API (`POST /v3/templates`, `POST
 //!   /v2/templates/{id}/builds/{buildID}`, the build status), each build
@@ -40,6 +42,7 @@ mod nodes;
 pub(crate) mod pause;
 mod route;
 mod sandboxes;
+mod secrets;
 mod snapshots;
 mod team_store;
 mod templates;
@@ -113,6 +116,9 @@ enum Endpoint {
     /// `/_warren/v1/uploads/{hash}`: a COPY archive (the signed link is
     /// its credential, not an API key).
     Upload(String),
+    /// `/secrets` and `/secrets/{id}` (`secrets.rs`).
+    Secrets,
+    Secret(String),
 }
 
 impl Endpoint {
@@ -155,6 +161,8 @@ impl Endpoint {
             ["v2", "templates", t, "builds", b] => Endpoint::TemplateBuild(id(t), id(b)),
             ["templates", t, "builds", b, "status"] => Endpoint::TemplateBuildStatus(id(t), id(b)),
             ["templates", t, "files", h] => Endpoint::TemplateFiles(id(t), id(h)),
+            ["secrets"] => Endpoint::Secrets,
+            ["secrets", s] => Endpoint::Secret(id(s)),
             _ => return None,
         })
     }
@@ -162,7 +170,8 @@ impl Endpoint {
     fn methods(&self) -> &'static [Method] {
         match self {
             Endpoint::Health => &[Method::GET, Method::HEAD],
-            Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
+            Endpoint::Sandboxes { .. } | Endpoint::Secrets => &[Method::GET, Method::POST],
+            Endpoint::Secret(_) => &[Method::GET, Method::POST, Method::DELETE],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
             Endpoint::Route(_)
             | Endpoint::Nodes
@@ -196,6 +205,8 @@ impl Endpoint {
             | Endpoint::TemplateBuild(..)
             | Endpoint::TemplateBuildStatus(..)
             | Endpoint::TemplateFiles(..)
+            | Endpoint::Secrets
+            | Endpoint::Secret(_)
             | Endpoint::Upload(_) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
@@ -301,6 +312,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Bod
         (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id).await,
         (Endpoint::TemplateAlias(alias), _) => snapshots::alias(app, &team, &alias).await,
         (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
+        (Endpoint::Secrets, m) => secrets::collection(app, &team, &m, query, &body).await,
+        (Endpoint::Secret(id), m) => secrets::one(app, &team, &m, &id, &body).await,
         (Endpoint::Health | Endpoint::Upload(_), _) => Ok(no_content(StatusCode::NO_CONTENT)),
     }
 }
