@@ -12,6 +12,7 @@ which the node trusts through --egress-ca-file; the sandbox does not):
 - an unknown secret, another team's secret name, a destination whose
   certificate does not verify: refused at the proxy, clearly, nothing sent;
 - a WebSocket upgrade passes, with the header;
+- kept across a pause, frozen or filesystem-only (the same CA);
 - the policy decides first (`denyOut` the server: the proxy cannot reach
   it either); rules replaced live (`update_network`), removed and back;
 - the attacker's view from inside: environment, files, /proc, the proxy's
@@ -48,9 +49,9 @@ TARGET_CA = os.environ["WARREN_TARGET_CA"]
 # A WebSocket client: handshake, one masked text frame, the echo back.
 WS = r'''
 import base64, json, os, socket, ssl, sys
-host, path = sys.argv[1], sys.argv[2]
+host, path, addr = sys.argv[1], sys.argv[2], sys.argv[3]
 ctx = ssl.create_default_context()
-s = ctx.wrap_socket(socket.create_connection((host, 443), timeout=10), server_hostname=host)
+s = ctx.wrap_socket(socket.create_connection((addr, 443), timeout=10), server_hostname=host)
 key = base64.b64encode(os.urandom(16)).decode()
 s.sendall(("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
            "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n" % (path, host, key)).encode())
@@ -75,11 +76,20 @@ print(json.dumps({"status": status, "echo": data[2:2 + n].decode()}))
 '''
 
 
+# The test's hosts, resolved as curl's --resolve says (the sandbox's
+# /etc/hosts is its own again at every boot).
+RESOLVE = " ".join(
+    [f"--resolve {h}:443:{TARGET_IP}" for h in
+     ("api.test", "other.test", "ws.test", "missing.test", "theirs.test")]
+    + [f"--resolve bad.test:443:{ROGUE_IP}"])
+
+
 def curl(sbx, url, extra=""):
     """curl from inside: (exit code, HTTP status, body, curl's stderr)."""
     code, out, err, _ = run(
         sbx,
-        f"curl -sS --max-time 20 {extra} -w '\\n%{{http_code}} %{{http_version}}' {shlex.quote(url)}",
+        f"curl -sS --max-time 20 {RESOLVE} {extra} -w '\\n%{{http_code}} %{{http_version}}' "
+        f"{shlex.quote(url)}",
         timeout=40,
     )
     body, _, tail = out.rpartition("\n")
@@ -172,10 +182,6 @@ def secrets_and_rules():
         "theirs.test": [{"transform": {"headers": {"X-Key": Secret.fill(theirs)}}}],
     }
     sbx = Sandbox.create(timeout=600, network={"rules": rules})
-    hosts = (f"{TARGET_IP} api.test other.test ws.test missing.test theirs.test\n"
-             f"{ROGUE_IP} bad.test\n")
-    code, _, err, _ = run(sbx, f"printf %s {shlex.quote(hosts)} >> /etc/hosts", user="root")
-    assert code == 0, err
     sbx.files.write("/tmp/target-ca.pem", TARGET_CA)
     sbx.files.write("/tmp/ws.py", WS)
     got = Sandbox.get_info(sbx.sandbox_id)
@@ -223,7 +229,7 @@ def secrets_and_rules():
     facts["refusals"] = refusals
 
     # A WebSocket through the proxy, with the header.
-    code, out, err, _ = run(sbx, "python3 /tmp/ws.py ws.test /ws", timeout=40)
+    code, out, err, _ = run(sbx, f"python3 /tmp/ws.py ws.test /ws {TARGET_IP}", timeout=40)
     assert code == 0, (code, out, err)
     facts["websocket"] = json.loads(out)
     assert facts["websocket"]["status"].endswith("101 Switching Protocols"), facts["websocket"]
@@ -247,6 +253,20 @@ def secrets_and_rules():
     code, status, _, body, err = curl(sbx, "https://api.test/again")
     assert code == 0 and echo(body)["headers"].get("authorization") == f"Bearer {v2}", (code, body, err)
     assert Sandbox.get_info(sbx.sandbox_id).network["rules"] == {"api.test": [bearer]}
+
+    # Kept across pauses: frozen in place, and filesystem-only (a cold boot
+    # from its disk, its proxy and CA set up again, the same CA).
+    trust = ("sha256sum /usr/local/share/ca-certificates/warren-egress-ca.crt; "
+             "grep -c 'warren sandbox egress CA: begin' /etc/ssl/certs/ca-certificates.crt")
+    before = run(sbx, trust)[1]
+    for mode in ("full", "filesystem"):
+        sbx.pause(mode=mode)
+        sbx = Sandbox.connect(sbx.sandbox_id, timeout=600)
+        code, status, _, body, err = curl(sbx, f"https://api.test/after-{mode}")
+        assert code == 0 and echo(body)["headers"].get("authorization") == f"Bearer {v2}", \
+            (mode, code, status, body, err)
+    after = run(sbx, trust)[1]
+    assert after == before and after.strip().endswith("\n1"), (before, after)
 
     # ---- The attacker's view, as the sandbox's root.
     look = {}

@@ -7,9 +7,14 @@
 //! store of their own are pointed at them through the defaults of the
 //! environment processes get (a variable the template or the create set
 //! wins): `NODE_EXTRA_CA_CERTS` (Node.js), `REQUESTS_CA_BUNDLE`
-//! (requests) and `SSL_CERT_FILE` (httpx, OpenSSL). Installing again (a
-//! boot after a filesystem-only pause, on this node or another) changes
-//! nothing: the same certificate is found in the bundle.
+//! (requests) and `SSL_CERT_FILE` (httpx, OpenSSL).
+//!
+//! In the bundle the certificate sits between two marker lines, and an
+//! install replaces whatever is between markers: a sandbox trusts its own
+//! egress CA only, not the one a fork's parent, a snapshot's source
+//! sandbox or a template build's sandbox left in the files it was made
+//! from. Installing again (a boot after a filesystem-only pause, on this
+//! node or another) changes nothing.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -19,6 +24,10 @@ use std::path::Path;
 pub const CA_FILE: &str = "/usr/local/share/ca-certificates/warren-egress-ca.crt";
 /// The system bundle it is appended to.
 pub const BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+/// The lines around it there (text outside a PEM block is ignored by
+/// every reader of the bundle).
+const BEGIN: &str = "# warren sandbox egress CA: begin";
+const END: &str = "# warren sandbox egress CA: end";
 
 /// Installs `pem` under `root` and adds the environment defaults to `env`.
 /// An error names the file; the sandbox runs without it (its egress
@@ -40,23 +49,39 @@ pub fn install(root: &Path, pem: &str, env: &mut BTreeMap<String, String>) -> Re
         // No Debian bundle in this template: the certificate file alone.
         return Ok(());
     };
-    if !have.contains(pem.trim()) {
+    let want = with_ca(&have, pem);
+    if want != have {
         let mut f = std::fs::OpenOptions::new()
-            .append(true)
+            .write(true)
+            .truncate(true)
             .open(&bundle)
             .map_err(|e| format!("{}: {e}", bundle.display()))?;
-        let sep = if have.ends_with('\n') || have.is_empty() {
-            ""
-        } else {
-            "\n"
-        };
-        f.write_all(format!("{sep}{}\n", pem.trim()).as_bytes())
+        f.write_all(want.as_bytes())
             .map_err(|e| format!("{}: {e}", bundle.display()))?;
     }
     for var in ["REQUESTS_CA_BUNDLE", "SSL_CERT_FILE"] {
         env.entry(var.into()).or_insert_with(|| BUNDLE.into());
     }
     Ok(())
+}
+
+/// `bundle` with every marked block taken out and `pem`'s appended.
+fn with_ca(bundle: &str, pem: &str) -> String {
+    let mut out = String::with_capacity(bundle.len() + pem.len() + 80);
+    let mut inside = false;
+    for line in bundle.lines() {
+        match line.trim() {
+            BEGIN => inside = true,
+            END => inside = false,
+            _ if !inside => {
+                out.push_str(line);
+                out.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out.push_str(&format!("{BEGIN}\n{}\n{END}\n", pem.trim()));
+    out
 }
 
 #[cfg(test)]
@@ -82,7 +107,16 @@ mod tests {
         let bundle = std::fs::read_to_string(certs.join("ca-certificates.crt")).unwrap();
         assert_eq!(bundle.matches("MIIB").count(), 1, "{bundle}");
         assert!(
-            bundle.contains("A\n-----END CERTIFICATE-----\n-----BEGIN"),
+            bundle
+                .starts_with("-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----\n# warren"),
+            "{bundle}"
+        );
+        // Another sandbox's CA (a fork's, a snapshot's) replaces it.
+        let other = PEM.replace("MIIB", "MIIC");
+        install(root.path(), &other, &mut env).unwrap();
+        let bundle = std::fs::read_to_string(certs.join("ca-certificates.crt")).unwrap();
+        assert!(
+            !bundle.contains("MIIB") && bundle.contains("MIIC") && bundle.contains("\nA\n"),
             "{bundle}"
         );
         assert_eq!(env["SSL_CERT_FILE"], "/mine.pem");

@@ -8,7 +8,8 @@
 //! sandbox's own TLS, an unknown or another team's secret and a
 //! destination whose certificate does not verify are refused at the
 //! proxy, a WebSocket passes with the header, a `denyOut` covering the
-//! server stops the proxy too, rules replaced live; and inside the sandbox
+//! server stops the proxy too, rules replaced live and kept across a
+//! frozen and a filesystem-only pause (the same CA); and inside the sandbox
 //! neither the environment, files, `/proc`, the proxy's listener nor its
 //! error messages show a value.
 //!
@@ -367,6 +368,13 @@ async fn secrets_are_injected_on_the_way_out_and_never_enter_the_sandbox() {
         at("/ws")[0]["headers"]["authorization"],
         format!("Bearer {v2}")
     );
+    for path in ["/again", "/after-full", "/after-filesystem"] {
+        assert_eq!(
+            at(path)[0]["headers"]["authorization"],
+            format!("Bearer {v2}"),
+            "{path}"
+        );
+    }
     assert!(at("/plain")[0]["headers"].get("authorization").is_none());
     for refused in ["/refused", "/denied"] {
         assert!(
