@@ -499,9 +499,7 @@ async fn refusals_are_clear_never_carry_a_value_and_send_nothing() {
     assert_eq!(status, StatusCode::BAD_GATEWAY);
     assert!(!body.contains("Evil") && !body.contains("bad"), "{body}");
     assert_eq!(w.seen.lock().unwrap().len(), before);
-    for (_, body) in [(0, body)] {
-        assert!(!body.contains(SECRET));
-    }
+    assert!(!body.contains(SECRET));
 }
 
 #[tokio::test]
