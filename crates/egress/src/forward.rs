@@ -176,7 +176,19 @@ fn strip_hop_by_hop(headers: &mut http::HeaderMap, keep_upgrade: bool) {
 }
 
 impl Upstream {
-    async fn handle(&self, mut req: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let r = self.answer(req).await;
+        self.proxy
+            .settings
+            .note(if r.headers().get(REFUSED_HEADER).is_some() {
+                crate::Event::Refused
+            } else {
+                crate::Event::Forwarded
+            });
+        r
+    }
+
+    async fn answer(&self, mut req: Request<Incoming>) -> Response<Body> {
         if req.method() == http::Method::CONNECT {
             return refuse(
                 StatusCode::METHOD_NOT_ALLOWED,

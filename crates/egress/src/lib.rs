@@ -93,17 +93,62 @@ pub trait Resolver: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<BTreeMap<String, String>, ResolveError>>;
 }
 
+/// What became of a connection or a request, for the node's metrics
+/// (`warren_node_egress_proxy_events_total{event}`): never a host, a
+/// sandbox or a value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A connection to a host with rules, its TLS (or HTTP) ended here.
+    Intercepted,
+    /// A connection to any other host, passed through untouched.
+    Spliced,
+    /// A request sent on (transformed) and answered by the destination.
+    Forwarded,
+    /// A request the proxy answered itself (a placeholder that does not
+    /// resolve, a destination it cannot reach or verify, another host).
+    Refused,
+}
+
+impl Event {
+    pub fn label(self) -> &'static str {
+        match self {
+            Event::Intercepted => "intercepted",
+            Event::Spliced => "spliced",
+            Event::Forwarded => "forwarded",
+            Event::Refused => "refused",
+        }
+    }
+}
+
+/// Told of every [`Event`].
+pub type Observer = Arc<dyn Fn(Event) + Send + Sync>;
+
 /// What every sandbox's proxy on a node shares.
-#[derive(Debug)]
 pub struct Settings {
     /// The onward TLS client (roots: the host's plus the operator's).
     pub client: Arc<rustls::ClientConfig>,
     /// The gateways' host-routing domain (`<port>-<id>.<domain>`),
     /// lower-case: hosts under it go to [`Target::Gateway`].
     pub sandbox_domain: Option<String>,
+    /// The node's metrics, if it keeps them.
+    pub observe: Option<Observer>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("sandbox_domain", &self.sandbox_domain)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Settings {
+    fn note(&self, e: Event) {
+        if let Some(o) = &self.observe {
+            o(e);
+        }
+    }
+
     fn under_domain(&self, host: &str) -> bool {
         self.sandbox_domain.as_deref().is_some_and(|d| {
             host.strip_suffix(d)
@@ -245,6 +290,17 @@ impl SandboxProxy {
                 port: orig.port(),
             },
         };
+        let intercepted = matches!(
+            (&hello, ruled, gateway),
+            (Some(Hello::Tls(_)), true, _)
+                | (Some(Hello::Http(_)), true, _)
+                | (Some(Hello::Http(_)), false, true)
+        );
+        self.settings.note(if intercepted {
+            Event::Intercepted
+        } else {
+            Event::Spliced
+        });
         let result = match (&hello, ruled, gateway) {
             (Some(Hello::Tls(_)), true, _) => self.intercept_tls(stream, &host, orig, onward).await,
             (Some(Hello::Http(_)), true, _) | (Some(Hello::Http(_)), false, true) => {
@@ -372,6 +428,7 @@ mod tests {
                     .unwrap_or_else(|e| panic!("{e}")),
             ),
             sandbox_domain: Some("warren.localhost".into()),
+            observe: None,
         };
         assert!(s.under_domain("8080-abc.warren.localhost"));
         assert!(!s.under_domain("warren.localhost"));

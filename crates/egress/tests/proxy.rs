@@ -216,6 +216,8 @@ struct World {
     seen: Seen,
     rogue_seen: Seen,
     vault: Arc<Vault>,
+    /// What the proxy told the node's metrics.
+    events: Arc<Mutex<Vec<&'static str>>>,
 }
 
 fn rules(json: &str) -> EgressRules {
@@ -237,6 +239,7 @@ async fn world() -> World {
     )
     .await;
     let sandbox_ca = SandboxCa::generate("sbxtest").unwrap();
+    let events: Arc<Mutex<Vec<&'static str>>> = Default::default();
     let vault = Arc::new(Vault::default());
     vault
         .values
@@ -246,6 +249,10 @@ async fn world() -> World {
     let settings = Arc::new(Settings {
         client: Arc::new(warren_egress::tls::client_config(Arc::new(server_ca.roots())).unwrap()),
         sandbox_domain: Some("sbx.test".into()),
+        observe: Some(Arc::new({
+            let events = events.clone();
+            move |e| events.lock().unwrap().push(e.label())
+        })),
     });
     let proxy = SandboxProxy::new(
         "sbxtest",
@@ -271,6 +278,7 @@ async fn world() -> World {
         seen,
         rogue_seen,
         vault,
+        events,
     }
 }
 
@@ -428,6 +436,7 @@ async fn a_host_without_rules_is_spliced_with_the_servers_own_certificate() {
     let answers = send(io, false, "other.test", &["/plain"]).await;
     let seen: serde_json::Value = serde_json::from_str(&answers[0].1).unwrap();
     assert!(seen["headers"].get("authorization").is_none(), "{seen}");
+    assert_eq!(w.events.lock().unwrap().first(), Some(&"spliced"));
     // And a host with rules is intercepted: the server's CA alone fails.
     assert!(w
         .tls(w.upstream, "api.test", w.server_ca.roots(), &[b"http/1.1"])
@@ -500,6 +509,13 @@ async fn refusals_are_clear_never_carry_a_value_and_send_nothing() {
     assert!(!body.contains("Evil") && !body.contains("bad"), "{body}");
     assert_eq!(w.seen.lock().unwrap().len(), before);
     assert!(!body.contains(SECRET));
+    let events = w.events.lock().unwrap().clone();
+    assert_eq!(
+        events.iter().filter(|e| **e == "refused").count(),
+        5,
+        "{events:?}"
+    );
+    assert!(!events.contains(&"forwarded"), "{events:?}");
 }
 
 #[tokio::test]

@@ -212,6 +212,7 @@ pub async fn run(
         .map_err(ConfigError::Invalid)?;
     // The egress proxy's resolver talks to the scheduler on a client of
     // its own (the link's follows below).
+    let egress_events = metrics::EgressEvents::default();
     let proxy = {
         let scheduler = warren_proto::client::Scheduler::new(
             &settings.schedulers,
@@ -230,6 +231,7 @@ pub async fn run(
                     .sandbox_domain
                     .as_ref()
                     .map(|(d, _)| d.clone()),
+                observe: Some(metrics::egress_observer(egress_events.clone())),
             }),
             resolver: Arc::new(secrets::SchedulerSecrets::new(
                 scheduler,
@@ -250,7 +252,7 @@ pub async fn run(
             .registry
             .write()
             .map_err(|_| anyhow::anyhow!("metrics registry poisoned"))?;
-        metrics::Metrics::register(&mut reg)
+        metrics::Metrics::register(&mut reg, egress_events)
     };
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let registry = sandbox::Registry::new(
