@@ -342,8 +342,8 @@ impl Registry {
             .validate("egress_rules")
             .map_err(NodeError::BadRequest)?;
         if !req.egress_rules.is_empty() && self.runtime.kind() != runtime::RuntimeKind::Isolated {
-            return Err(NodeError::Unsupported(format!(
-                "egress rules need the isolated runtime (this node runs {}): its sandboxes have \
+            return Err(NodeError::BadRequest(format!(
+                "network.rules need the isolated runtime (this node runs {}): its sandboxes have \
                  no egress of their own to pass through the egress proxy",
                 self.runtime.kind().as_str()
             )));
