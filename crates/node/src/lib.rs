@@ -8,6 +8,8 @@
 //!
 //! # Layout
 //! - [`config`]: flags / `WARREN_NODE_*` env / TOML, validated before binding.
+//! - [`check`]: `--check-config`, everything a start checks before it
+//!   makes its data directory or probes its runtime, and nothing more.
 //! - [`runtime`]: the [`runtime::Runtime`] trait, `isolated` and `process`;
 //!   the sandbox launcher, host id ranges, cgroup limits (v1 and v2), disk
 //!   images, the seccomp filter, killing via cgroups and `/proc`.
@@ -47,6 +49,7 @@
 // Tests may unwrap: a panic there is a test failure with a message.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod check;
 pub mod config;
 pub mod control;
 pub mod envd;
@@ -197,6 +200,9 @@ pub async fn run(
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // The certificates before anything is made on disk: a bad one is
+    // configuration, found as `--check-config` finds it.
+    let trust = check::trust(&settings)?;
     std::fs::create_dir_all(settings.data_dir.join("sandboxes")).map_err(|e| {
         ConfigError::Invalid(format!(
             "--data-dir {}: cannot create it: {e}",
@@ -206,10 +212,6 @@ pub async fn run(
     let data_dir = settings.data_dir.canonicalize().map_err(|e| {
         ConfigError::Invalid(format!("--data-dir {}: {e}", settings.data_dir.display()))
     })?;
-    let trust = settings
-        .tls
-        .load(warren_trust::Role::Node, Some(&settings.node_id))
-        .map_err(ConfigError::Invalid)?;
     // The egress proxy's resolver talks to the scheduler on a client of
     // its own (the link's follows below).
     let egress_events = metrics::EgressEvents::default();
@@ -300,13 +302,7 @@ pub async fn run(
             break n;
         }
     };
-    let scheduler = warren_proto::client::Scheduler::new(
-        &settings.schedulers,
-        warren_proto::client::CONNECT_TIMEOUT,
-        warren_proto::client::CALL_TIMEOUT,
-        trust.as_deref(),
-    )
-    .map_err(|e| ConfigError::Invalid(format!("--scheduler: {e}")))?;
+    let scheduler = check::scheduler(&settings, trust.as_deref())?;
     // Only gateways may use the control API and the data plane.
     let listener = warren_trust::Listener::new(
         listener,

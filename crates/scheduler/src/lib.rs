@@ -8,6 +8,8 @@
 //!
 //! # Layout
 //! - [`config`]: flags/env/TOML, validated before anything binds.
+//! - [`check`]: `--check-config`, everything a start checks before it
+//!   binds or opens the store, and nothing more.
 //! - [`store`]: [`store::SqlStore`], the store, on SQLite (embedded, one replica) or PostgreSQL
 //!   (many replicas: writers serialize on an advisory lock, changes fan out
 //!   with LISTEN/NOTIFY, the sweep runs under an advisory-lock lease).
@@ -27,6 +29,7 @@
 // own unit-test build sees them too.
 #![cfg_attr(test, allow(unused_crate_dependencies))]
 
+pub mod check;
 pub mod config;
 pub mod error;
 pub mod metrics;
@@ -57,9 +60,12 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     config::refuse_secrets_in_args(std::env::args_os())?;
     let location = config.validate()?;
     // The store and secrets keys too, before any socket is bound (made on
-    // first start with SQLite; `serve` reads the same files).
+    // first start with SQLite; `serve` reads the same files), and the
+    // certificates: what `--check-config` checks, found before anything is
+    // bound.
     sealer(&config, &location)?;
     secrets_sealer(&config, &location)?;
+    let trust = check::trust(&config)?;
     // The scheduler starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.
     warren_core::server::raise_fd_limit();
@@ -71,7 +77,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (--admin-listen)", config.admin_listen))?;
     warren_core::announce("scheduler", "grpc", grpc.local_addr()?);
     warren_core::announce("scheduler", "admin", admin.local_addr()?);
-    match serve(config, grpc, admin, warren_core::shutdown::signal()).await {
+    match serve_trusted(config, trust, grpc, admin, warren_core::shutdown::signal()).await {
         // A data directory that cannot be created is a configuration problem (exit 64).
         Err(ServeError::Open(e @ store::OpenError::CreateDir { .. })) => {
             Err(warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}")).into())
@@ -100,13 +106,27 @@ pub async fn serve(
     admin: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let trust = check::trust(&config)?;
+    serve_trusted(config, trust, grpc, admin, shutdown).await
+}
+
+/// [`serve`] with the internal TLS material already loaded.
+async fn serve_trusted(
+    config: Config,
+    trust: Option<Arc<warren_trust::Trust>>,
+    grpc: TcpListener,
+    admin: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     let location = config.validate()?;
     let sealer = Arc::new(sealer(&config, &location)?);
-    let trust = config
-        .tls
-        .load(warren_trust::Role::Scheduler, None)
-        .map_err(warren_core::config::ConfigError::Invalid)?;
     let secrets = secrets_sealer(&config, &location)?.map(Arc::new);
+    if secrets.is_none() {
+        tracing::warn!(
+            "no --secrets-key-file: this scheduler keeps no team secrets (the secrets API \
+             answers 503)"
+        );
+    }
     let mut store = open_store(location, config.database_pool_size, sealer).await?;
     if let Some(s) = secrets {
         store = store.with_secrets(s);
@@ -137,23 +157,7 @@ fn sealer(
     config: &Config,
     location: &config::StoreLocation,
 ) -> Result<store::seal::Sealer, warren_core::config::ConfigError> {
-    use store::seal::Sealer;
-    let bad = |e: store::seal::KeyError| warren_core::config::ConfigError::Invalid(e.to_string());
-    if let Some(path) = &config.store_key_file {
-        return Sealer::from_file(path).map_err(bad);
-    }
-    match location.default_key_file() {
-        // Beside the database: a problem there is the data directory's.
-        Some(Some(path)) => Sealer::open_or_create(&path)
-            .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}"))),
-        Some(None) => Ok(Sealer::ephemeral()),
-        None => Err(warren_core::config::ConfigError::Invalid(
-            "--store-key-file is required with a PostgreSQL store: every replica seals \
-             access tokens and envVars with the same key. Make one, readable by its owner \
-             only, with: (umask 077; openssl rand -hex 32 > store.key)"
-                .into(),
-        )),
-    }
+    check::StoreKey::of(config, location)?.open()
 }
 
 /// The secrets' sealer: from `--secrets-key-file`, else the default key
@@ -176,13 +180,7 @@ fn secrets_sealer(
                 .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}")))
         }
         Some(None) => Ok(Some(Sealer::ephemeral())),
-        None => {
-            tracing::warn!(
-                "no --secrets-key-file: this scheduler keeps no team secrets (the secrets API \
-                 answers 503)"
-            );
-            Ok(None)
-        }
+        None => Ok(None),
     }
 }
 

@@ -129,8 +129,10 @@ impl Servers {
         let (host_ip, target_ip, rogue_ip) = (net(1), net(2), net(3));
         let netns = format!("wrn-sec-{tag}");
         let (host_if, ns_if) = (format!("wrnsh{tag}"), format!("wrnsp{tag}"));
+        // A run killed before its drop left it.
         let _ = std::process::Command::new("ip")
             .args(["netns", "del", &netns])
+            .stderr(std::process::Stdio::null())
             .status();
         ip(&["netns", "add", &netns]);
         ip(&[
