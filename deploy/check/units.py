@@ -105,6 +105,9 @@ def make_etc(warren, shipped, toml_name, etc, uid, gid):
     if "store-key-file" in cfg:
         private(in_etc(cfg["store-key-file"]), os.urandom(32).hex().encode() + b"\n", uid, gid)
         made.append("store key")
+    if "secrets-key-file" in cfg:
+        private(in_etc(cfg["secrets-key-file"]), os.urandom(32).hex().encode() + b"\n", uid, gid)
+        made.append("secrets key")
     if "api-keys-file" in cfg:
         private(in_etc(cfg["api-keys-file"]), b"e2b_" + b"0" * 39 + b"1 ops\n", uid, gid)
         made.append("API keys")

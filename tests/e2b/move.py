@@ -7,7 +7,8 @@ runs some through a second gateway:
     python move.py CASE
 
 with E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY, and SANDBOX (the sandbox's
-id) for every case but `create`. Prints one JSON line of facts
+id) for every case but `create` (and BOOT, CA: its boot id and egress CA's
+digest, from `create`). Prints one JSON line of facts
 (`RESULT {...}`); exits non-zero on a failed assertion. Sandboxes are left
 running: the test kills them (and the cluster's end does).
 """
@@ -21,6 +22,9 @@ from common import http, result, run
 
 API_KEY = os.environ["E2B_API_KEY"]
 FILE = "/home/user/moved.txt"
+# Egress rules (inert without a network, kept all the same).
+RULES = {"api.example.com": [{"transform": {"headers": {
+    "Authorization": "Bearer ${e2b.secrets.move-token}"}}}]}
 
 
 def api(method, path, body=None):
@@ -61,13 +65,26 @@ def offline(sbx):
     assert out.split() == ["lo"], out
 
 
+def egress_ca(sbx):
+    """Its egress CA as its trust store holds it: the certificate's
+    digest and how many are marked in the bundle (one: its own)."""
+    code, out, err, _ = run(
+        sbx, "sha256sum /usr/local/share/ca-certificates/warren-egress-ca.crt | cut -c1-64; "
+             "grep -c 'warren sandbox egress CA: begin' /etc/ssl/certs/ca-certificates.crt")
+    assert code == 0, (code, out, err)
+    digest, marked = out.split()
+    assert marked == "1", out
+    return digest
+
+
 def create():
     sbx = Sandbox.create(timeout=300, envs={"MOVE_VAR": "kept"},
-                         metadata={"purpose": "move"}, allow_internet_access=False)
+                         metadata={"purpose": "move"}, allow_internet_access=False,
+                         network={"rules": RULES})
     sbx.files.write(FILE, "came along")
     works(sbx)
     offline(sbx)
-    result(sandbox=sbx.sandbox_id, boot=boot_id(sbx))
+    result(sandbox=sbx.sandbox_id, boot=boot_id(sbx), ca=egress_ca(sbx))
 
 
 def use():
@@ -103,8 +120,10 @@ def resume():
     assert got["state"] == "running", got
     assert got["metadata"] == {"purpose": "move"}, got
     works(again)
-    # Its egress policy came along.
+    # Its egress policy came along, its rules and its CA (the same one).
     offline(again)
+    assert got["network"]["rules"] == RULES, got
+    assert egress_ca(again) == os.environ["CA"]
     after = boot_id(again)
     assert after != before, (after, before)
     result(boot=after)

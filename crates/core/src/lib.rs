@@ -3,7 +3,9 @@
 //! # Layout
 //! - [`id`]: sandbox and node id validation and generation.
 //! - [`env`]: which sandbox environment variables are allowed.
-//! - [`network`]: a sandbox's egress policy (E2B's `allowOut`/`denyOut`).
+//! - [`network`]: a sandbox's egress policy (E2B's `allowOut`/`denyOut`)
+//!   and its egress rules (`network.rules`, [`network::rules`]).
+//! - [`secrets`]: what a team secret's name, value and metadata may be.
 //! - [`headers`]: the headers warren puts on the wire between its parts.
 //! - [`config`]: CLI flags + `WARREN_*` env + optional TOML file, parsed and
 //!   validated before any socket is bound; bad config exits with code 64.
@@ -32,6 +34,7 @@ pub mod logging;
 pub mod network;
 pub mod node_api;
 pub mod private;
+pub mod secrets;
 pub mod server;
 pub mod shutdown;
 pub mod time;

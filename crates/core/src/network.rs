@@ -7,6 +7,8 @@
 //! nftables set, so an unbounded list would be unbounded kernel memory and
 //! an unbounded transaction on every policy change.
 
+pub mod rules;
+
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 

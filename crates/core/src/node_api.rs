@@ -32,8 +32,8 @@ pub fn fork_path(parent: &str) -> String {
     format!("{SANDBOXES}/{parent}/fork")
 }
 
-/// `PUT` replaces a running sandbox's egress policy (body: a
-/// [`crate::network::NetworkPolicy`]):
+/// `PUT` replaces a running sandbox's egress policy and rules (body: a
+/// [`NetworkUpdate`]):
 /// `/_warren/v1/sandboxes/{id}/network?generation=g`. `204`; `501` when the
 /// node's runtime has no network isolation to change.
 pub fn network_path(id: &str, generation: u64) -> String {
@@ -129,6 +129,20 @@ pub struct CreateSandbox {
     /// ports (other than envd's) arrive with, `${PORT}` replaced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mask_request_host: Option<String>,
+    /// E2B's `network.rules`: transforms the node's egress proxy applies
+    /// to the sandbox's requests to these hosts (placeholders, never
+    /// values).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::network::rules::EgressRules::is_empty"
+    )]
+    pub egress_rules: crate::network::rules::EgressRules,
+    /// The sandbox's egress CA (certificate and private key, PEM), from the
+    /// scheduler's store: its certificate goes into the sandbox's trust
+    /// store, its key stays in the node's memory (never on disk, never in
+    /// the sandbox) and signs what the egress proxy presents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ca: Option<String>,
     /// E2B's `autoPauseMemory: false` with `autoPause`: at its end the node
     /// pauses it filesystem-only (see [`PauseSandbox`]) instead of
     /// freezing it. A fork copies its parent's.
@@ -166,6 +180,12 @@ pub struct PausedSettings {
     pub mask_request_host: Option<String>,
     #[serde(default)]
     pub auto_pause_filesystem_only: bool,
+    /// Its egress rules at the pause (placeholders, never values).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::network::rules::EgressRules::is_empty"
+    )]
+    pub egress_rules: crate::network::rules::EgressRules,
 }
 
 /// `POST /_warren/v1/sandboxes/{id}/pause?generation=g` body (`{}` and an
@@ -204,6 +224,25 @@ pub struct NetworkInfo {
     pub allow_public_traffic: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mask_request_host: Option<String>,
+    /// Its egress rules (placeholders as given, never resolved values).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::network::rules::EgressRules::is_empty"
+    )]
+    pub rules: crate::network::rules::EgressRules,
+}
+
+/// `PUT /_warren/v1/sandboxes/{id}/network` body: the whole new egress
+/// policy and rules (an older gateway sends the policy alone: no rules).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NetworkUpdate {
+    #[serde(flatten)]
+    pub policy: crate::network::NetworkPolicy,
+    #[serde(
+        default,
+        skip_serializing_if = "crate::network::rules::EgressRules::is_empty"
+    )]
+    pub rules: crate::network::rules::EgressRules,
 }
 
 /// `POST /_warren/v1/sandboxes/{id}/fork` body.

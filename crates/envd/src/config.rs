@@ -120,6 +120,10 @@ pub struct StdinSettings {
     /// processes start when a request names none (default: their home).
     #[serde(default)]
     pub default_workdir: Option<String>,
+    /// CA certificates to install into the sandbox's trust store (its
+    /// egress CA's; see [`crate::trust`]).
+    #[serde(default)]
+    pub ca_bundle: Option<String>,
 }
 
 /// Where the envd API listens.

@@ -25,6 +25,7 @@
 //! - [`relay`]: the port relay socket.
 //! - [`start`]: the template's start command and its readiness
 //!   (`GET /warren/start`).
+//! - [`trust`]: the sandbox's egress CA installed in its trust store.
 //! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
 //!   `warren_core::body::error`).
 // Dev-dependencies are for the integration tests under tests/; this crate's
@@ -43,6 +44,7 @@ pub mod relay;
 pub mod rpc_error;
 pub mod server;
 pub mod start;
+pub mod trust;
 pub mod users;
 pub mod watch;
 
@@ -132,12 +134,22 @@ fn read_stdin_settings() -> anyhow::Result<config::StdinSettings> {
 
 /// Runs `warren envd` until SIGTERM/Ctrl-C.
 pub async fn main(config: Config, inherited: Option<Inherited>) -> anyhow::Result<()> {
-    let stdin = if config.settings_on_stdin {
+    let mut stdin = if config.settings_on_stdin {
         Some(tokio::task::block_in_place(read_stdin_settings)?)
     } else {
         None
     };
-    let settings = Settings::from_config(&config, stdin)?;
+    let ca_bundle = stdin.as_mut().and_then(|s| s.ca_bundle.take());
+    let mut settings = Settings::from_config(&config, stdin)?;
+    if let Some(pem) = ca_bundle {
+        // Before anything runs: every process starts trusting it.
+        match trust::install(&settings.root, &pem, &mut settings.env_vars) {
+            Ok(()) => tracing::info!(file = trust::CA_FILE, "installed the sandbox's egress CA"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot install the sandbox's egress CA; hosts its egress rules name will fail TLS verification")
+            }
+        }
+    }
     let (api, relay) = if config.inherited_sockets {
         let Some(i) = inherited else {
             return Err(ConfigError::Invalid(

@@ -109,6 +109,11 @@ pub struct LimitArgs {
     )]
     pub snapshot_team_count: usize,
 
+    /// Most secrets one team may keep (E2B's `/secrets`; past it: 429
+    /// naming this flag).
+    #[arg(long, env = "WARREN_GATEWAY_SECRETS_TEAM_COUNT", default_value_t = 100)]
+    pub secrets_team_count: usize,
+
     /// Most bytes the layers of one team's snapshots and built templates
     /// may take in the template store every team shares (past it: 429
     /// naming this flag; a snapshot that takes the team past it is not
@@ -171,6 +176,8 @@ pub struct Limits {
     pub builds: BuildLimits,
     pub store: StoreLimits,
     pub layer_gc: LayerGc,
+    /// `--secrets-team-count`.
+    pub secrets_team_count: usize,
 }
 
 impl LimitArgs {
@@ -244,6 +251,7 @@ impl LimitArgs {
                 interval: self.layer_gc_interval,
                 grace: self.layer_gc_grace,
             },
+            secrets_team_count: self.secrets_team_count,
         })
     }
 }

@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::HashMap;
+use warren_core::network::rules::EgressRules;
 
 /// Longest sandbox timeout accepted (30 days), in seconds.
 pub const MAX_TIMEOUT_SECS: u64 = 30 * 86_400;
@@ -30,6 +31,8 @@ pub struct NewSandbox {
     pub allow_public_traffic: bool,
     /// `network.maskRequestHost`, checked.
     pub mask_request_host: Option<String>,
+    /// `network.rules`, checked (keys normalized).
+    pub rules: EgressRules,
     /// `volumeMounts`: the team's volumes by name, each at a path (checked:
     /// valid names and paths, none twice, none inside another).
     pub volume_mounts: Vec<VolumeMountJson>,
@@ -78,10 +81,11 @@ fn volume_mounts(obj: &Map<String, Value>) -> Result<Vec<VolumeMountJson>, ApiEr
 }
 
 /// `SandboxNetworkUpdateConfig` (`PUT /sandboxes/{id}/network`): the
-/// whole new egress policy; an omitted field is cleared.
+/// whole new egress policy and rules; an omitted field is cleared.
 #[derive(Debug, Clone)]
 pub struct NetworkUpdate {
     pub policy: warren_core::network::NetworkPolicy,
+    pub rules: EgressRules,
 }
 
 /// `ConnectSandbox` / `ConnectSandboxV2`, `SandboxTimeoutRequest`,
@@ -175,22 +179,54 @@ fn string_list(obj: &Map<String, Value>, field: &str) -> Result<Vec<String>, Api
 }
 
 /// What warren's egress cannot do is refused by name rather than dropped:
-/// per-domain `rules` (header transforms need a TLS-intercepting egress
-/// proxy, which warren does not run) and an `egressProxy`. `prefix` names
-/// where the fields sit (`"network."` at create).
+/// an `egressProxy` (a customer's SOCKS5 proxy). `prefix` names where the
+/// field sits (`"network."` at create).
 fn refuse_unsupported_network(n: &Map<String, Value>, prefix: &str) -> Result<(), ApiError> {
-    for (field, empty) in [("rules", "{}"), ("egressProxy", "null")] {
-        match n.get(field) {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) if m.is_empty() => {}
-            Some(_) => {
-                return Err(bad(format!(
-                    "field \"{prefix}{field}\" is not supported by warren (send {empty} or leave it out)"
-                )))
-            }
-        }
+    match n.get("egressProxy") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Object(m)) if m.is_empty() => Ok(()),
+        Some(_) => Err(bad(format!(
+            "field \"{prefix}egressProxy\" is not supported by warren (send null or leave it out)"
+        ))),
     }
-    Ok(())
+}
+
+/// E2B's `rules` in `n` (`network.rules` at create, `rules` in an update),
+/// checked and with their keys normalized; empty when absent.
+fn egress_rules(n: &Map<String, Value>, prefix: &str) -> Result<EgressRules, ApiError> {
+    let field = format!("{prefix}rules");
+    let rules: EgressRules = match n.get("rules") {
+        None | Some(Value::Null) => return Ok(EgressRules::default()),
+        Some(v @ Value::Object(_)) => serde_json::from_value(v.clone()).map_err(|e| {
+            bad(format!(
+                "field {field:?} must map hosts to lists of {{\"transform\": {{\"headers\": \
+                 {{name: value}}}}}}: {e}"
+            ))
+        })?,
+        Some(_) => return Err(bad(format!("field {field:?} must be an object"))),
+    };
+    rules.validate(&field).map_err(bad)?;
+    Ok(rules.normalized())
+}
+
+/// E2B's `iam` (workload identity tokens): warren mints none, so a
+/// non-empty `tokens` map is refused by name rather than dropped (a
+/// transform naming a token would go out without it).
+fn refuse_iam(obj: &Map<String, Value>) -> Result<(), ApiError> {
+    let tokens = match obj.get("iam") {
+        None | Some(Value::Null) => return Ok(()),
+        Some(Value::Object(iam)) => iam.get("tokens"),
+        Some(_) => return Err(bad("field \"iam\" must be an object".into())),
+    };
+    match tokens {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::Object(t)) if t.is_empty() => Ok(()),
+        Some(_) => Err(bad(
+            "field \"iam.tokens\" is not supported by warren: it mints no workload identity \
+             tokens (send {} or leave it out)"
+                .into(),
+        )),
+    }
 }
 
 /// E2B's `allow_internet_access` and `network` (allowOut, denyOut).
@@ -303,7 +339,7 @@ fn port_access(obj: &Map<String, Value>) -> Result<(bool, Option<String>), ApiEr
 impl NetworkUpdate {
     /// Parses `SandboxNetworkUpdateConfig`, checking every entry as a
     /// create does. What warren cannot do is refused by name rather than
-    /// dropped: per-domain `rules` and an `egressProxy`.
+    /// dropped: an `egressProxy`.
     pub fn parse(bytes: &[u8]) -> Result<Self, ApiError> {
         // Required (E2B's spec): an empty body would open the internet.
         let obj = object(bytes, false)?;
@@ -325,7 +361,8 @@ impl NetworkUpdate {
         policy
             .validate()
             .map_err(|m| bad(m.replace("network.", "")))?;
-        Ok(NetworkUpdate { policy })
+        let rules = egress_rules(&obj, "")?;
+        Ok(NetworkUpdate { policy, rules })
     }
 }
 
@@ -339,7 +376,13 @@ impl NewSandbox {
             Some(_) => return Err(bad("field \"templateID\" must be a string".into())),
             None => return Err(bad("missing required field \"templateID\"".into())),
         };
+        refuse_iam(&obj)?;
+        let rules = match obj.get("network") {
+            Some(Value::Object(n)) => egress_rules(n, "network.")?,
+            _ => EgressRules::default(),
+        };
         Ok(NewSandbox {
+            rules,
             template_id,
             timeout_secs: timeout_field(&obj)?.unwrap_or(default_timeout),
             metadata: string_map(&obj, "metadata")?,
@@ -418,6 +461,9 @@ pub struct NetworkDetail {
     pub allow_public_traffic: bool,
     #[serde(rename = "maskRequestHost", skip_serializing_if = "Option::is_none")]
     pub mask_request_host: Option<String>,
+    /// Its egress rules as given: placeholders, never resolved values.
+    #[serde(skip_serializing_if = "EgressRules::is_empty")]
+    pub rules: EgressRules,
 }
 
 impl From<warren_core::node_api::NetworkInfo> for NetworkDetail {
@@ -427,6 +473,7 @@ impl From<warren_core::node_api::NetworkInfo> for NetworkDetail {
             deny_out: n.policy.deny_out,
             allow_public_traffic: n.allow_public_traffic,
             mask_request_host: n.mask_request_host,
+            rules: n.rules,
         }
     }
 }
@@ -595,7 +642,11 @@ mod tests {
                 "allow_internet_access",
             ),
             (br#"{"egressProxy":{"address":"p:1080"}}"#, "egressProxy"),
-            (br#"{"rules":{"a.com":[]}}"#, "rules"),
+            (br#"{"rules":{"a b":[]}}"#, "rules"),
+            (
+                br#"{"rules":{"a.com":[{"transform":{"headers":{"Content-Length":"1"}}}]}}"#,
+                "rules",
+            ),
         ] {
             let e = NetworkUpdate::parse(body).unwrap_err();
             assert_eq!(e.status.as_u16(), 400);
@@ -665,27 +716,46 @@ mod tests {
 
     #[test]
     fn unsupported_network_fields_are_refused_at_create() {
-        // A header transform silently dropped would send a request without
-        // the credential it was meant to carry: refused, by name.
+        // A proxy or an identity token silently dropped would send a
+        // request another way than asked, or without the credential it
+        // was meant to carry: refused, by name.
         for (body, names) in [
             (
-                &br#"{"templateID":"base","network":{"rules":{"a.com":[{"transform":{"headers":{"X":"1"}}}]}}}"#[..],
+                &br#"{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}"#[..],
+                "network.egressProxy",
+            ),
+            (
+                br#"{"templateID":"base","iam":{"tokens":{"aws":{"audience":"sts","tokenType":"JWT-SVID"}}}}"#,
+                "iam.tokens",
+            ),
+            (
+                br#"{"templateID":"base","network":{"rules":{"a.com":[{"transform":{"headers":{"X":"${e2b.identity.tokens.aws}"}}}]}}}"#,
+                "iam.tokens",
+            ),
+            (
+                br#"{"templateID":"base","network":{"rules":{"a.com":[{"transform":{"headers":{"Host":"b.com"}}}]}}}"#,
                 "network.rules",
             ),
             (
-                br#"{"templateID":"base","network":{"egressProxy":{"address":"p:1080"}}}"#,
-                "network.egressProxy",
+                br#"{"templateID":"base","network":{"rules":["a.com"]}}"#,
+                "network.rules",
             ),
         ] {
             let e = NewSandbox::parse(body, 300).unwrap_err();
             assert_eq!(e.status.as_u16(), 400);
             assert!(e.message.contains(names), "{}", e.message);
         }
-        NewSandbox::parse(
-            br#"{"templateID":"base","network":{"rules":{},"egressProxy":null}}"#,
+        let ok = NewSandbox::parse(
+            br#"{"templateID":"base","iam":{"tokens":{}},"network":{"rules":{"API.a.com":[{"transform":{"headers":{"Authorization":"Bearer ${e2b.secrets.k}"}}}]},"egressProxy":null}}"#,
             300,
         )
         .unwrap();
+        assert!(ok.rules.for_host("api.a.com").is_some());
+        assert!(ok.rules.0.contains_key("api.a.com"));
+        let u = NetworkUpdate::parse(br#"{"rules":{"b.com":[{}]}}"#).unwrap();
+        assert!(u.rules.for_host("b.com").is_some());
+        let e = NetworkUpdate::parse(br#"{"rules":{"b c":[]}}"#).unwrap_err();
+        assert!(e.message.contains("rules"), "{}", e.message);
     }
 
     #[test]

@@ -207,6 +207,33 @@ pub struct Config {
     #[arg(long, env = "WARREN_NODE_SHUTDOWN_DELAY", default_value = "0s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
 
+    /// Certificates (PEM) the egress proxy trusts besides the host's own
+    /// roots when it checks the real destination of a request it
+    /// intercepted for a sandbox's egress rules (docs/security.md,
+    /// "Secrets and the egress proxy"): a private CA of your services.
+    #[arg(long, env = "WARREN_NODE_EGRESS_CA_FILE")]
+    pub egress_ca_file: Option<PathBuf>,
+    /// The gateways' host-routing domain (their `--domain`): a sandbox's
+    /// connection to `<port>-<id>.<domain>` on port 80 or 443 that passes
+    /// through the egress proxy goes to --sandbox-domain-gateway instead of
+    /// wherever the name resolves (with --sandbox-domain-gateway).
+    #[arg(
+        long,
+        env = "WARREN_NODE_SANDBOX_DOMAIN",
+        requires = "sandbox_domain_gateway"
+    )]
+    pub sandbox_domain: Option<String>,
+    /// Where those connections go: `host:port` of a gateway's public TLS
+    /// listener or of the balancer in front of the gateways. Only that
+    /// address, only for names under --sandbox-domain, only when the
+    /// sandbox's egress policy lets it reach the internet.
+    #[arg(
+        long,
+        env = "WARREN_NODE_SANDBOX_DOMAIN_GATEWAY",
+        requires = "sandbox_domain"
+    )]
+    pub sandbox_domain_gateway: Option<String>,
+
     #[command(flatten)]
     pub tls: warren_trust::TlsArgs,
     // Listener limits (docs/security.md, "Listeners under load").
@@ -265,10 +292,22 @@ pub struct Settings {
     pub shutdown_delay: Duration,
     /// Internal TLS flags, loaded when the part starts (before it binds).
     pub tls: warren_trust::TlsArgs,
+    /// The egress proxy's settings (roots checked, the sandbox domain).
+    pub egress: EgressSettings,
     /// The listener's timeouts and connection limit (drain: `drain_timeout`).
     pub listener: warren_core::server::Limits,
     /// The admin listener's.
     pub admin_listener: warren_core::server::Limits,
+}
+
+/// The egress proxy's node-wide settings, checked.
+#[derive(Debug, Clone)]
+pub struct EgressSettings {
+    /// The roots its onward TLS checks against: the host's plus
+    /// `--egress-ca-file`'s.
+    pub roots: std::sync::Arc<rustls::RootCertStore>,
+    /// `--sandbox-domain` (lower-case) and `--sandbox-domain-gateway`.
+    pub sandbox_domain: Option<(String, String)>,
 }
 
 /// What the node allows a sandbox at most; a template's own values apply
@@ -438,8 +477,40 @@ impl Config {
                 }
             },
         };
+        let roots = warren_egress::tls::roots(self.egress_ca_file.as_deref()).map_err(invalid)?;
+        let sandbox_domain = match (&self.sandbox_domain, &self.sandbox_domain_gateway) {
+            (Some(d), Some(g)) => {
+                let d = d
+                    .trim_start_matches('.')
+                    .trim_end_matches('.')
+                    .to_ascii_lowercase();
+                let ok = !d.is_empty()
+                    && d.contains('.')
+                    && d.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+                if !ok {
+                    return Err(invalid(format!(
+                        "--sandbox-domain {d:?} is not a domain name"
+                    )));
+                }
+                let port_ok = g
+                    .rsplit_once(':')
+                    .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+                if !port_ok {
+                    return Err(invalid(format!(
+                        "--sandbox-domain-gateway {g:?} must be host:port"
+                    )));
+                }
+                Some((d, g.clone()))
+            }
+            _ => None,
+        };
         Ok(Settings {
             volumes,
+            egress: EgressSettings {
+                roots: std::sync::Arc::new(roots),
+                sandbox_domain,
+            },
             blob,
             tls: self.tls.clone(),
             node_id,

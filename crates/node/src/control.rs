@@ -118,10 +118,10 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
                 Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
             };
             let id = id.to_string();
-            match read_json::<warren_core::network::NetworkPolicy>(req).await {
-                Ok(policy) => match shared
+            match read_json::<warren_core::node_api::NetworkUpdate>(req).await {
+                Ok(update) => match shared
                     .registry
-                    .update_network(&id, generation, policy)
+                    .update_network(&id, generation, update.policy, update.rules)
                     .await
                 {
                     Ok(info) => json(StatusCode::OK, &info),

@@ -19,6 +19,8 @@
 //! - [`http`]: the one listener; routes to [`control`] or [`proxy`].
 //! - [`control`]: the JSON control API under `/_warren/v1/`.
 //! - [`proxy`]: the data plane (identity check, then stream to envd).
+//! - [`secrets`]: placeholders of egress rules resolved by the scheduler,
+//!   for the egress proxy (`runtime::egress::intercept`, `warren-egress`).
 //! - [`link`]: the scheduler link (register, heartbeat, events).
 //! - [`metrics`]: `warren_node_*` metrics.
 //! - [`samples`]: sandbox metrics (E2B's): the sampler and its bounded
@@ -61,6 +63,7 @@ pub mod proxy;
 pub mod runtime;
 pub mod samples;
 pub mod sandbox;
+pub mod secrets;
 pub mod volumes;
 
 pub use config::Config;
@@ -91,10 +94,11 @@ pub async fn main(config: Config, mounts: Result<(), String>) -> anyhow::Result<
 async fn pick_runtime(
     s: &Settings,
     data_dir: &std::path::Path,
+    proxy: Arc<runtime::egress::ProxySetup>,
 ) -> Result<Arc<dyn Runtime>, ConfigError> {
     let isolated = match s.runtime {
         RuntimeChoice::Process => Err("--runtime process was asked for".to_string()),
-        RuntimeChoice::Auto | RuntimeChoice::Isolated => isolated_runtime(s, data_dir),
+        RuntimeChoice::Auto | RuntimeChoice::Isolated => isolated_runtime(s, data_dir, proxy),
     };
     match (isolated, s.runtime) {
         (Ok(rt), _) => Ok(Arc::new(rt)),
@@ -119,6 +123,7 @@ async fn pick_runtime(
 fn isolated_runtime(
     s: &Settings,
     data_dir: &std::path::Path,
+    proxy: Arc<runtime::egress::ProxySetup>,
 ) -> Result<runtime::isolated::Isolated, String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("the node does not run as root".into());
@@ -137,7 +142,17 @@ fn isolated_runtime(
         .map_err(|e| format!("cannot create {}: {e}", runtime::launch::STAGE))?;
     // Before anything can start a sandbox: the guard goes in here.
     let egress = match runtime::egress::Egress::detect(ids.span()) {
-        Ok(e) => Some(e),
+        Ok(e) => {
+            tracing::info!(
+                sandbox_domain = %runtime::egress::intercept::describe(&proxy),
+                roots = s.egress.roots.len(),
+                "egress proxy ready for sandboxes with egress rules"
+            );
+            if s.egress.roots.is_empty() {
+                tracing::warn!("the egress proxy trusts no roots (no CA certificates on the host and no --egress-ca-file): every request it intercepts will fail verification");
+            }
+            Some(e.with_proxy(proxy))
+        }
         Err(why) => {
             tracing::warn!(%why, "sandboxes get no network access on this node (only allow_internet_access=false creates work)");
             None
@@ -201,7 +216,41 @@ pub async fn run(
     let data_dir = settings.data_dir.canonicalize().map_err(|e| {
         ConfigError::Invalid(format!("--data-dir {}: {e}", settings.data_dir.display()))
     })?;
-    let runtime = pick_runtime(&settings, &data_dir).await?;
+    // The egress proxy's resolver talks to the scheduler on a client of
+    // its own (the link's follows below).
+    let egress_events = metrics::EgressEvents::default();
+    let proxy = {
+        let scheduler = warren_proto::client::Scheduler::new(
+            &settings.schedulers,
+            warren_proto::client::CONNECT_TIMEOUT,
+            warren_proto::client::CALL_TIMEOUT,
+            trust.as_deref(),
+        )
+        .map_err(|e| ConfigError::Invalid(format!("--scheduler: {e}")))?;
+        let client = warren_egress::tls::client_config(settings.egress.roots.clone())
+            .map_err(|e| anyhow::anyhow!("egress proxy TLS: {e}"))?;
+        Arc::new(runtime::egress::ProxySetup {
+            settings: Arc::new(warren_egress::Settings {
+                client: Arc::new(client),
+                sandbox_domain: settings
+                    .egress
+                    .sandbox_domain
+                    .as_ref()
+                    .map(|(d, _)| d.clone()),
+                observe: Some(metrics::egress_observer(egress_events.clone())),
+            }),
+            resolver: Arc::new(secrets::SchedulerSecrets::new(
+                scheduler,
+                settings.node_id.clone(),
+            )),
+            gateway: settings
+                .egress
+                .sandbox_domain
+                .as_ref()
+                .map(|(_, g)| g.clone()),
+        })
+    };
+    let runtime = pick_runtime(&settings, &data_dir, proxy).await?;
 
     let admin = Admin::new("warren_node");
     let metrics = {
@@ -209,7 +258,7 @@ pub async fn run(
             .registry
             .write()
             .map_err(|_| anyhow::anyhow!("metrics registry poisoned"))?;
-        metrics::Metrics::register(&mut reg)
+        metrics::Metrics::register(&mut reg, egress_events)
     };
     let volumes = match volumes::VolumeStore::open(settings.volumes.clone(), &settings.node_id) {
         Ok(v) => {

@@ -43,6 +43,25 @@ struct OutcomeLabel {
     outcome: &'static str,
 }
 
+/// An egress proxy event (`warren_egress::Event`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EgressLabel {
+    pub event: &'static str,
+}
+
+/// The egress proxy's events, counted: made before the proxy (which
+/// reports into it) and registered with the rest.
+pub type EgressEvents = Family<EgressLabel, Counter>;
+
+/// The observer the egress proxy reports into `events` through.
+pub fn egress_observer(events: EgressEvents) -> warren_egress::Observer {
+    std::sync::Arc::new(move |e: warren_egress::Event| {
+        events
+            .get_or_create(&EgressLabel { event: e.label() })
+            .inc();
+    })
+}
+
 /// Every metric the node exports.
 #[derive(Clone, Default)]
 pub struct Metrics {
@@ -60,9 +79,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Creates the metrics and registers them (names get the registry's prefix).
-    pub fn register(registry: &mut Registry) -> Metrics {
+    /// Creates the metrics and registers them (names get the registry's
+    /// prefix), `egress` among them.
+    pub fn register(registry: &mut Registry, egress: EgressEvents) -> Metrics {
         let m = Metrics::default();
+        registry.register(
+            "egress_proxy_events",
+            "Egress proxy connections (intercepted, spliced) and requests (forwarded, refused)",
+            egress,
+        );
         registry.register("sandboxes", "Sandboxes hosted now", m.sandboxes.clone());
         registry.register("creates", "Sandboxes created", m.creates.clone());
         registry.register(

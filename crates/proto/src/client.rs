@@ -27,9 +27,12 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
 use crate::scheduler::v1::scheduler_client::SchedulerClient;
+use crate::scheduler::v1::secrets_client::SecretsClient;
 
 /// The generated client over one replica's channel.
 pub type Client = SchedulerClient<Channel>;
+/// The `Secrets` service's client over the same channel.
+pub type Secrets = SecretsClient<Channel>;
 
 /// Default TCP connect timeout towards a scheduler.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -101,6 +104,8 @@ pub fn fails_over(status: &Status) -> bool {
 pub struct Scheduler {
     /// (URL, client) per replica, in `--scheduler` order.
     replicas: Vec<(String, Client)>,
+    /// The same replicas' channels, for the `Secrets` service.
+    channels: Vec<Channel>,
     /// Index of the replica that answered last: tried first.
     current: AtomicUsize,
     /// Deadline per call per replica.
@@ -117,6 +122,7 @@ impl Scheduler {
         trust: Option<&warren_trust::Trust>,
     ) -> Result<Self, UrlError> {
         let mut replicas = Vec::with_capacity(urls.len());
+        let mut channels = Vec::with_capacity(urls.len());
         for url in urls {
             let dialed = match (trust, url.strip_prefix("http://")) {
                 (Some(_), Some(rest)) => format!("https://{rest}"),
@@ -143,6 +149,7 @@ impl Scheduler {
                     endpoint.connect_with_connector_lazy(connector)
                 }
             };
+            channels.push(channel.clone());
             replicas.push((url.clone(), SchedulerClient::new(channel)));
         }
         if replicas.is_empty() {
@@ -150,6 +157,7 @@ impl Scheduler {
         }
         Ok(Scheduler {
             replicas,
+            channels,
             current: AtomicUsize::new(0),
             timeout,
         })
@@ -171,13 +179,34 @@ impl Scheduler {
         F: Fn(Client) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, Status>>,
     {
+        self.call_on(name, |idx| rpc(self.replicas[idx].1.clone()))
+            .await
+    }
+
+    /// [`Scheduler::call`] for the `Secrets` service.
+    pub async fn call_secrets<T, F, Fut>(&self, name: &'static str, rpc: F) -> Result<T, Status>
+    where
+        F: Fn(Secrets) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
+        self.call_on(name, |idx| {
+            rpc(SecretsClient::new(self.channels[idx].clone()))
+        })
+        .await
+    }
+
+    async fn call_on<T, F, Fut>(&self, name: &'static str, rpc: F) -> Result<T, Status>
+    where
+        F: Fn(usize) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, Status>>,
+    {
         let n = self.replicas.len();
         let start = self.current.load(Ordering::Relaxed) % n;
         let mut last = Status::unavailable("no scheduler replica answered");
         for i in 0..n {
             let idx = (start + i) % n;
-            let (url, client) = &self.replicas[idx];
-            match tokio::time::timeout(self.timeout, rpc(client.clone())).await {
+            let url = &self.replicas[idx].0;
+            match tokio::time::timeout(self.timeout, rpc(idx)).await {
                 Ok(Ok(resp)) => {
                     if idx != start {
                         self.current.store(idx, Ordering::Relaxed);

@@ -4,7 +4,8 @@
 //! - [`scheduler::v1`]: messages, the tonic client (`scheduler_client`) and
 //!   server (`scheduler_server`), generated from
 //!   `proto/warren/scheduler/v1/scheduler.proto` (and the records' messages,
-//!   `records.proto`) at build time.
+//!   `records.proto`) at build time; the `Secrets` service (`secrets_client`,
+//!   `secrets_server`) from `secrets.proto`.
 //! - [`client`]: the scheduler client gateways and nodes share (`--scheduler`
 //!   syntax, replica failover, timeouts).
 //! - [`records`]: template records (`warren_template::Template`) as the
@@ -75,3 +76,5 @@ pub const BOUND_TOTAL_UPLOAD_BYTES: &str = "total-upload-bytes";
 pub const BOUND_TEAM_VOLUMES: &str = "team-volumes";
 /// A team's volumes' size limits added up (`VolumeBounds.max_bytes`).
 pub const BOUND_TEAM_VOLUME_BYTES: &str = "team-volume-bytes";
+/// A team holds `--secrets-team-count` secrets.
+pub const BOUND_SECRETS: &str = "secrets";

@@ -1,8 +1,9 @@
 //! `warren scheduler --check-config`: everything a start checks before it
 //! binds a socket or opens the store — the command line (no password
-//! there), every setting ([`Config::validate`]), the store key file and
-//! the internal TLS files — through the very functions a start calls, so
-//! a check passes exactly when a start would get past them, and fails with
+//! there), every setting ([`Config::validate`]), the store and secrets
+//! key files and the internal TLS files — through the very functions a
+//! start calls, so a check passes exactly when a start would get past
+//! them, and fails with
 //! the message the start would print. It binds nothing, reaches no
 //! database and makes no file (a missing SQLite key file, which a start
 //! makes, is reported as such).
@@ -77,6 +78,26 @@ fn key_error(e: KeyError) -> ConfigError {
     ConfigError::Invalid(e.to_string())
 }
 
+/// What a check says of the secrets key (`--secrets-key-file`): opened
+/// as a start opens it, a default file not yet there not made.
+fn secrets_key(config: &Config, location: &StoreLocation) -> Result<String, ConfigError> {
+    use crate::store::seal::SECRETS_KEY;
+    if let Some(path) = &config.secrets_key_file {
+        Sealer::from_key_file(path, SECRETS_KEY).map_err(key_error)?;
+        return Ok(path.display().to_string());
+    }
+    Ok(match location.default_secrets_key_file() {
+        Some(Some(path)) if path.exists() => {
+            Sealer::from_key_file(&path, SECRETS_KEY)
+                .map_err(|e| ConfigError::Invalid(format!("--data-dir: {e}")))?;
+            path.display().to_string()
+        }
+        Some(Some(path)) => format!("{} (not there yet: made on first start)", path.display()),
+        Some(None) => "none (an in-memory database: one for this process)".into(),
+        None => "none: this scheduler keeps no secrets (--secrets-key-file)".into(),
+    })
+}
+
 /// The internal TLS material (`--tls-*`), loaded as a start loads it.
 pub fn trust(config: &Config) -> Result<Option<Arc<warren_trust::Trust>>, ConfigError> {
     config
@@ -91,6 +112,7 @@ pub fn check(config: &Config) -> Result<String, ConfigError> {
     config::refuse_secrets_in_args(std::env::args_os())?;
     let location = config.validate()?;
     let key = StoreKey::of(config, &location)?.check()?;
+    let secrets_key = secrets_key(config, &location)?;
     let trust = trust(config)?;
     let store = match &location {
         StoreLocation::SqliteFile(path) => format!("sqlite {}", path.display()),
@@ -101,6 +123,7 @@ pub fn check(config: &Config) -> Result<String, ConfigError> {
         "warren scheduler: the configuration is valid\n\
          \x20 store: {store} (not opened)\n\
          \x20 store key: {key}\n\
+         \x20 secrets key: {secrets_key}\n\
          \x20 grpc listener: {} (not bound)\n\
          \x20 admin listener: {} (not bound)\n\
          \x20 internal TLS: {}\n",

@@ -55,6 +55,15 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_STORE_KEY_FILE")]
     pub store_key_file: Option<PathBuf>,
 
+    /// The key file sealing team secrets (E2B's `/secrets`) in the store,
+    /// in the same format as --store-key-file (the first key seals, all
+    /// open; see docs/security.md, "Secrets and the egress proxy"). With
+    /// SQLite, `secrets.key` beside the database is made on first start;
+    /// with PostgreSQL, without it the scheduler keeps no secrets (the
+    /// secrets API answers 503 naming this flag).
+    #[arg(long, env = "WARREN_SCHEDULER_SECRETS_KEY_FILE")]
+    pub secrets_key_file: Option<PathBuf>,
+
     /// Connections for reads (lookups, lists, watch replays); writes use one
     /// more, since writers take the store's write lock one at a time anyway.
     #[arg(long, env = "WARREN_SCHEDULER_DATABASE_POOL_SIZE", default_value_t = 8)]
@@ -249,12 +258,18 @@ impl StoreLocation {
     /// in-memory database (a key for this process only will do) and for
     /// PostgreSQL (the key file must be named).
     pub fn default_key_file(&self) -> Option<Option<PathBuf>> {
+        self.default_file("store.key")
+    }
+
+    /// Where the secrets key is when `--secrets-key-file` names none (as
+    /// [`StoreLocation::default_key_file`], `secrets.key`).
+    pub fn default_secrets_key_file(&self) -> Option<Option<PathBuf>> {
+        self.default_file("secrets.key")
+    }
+
+    fn default_file(&self, name: &str) -> Option<Option<PathBuf>> {
         let beside = |db: &std::path::Path| {
-            Some(
-                db.parent()
-                    .unwrap_or(std::path::Path::new("."))
-                    .join("store.key"),
-            )
+            Some(db.parent().unwrap_or(std::path::Path::new(".")).join(name))
         };
         match self {
             StoreLocation::SqliteFile(db) => Some(beside(db)),

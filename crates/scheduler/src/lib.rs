@@ -50,6 +50,7 @@ use tokio::net::TcpListener;
 use tonic::codegen::{http, Service as _};
 use warren_core::admin::Admin;
 use warren_proto::scheduler::v1::scheduler_server::SchedulerServer;
+use warren_proto::scheduler::v1::secrets_server::SecretsServer;
 
 /// How long background tasks get to finish after the server stopped.
 const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -58,10 +59,12 @@ const TASK_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn main(config: Config) -> anyhow::Result<()> {
     config::refuse_secrets_in_args(std::env::args_os())?;
     let location = config.validate()?;
-    // The store key too, before any socket is bound (made on first start
-    // with SQLite; `serve` reads the same file), and the certificates: what
-    // `--check-config` checks, found before anything is bound.
+    // The store and secrets keys too, before any socket is bound (made on
+    // first start with SQLite; `serve` reads the same files), and the
+    // certificates: what `--check-config` checks, found before anything is
+    // bound.
     sealer(&config, &location)?;
+    secrets_sealer(&config, &location)?;
     let trust = check::trust(&config)?;
     // The scheduler starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.
@@ -117,7 +120,18 @@ async fn serve_trusted(
 ) -> Result<(), ServeError> {
     let location = config.validate()?;
     let sealer = Arc::new(sealer(&config, &location)?);
-    let store = Arc::new(open_store(location, config.database_pool_size, sealer).await?);
+    let secrets = secrets_sealer(&config, &location)?.map(Arc::new);
+    if secrets.is_none() {
+        tracing::warn!(
+            "no --secrets-key-file: this scheduler keeps no team secrets (the secrets API \
+             answers 503)"
+        );
+    }
+    let mut store = open_store(location, config.database_pool_size, sealer).await?;
+    if let Some(s) = secrets {
+        store = store.with_secrets(s);
+    }
+    let store = Arc::new(store);
     tokio::spawn(reseal_all(store.clone()));
     let lease = match store.postgres_url() {
         None => ReplicaLease::Sole(sweep::SoleReplica),
@@ -146,10 +160,54 @@ fn sealer(
     check::StoreKey::of(config, location)?.open()
 }
 
+/// The secrets' sealer: from `--secrets-key-file`, else the default key
+/// file beside an SQLite database (made on first start); None with
+/// PostgreSQL and no flag (the scheduler keeps no secrets then).
+fn secrets_sealer(
+    config: &Config,
+    location: &config::StoreLocation,
+) -> Result<Option<store::seal::Sealer>, warren_core::config::ConfigError> {
+    use store::seal::{Sealer, SECRETS_KEY};
+    if let Some(path) = &config.secrets_key_file {
+        return Sealer::from_key_file(path, SECRETS_KEY)
+            .map(Some)
+            .map_err(|e| warren_core::config::ConfigError::Invalid(e.to_string()));
+    }
+    match location.default_secrets_key_file() {
+        Some(Some(path)) => {
+            Sealer::open_or_create_key_file(&path, SECRETS_KEY, "--secrets-key-file")
+                .map(Some)
+                .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}")))
+        }
+        Some(None) => Ok(Some(Sealer::ephemeral())),
+        None => Ok(None),
+    }
+}
+
 /// Seals again, in the background, every token and `envVars` stored under
 /// another key than the one that seals now (a rotation), or before sealing
-/// existed; says once when none is left.
+/// existed, and every team secret sealed under another secrets key; says
+/// once when none is left.
 async fn reseal_all(store: Arc<SqlStore>) {
+    let mut secrets = 0usize;
+    loop {
+        match store.reseal_secrets(500).await {
+            Ok(0) => break,
+            Ok(n) => secrets += n,
+            Err(e) => {
+                tracing::error!(error = %e, "store: cannot seal secrets again; they stay readable, under their old key");
+                break;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    if secrets > 0 {
+        tracing::info!(
+            secrets,
+            key = store.secrets_key_id().unwrap_or_default(),
+            "store: sealed again every secret stored under another secrets key"
+        );
+    }
     let mut total = 0usize;
     loop {
         match store.reseal(500).await {
@@ -272,7 +330,10 @@ async fn serve_store(
     // The gRPC service on the one server loop every listener runs, with
     // its timeouts, connection limit and drain (h2c; HTTP/1.1 callers get
     // gRPC's answer to a request it cannot serve).
-    let routes = tonic::service::Routes::new(SchedulerServer::new(service)).prepare();
+    let service = Arc::new(service);
+    let routes = tonic::service::Routes::new(SchedulerServer::from_arc(service.clone()))
+        .add_service(SecretsServer::from_arc(service))
+        .prepare();
     // The caller's identity (its certificate) rides with each request, for
     // the service's per-RPC authorization.
     let handler = move |peer: warren_trust::Peer,

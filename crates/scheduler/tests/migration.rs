@@ -31,16 +31,27 @@ async fn schema_version(db: &sqlx::AnyPool) -> i64 {
         .get::<i64, _>("v")
 }
 
+/// The newest schema this scheduler knows.
+const LATEST: i64 = 9;
+/// The migrations past schema 5 it applies.
+const SINCE_5: &[i64] = &[6, 7, 8, 9];
 /// What schema 8 (`0008_volumes.sql`) added: its tables.
 const SCHEMA_8_TABLES: &[&str] = &["volumes", "volume_mounts"];
 
 /// Takes a store this scheduler made back to schema 5. Migration 6 only
 /// adds tables and a counter, migration 7 a column, migration 8 tables and
-/// columns, so what is left is what a scheduler of schema 5 would have
-/// written: its bindings, nodes, trust and quotas.
+/// columns, migration 9 a table and a column, so what is left is what a
+/// scheduler of schema 5 would have written: its bindings, nodes, trust and
+/// quotas.
 async fn back_to_schema_5(store: &TestStore) {
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    assert_eq!(schema_version(&db).await, 8);
+    assert_eq!(schema_version(&db).await, LATEST);
+    for q in [
+        "DROP TABLE secrets",
+        "ALTER TABLE bindings DROP COLUMN egress_ca",
+    ] {
+        sqlx::query(q).execute(&db).await.unwrap();
+    }
     for t in SCHEMA_6_TABLES.iter().chain(SCHEMA_8_TABLES) {
         sqlx::query(&format!("DROP TABLE {t}"))
             .execute(&db)
@@ -75,12 +86,12 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
     let (mut ca, mut cb) = (a.client().await, b.client().await);
     assert_eq!(get(&mut cb, &p.sandbox_id).await.unwrap(), before);
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    eventually("the store to be at schema 8", || {
+    eventually("the store to be at the newest schema", || {
         let db = db.clone();
-        async move { (schema_version(&db).await == 8).then_some(()) }
+        async move { (schema_version(&db).await == LATEST).then_some(()) }
     })
     .await;
-    for version in [6, 7, 8] {
+    for &version in SINCE_5 {
         let applied: i64 = sqlx::query(&format!(
             "SELECT COUNT(*) AS n FROM schema_migrations WHERE version = {version}"
         ))

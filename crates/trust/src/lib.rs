@@ -26,6 +26,8 @@
 //! - [`connect`]: TLS connectors for the hyper client and tonic channels.
 //! - [`public`]: the gateway's public TLS (a certificate from files, no
 //!   client authentication, ALPN h2 and http/1.1), re-read on change too.
+//! - [`sandbox_ca`]: a sandbox's egress CA (made by the scheduler, used by
+//!   the node's egress proxy) and the leaves it signs.
 
 pub mod config;
 pub mod connect;
@@ -33,6 +35,7 @@ pub mod identity;
 pub mod issue;
 pub mod listen;
 pub mod public;
+pub mod sandbox_ca;
 
 pub use config::{TlsArgs, Trust};
 pub use identity::{Identity, Role};

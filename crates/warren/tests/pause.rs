@@ -228,8 +228,13 @@ async fn moves(lost: bool) {
     let made = step(&c, 0, "create", &[]).await;
     let id = made["sandbox"].as_str().expect("a sandbox id").to_string();
     let boot = made["boot"].as_str().expect("a boot id").to_string();
+    let ca = made["ca"].as_str().expect("its egress CA").to_string();
     let env = |extra: &[(&'static str, String)]| {
-        let mut v = vec![("SANDBOX", id.clone()), ("BOOT", boot.clone())];
+        let mut v = vec![
+            ("SANDBOX", id.clone()),
+            ("BOOT", boot.clone()),
+            ("CA", ca.clone()),
+        ];
         v.extend_from_slice(extra);
         v
     };

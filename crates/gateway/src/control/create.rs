@@ -142,6 +142,8 @@ pub(super) async fn create(
             network: new.network.clone(),
             traffic_access_token: traffic.clone(),
             mask_request_host: new.mask_request_host.clone(),
+            egress_rules: new.rules.clone(),
+            egress_ca: non_empty(&binding.egress_ca),
             auto_pause_filesystem_only: new.auto_pause_filesystem_only,
             template_record: template_record.clone(),
             volumes: super::volumes::node_mounts(&binding),
@@ -298,6 +300,9 @@ async fn fork_one(
         // A fork's ports are public, as E2B's fork request cannot say otherwise.
         traffic_access_token: None,
         mask_request_host: None,
+        // The node copies its parent's rules; the child has a CA of its own.
+        egress_rules: Default::default(),
+        egress_ca: non_empty(&binding.egress_ca),
         // The node copies its parent's.
         auto_pause_filesystem_only: false,
         // The node copies its parent's root and layers.

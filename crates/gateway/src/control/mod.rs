@@ -14,6 +14,8 @@
 //! - [`metrics`]: `GET /sandboxes/{id}/metrics` and `GET /sandboxes/metrics`
 //!   (the samples on the sandbox's node).
 //! - [`network`]: `PUT /sandboxes/{id}/network`, the traffic access token.
+//! - [`secrets`]: E2B's `/secrets` (the scheduler keeps them; values are
+//!   write-only).
 //! - [`route`]: `GET /_warren/v1/routes/{id}`, what `warren route` shows.
 //! - [`builds`]: E2B's template build API (`POST /v3/templates`, `POST
 //!   /v2/templates/{id}/builds/{buildID}`, the build status), each build
@@ -43,6 +45,7 @@ mod nodes;
 pub(crate) mod pause;
 mod route;
 mod sandboxes;
+mod secrets;
 mod snapshots;
 mod team_store;
 mod templates;
@@ -126,6 +129,9 @@ enum Endpoint {
     /// `/volumecontent/{id}/{path|dir|file}`: the volume's bearer token is
     /// its credential.
     VolumeContent(String, String),
+    /// `/secrets` and `/secrets/{id}` (`secrets.rs`).
+    Secrets,
+    Secret(String),
 }
 
 impl Endpoint {
@@ -173,6 +179,8 @@ impl Endpoint {
             ["volumecontent", v, op @ ("path" | "dir" | "file")] => {
                 Endpoint::VolumeContent(id(v), id(op))
             }
+            ["secrets"] => Endpoint::Secrets,
+            ["secrets", s] => Endpoint::Secret(id(s)),
             _ => return None,
         })
     }
@@ -180,7 +188,8 @@ impl Endpoint {
     fn methods(&self) -> &'static [Method] {
         match self {
             Endpoint::Health => &[Method::GET, Method::HEAD],
-            Endpoint::Sandboxes { .. } => &[Method::GET, Method::POST],
+            Endpoint::Sandboxes { .. } | Endpoint::Secrets => &[Method::GET, Method::POST],
+            Endpoint::Secret(_) => &[Method::GET, Method::POST, Method::DELETE],
             Endpoint::Sandbox(_) => &[Method::GET, Method::DELETE],
             Endpoint::Route(_)
             | Endpoint::Nodes
@@ -224,7 +233,9 @@ impl Endpoint {
             | Endpoint::Upload(_)
             | Endpoint::Volumes
             | Endpoint::Volume(_)
-            | Endpoint::VolumeContent(..) => None,
+            | Endpoint::VolumeContent(..)
+            | Endpoint::Secrets
+            | Endpoint::Secret(_) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -338,6 +349,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Bod
         (Endpoint::Volumes, _) => volumes::list(app, &team).await,
         (Endpoint::Volume(id), Method::DELETE) => volumes::delete(app, &team, &id).await,
         (Endpoint::Volume(id), _) => volumes::get(app, &team, &id).await,
+        (Endpoint::Secrets, m) => secrets::collection(app, &team, &m, query, &body).await,
+        (Endpoint::Secret(id), m) => secrets::one(app, &team, &m, &id, &body).await,
         (Endpoint::Health | Endpoint::Upload(_) | Endpoint::VolumeContent(..), _) => {
             Ok(no_content(StatusCode::NO_CONTENT))
         }

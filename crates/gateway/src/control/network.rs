@@ -1,5 +1,5 @@
 //! E2B's network API: `PUT /sandboxes/{id}/network` (replace a running
-//! sandbox's egress rules), the traffic access token a sandbox created
+//! sandbox's egress policy and `rules`), the traffic access token a sandbox created
 //! with `allowPublicTraffic: false` is reached with, and the network
 //! `GET /sandboxes/{id}` and connect report.
 //!
@@ -106,8 +106,12 @@ pub(super) async fn update(
         Ok(BindingState::Lost) => return Err(ApiError::node_down(id)),
         _ => return Err(ApiError::sandbox_not_found(id)),
     }
+    let update = warren_core::node_api::NetworkUpdate {
+        policy: update.policy,
+        rules: update.rules,
+    };
     app.nodes
-        .update_network(&b.endpoint, id, b.generation, &update.policy)
+        .update_network(&b.endpoint, id, b.generation, &update)
         .await
         .map_err(|e| node_failed(id, e))?;
     Ok(no_content(StatusCode::NO_CONTENT))

@@ -396,6 +396,8 @@ async fn move_paused(
         timeout_secs: Some(secs),
         network: settings.network,
         mask_request_host: settings.mask_request_host,
+        egress_rules: settings.egress_rules,
+        egress_ca: (!moved.egress_ca.is_empty()).then(|| moved.egress_ca.clone()),
         auto_pause_filesystem_only: settings.auto_pause_filesystem_only,
         template_record,
         // Its volumes come along (a shared store's: the scheduler moved it

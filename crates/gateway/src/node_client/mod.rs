@@ -363,15 +363,16 @@ impl NodeClient {
 /// E2B's network API (`control/network.rs`).
 impl NodeClient {
     /// `PUT /_warren/v1/sandboxes/{id}/network?generation=g`: replaces the
-    /// sandbox's egress policy; the node answers once it is enforced.
+    /// sandbox's egress policy and rules; the node answers once they are
+    /// enforced.
     pub async fn update_network(
         &self,
         endpoint: &str,
         id: &str,
         generation: u64,
-        policy: &warren_core::network::NetworkPolicy,
+        update: &node_api::NetworkUpdate,
     ) -> Result<node_api::NetworkInfo, NodeError> {
-        let body = serde_json::to_vec(policy).unwrap_or_default();
+        let body = serde_json::to_vec(update).unwrap_or_default();
         let path = node_api::network_path(id, generation);
         let (_, bytes) = self.send(endpoint, Method::PUT, path, Some(body)).await?;
         parse(endpoint, &bytes)

@@ -49,16 +49,27 @@
 //! after a later update takes the network away, its table refusing
 //! everything). Other sandboxes are unreachable either way: each sits
 //! behind its own slirp4netns, and the host's addresses are refused.
+//!
+//! **Egress rules** (E2B's `network.rules`): a sandbox with rules and a
+//! network gets the node's egress proxy in its path ([`intercept`]): a
+//! redirect inside its own namespace sends its connections to ports 80
+//! and 443 to the proxy, whose onward connections the tables above judge
+//! as they judge the sandbox's own. No rule of the host's tables changes.
 
+pub mod intercept;
 mod rules;
 
+pub use intercept::ProxySetup;
 pub use rules::EgressError;
 use rules::Plan;
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use warren_core::network::rules::EgressRules;
 pub use warren_core::network::NetworkPolicy;
+use warren_trust::sandbox_ca::SandboxCa;
 
 /// The resolver address a sandbox with egress uses (slirp4netns's).
 pub const DNS: &str = "10.0.2.3";
@@ -75,6 +86,18 @@ pub struct Egress {
     /// Every host uid any of the node's sandboxes can have (first, last):
     /// what the guard table covers.
     uids: (u32, u32),
+    /// The egress proxy for sandboxes with rules (None: rules are refused).
+    proxy: Option<Arc<ProxySetup>>,
+}
+
+/// Whose egress a handle is, with what its proxy needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Sandboxed<'a> {
+    pub sandbox_id: &'a str,
+    pub generation: u64,
+    /// Its egress CA (None: placed before there were any).
+    pub ca: Option<&'a SandboxCa>,
+    pub rules: &'a EgressRules,
 }
 
 impl Egress {
@@ -120,6 +143,7 @@ impl Egress {
                 .filter_map(|a| a.trim().parse().ok())
                 .collect(),
             uids,
+            proxy: None,
         };
         // slirp4netns runs as the sandbox's own uid and opens the tun device
         // before it enters the sandbox's namespaces. udev makes it 0666 on
@@ -148,6 +172,12 @@ impl Egress {
         e.nft_blocking(&e.guard())
             .map_err(|err| format!("cannot install the guard table: {err}"))?;
         Ok(e)
+    }
+
+    /// The egress proxy sandboxes with rules get.
+    pub fn with_proxy(mut self, setup: Arc<ProxySetup>) -> Egress {
+        self.proxy = Some(setup);
+        self
     }
 
     /// The guard's table name: one per id space, so nodes on one machine
@@ -239,9 +269,11 @@ impl Egress {
         slot: u32,
         policy: &NetworkPolicy,
         cgroup_procs: Vec<PathBuf>,
+        who: Sandboxed<'_>,
     ) -> Result<EgressHandle, EgressError> {
         let table = Egress::table(slot);
-        let rules = self.ruleset(base, &table, &self.plan(policy).await?)?;
+        let plan = self.plan(policy).await?;
+        let rules = self.ruleset(base, &table, &plan)?;
         self.nft(&rules).await?;
         let mut handle = EgressHandle {
             egress: self.clone(),
@@ -252,10 +284,13 @@ impl Egress {
             slirp: None,
             exit: None,
             table_handed_off: false,
+            plan: Arc::new(RwLock::new(plan)),
+            interception: None,
         };
         if policy.has_network() {
             handle.start_slirp().await?;
         }
+        handle.apply_rules(who).await?;
         Ok(handle)
     }
 }
@@ -279,6 +314,11 @@ pub struct EgressHandle {
     /// A task waiting for slirp4netns to die removes the table (see
     /// [`EgressHandle::detach`]), not the drop.
     table_handed_off: bool,
+    /// Its policy's plan now, which the proxy's route to the gateways
+    /// checks too.
+    plan: Arc<RwLock<Plan>>,
+    /// Its egress proxy, while it has rules and a network.
+    interception: Option<intercept::Interception>,
 }
 
 impl EgressHandle {
@@ -288,13 +328,68 @@ impl EgressHandle {
     /// next packet on. A sandbox that had no `tap0` gets one when the new
     /// policy gives it a network; one that has a `tap0` keeps it (its table
     /// then refuses everything the policy does not allow).
-    pub async fn update(&mut self, policy: &NetworkPolicy) -> Result<(), EgressError> {
+    pub async fn update(
+        &mut self,
+        policy: &NetworkPolicy,
+        who: Sandboxed<'_>,
+    ) -> Result<(), EgressError> {
         let plan = self.egress.plan(policy).await?;
         let rules = self.egress.ruleset(self.base, &self.table, &plan)?;
         self.egress.nft(&rules).await?;
+        match self.plan.write() {
+            Ok(mut p) => *p = plan,
+            Err(p) => *p.into_inner() = plan,
+        }
         if policy.has_network() && self.slirp.is_none() {
             self.start_slirp().await?;
         }
+        self.apply_rules(who).await
+    }
+
+    /// Gives the sandbox its rules: its proxy started (once it has a
+    /// network), told the new rules, or stopped when it has none.
+    async fn apply_rules(&mut self, who: Sandboxed<'_>) -> Result<(), EgressError> {
+        if who.rules.is_empty() {
+            if let Some(i) = self.interception.take() {
+                i.stop(&self.egress).await;
+            }
+            return Ok(());
+        }
+        if let Some(i) = &self.interception {
+            i.set_rules(who.rules);
+            return Ok(());
+        }
+        // Without a network nothing leaves the sandbox: the rules wait
+        // for an update that gives it one.
+        if self.slirp.is_none() {
+            return Ok(());
+        }
+        let setup = self.egress.proxy.clone().ok_or_else(|| {
+            EgressError::Node("this node runs no egress proxy; egress rules cannot apply".into())
+        })?;
+        let ca = who.ca.ok_or_else(|| {
+            EgressError::Policy(format!(
+                "sandbox {} was created before sandboxes had egress CAs: its egress rules \
+                 cannot apply (create a new sandbox)",
+                who.sandbox_id
+            ))
+        })?;
+        self.interception = Some(
+            intercept::Interception::start(
+                &self.egress,
+                &setup,
+                self.pid,
+                self.base,
+                self.plan.clone(),
+                intercept::ProxyFor {
+                    sandbox_id: who.sandbox_id,
+                    generation: who.generation,
+                    ca,
+                    rules: who.rules,
+                },
+            )
+            .await?,
+        );
         Ok(())
     }
 

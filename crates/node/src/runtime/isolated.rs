@@ -26,7 +26,7 @@
 
 use super::console;
 use super::disk;
-use super::egress::{Egress, EgressHandle};
+use super::egress::{Egress, EgressHandle, Sandboxed};
 use super::ids::{IdRange, IdRanges};
 use super::launch::{self, LaunchArgs};
 use super::layers::Layers;
@@ -172,6 +172,12 @@ impl Isolated {
         };
         let d = &defaults;
         let (limits, disk_bytes) = spec.caps.limits(d.cpu_count, d.memory_mb, d.disk_mb);
+        // Its egress CA: checked before anything starts.
+        let ca = spec
+            .egress_ca
+            .map(warren_trust::sandbox_ca::SandboxCa::from_pem)
+            .transpose()
+            .map_err(|e| RuntimeError::Egress(e.to_string()))?;
         // The root and its layers, bottom first.
         let digests: Vec<String> = std::iter::once(digest.clone())
             .chain(layers.iter().cloned())
@@ -341,6 +347,12 @@ impl Isolated {
                         ids.slot,
                         spec.network,
                         procs.unwrap_or_default(),
+                        Sandboxed {
+                            sandbox_id: spec.sandbox_id,
+                            generation: spec.generation,
+                            ca: ca.as_ref(),
+                            rules: spec.egress_rules,
+                        },
                     )
                     .await?,
             );
@@ -376,6 +388,11 @@ impl Isolated {
                 start,
                 default_user: Some(&defaults.user),
                 default_workdir: Some(&defaults.workdir),
+                // Only where the node can give it egress (and so a proxy).
+                ca_bundle: ca
+                    .as_ref()
+                    .filter(|_| self.egress.is_some())
+                    .map(|c| c.cert_pem()),
             },
         )
         .await?;
@@ -507,13 +524,15 @@ impl Runtime for Isolated {
         handle: &'a Handle,
         egress: &'a mut Option<EgressHandle>,
         policy: &'a super::egress::NetworkPolicy,
+        who: Sandboxed<'a>,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
         Box::pin(async move {
             if let Some(e) = egress.as_mut() {
-                return e.update(policy).await.map_err(RuntimeError::from);
+                return e.update(policy, who).await.map_err(RuntimeError::from);
             }
             if !policy.has_network() {
-                // No tap0 and none wanted: nothing leaves the sandbox.
+                // No tap0 and none wanted: nothing leaves the sandbox (its
+                // rules wait for a network).
                 return Ok(());
             }
             let node_egress = self.egress.as_ref().ok_or_else(|| {
@@ -534,7 +553,14 @@ impl Runtime for Isolated {
             let procs = handle.cgroup.as_ref().map(|c| c.procs_files());
             *egress = Some(
                 node_egress
-                    .attach(handle.pid, base, slot, policy, procs.unwrap_or_default())
+                    .attach(
+                        handle.pid,
+                        base,
+                        slot,
+                        policy,
+                        procs.unwrap_or_default(),
+                        who,
+                    )
                     .await?,
             );
             Ok(())

@@ -162,6 +162,12 @@ pub struct LaunchSpec<'a> {
     pub template: Option<&'a warren_template::Template>,
     /// Egress policy.
     pub network: &'a egress::NetworkPolicy,
+    /// Egress rules (E2B's `network.rules`), applied by the node's egress
+    /// proxy; only the isolated runtime has one.
+    pub egress_rules: &'a warren_core::network::rules::EgressRules,
+    /// The sandbox's egress CA (certificate and key, PEM): the certificate
+    /// goes into its trust store, the key to its proxy.
+    pub egress_ca: Option<&'a str>,
     /// The sandbox's environment (user-supplied `env_vars`). Data for envd,
     /// which applies it to the processes it starts; never the environment
     /// of any process on the host side.
@@ -270,6 +276,10 @@ pub struct EnvdStdin<'a> {
     pub default_user: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_workdir: Option<&'a str>,
+    /// CA certificates (PEM) envd adds to the sandbox's trust store: its
+    /// egress CA's, never a key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_bundle: Option<&'a str>,
 }
 
 /// A template's start command as envd takes it (envd's
@@ -446,8 +456,9 @@ pub trait Runtime: Send + Sync + 'static {
         handle: &'a Handle,
         egress: &'a mut Option<egress::EgressHandle>,
         policy: &'a egress::NetworkPolicy,
+        who: egress::Sandboxed<'a>,
     ) -> BoxFuture<'a, Result<(), RuntimeError>> {
-        let _ = (handle, egress, policy);
+        let _ = (handle, egress, policy, who);
         Box::pin(async move {
             Err(RuntimeError::Unsupported(format!(
                 "the {} runtime has no network isolation: its sandboxes share the \

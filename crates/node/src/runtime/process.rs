@@ -139,6 +139,8 @@ impl Process {
                 start: None,
                 default_user: None,
                 default_workdir: None,
+                // No egress of its own, so no proxy to trust.
+                ca_bundle: None,
             },
         )
         .await?;

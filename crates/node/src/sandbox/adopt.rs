@@ -49,6 +49,8 @@ impl Registry {
                                 .unwrap_or_else(crate::runtime::egress::NetworkPolicy::open),
                         ),
                         access: rec.access.clone(),
+                        // A process sandbox has no egress proxy.
+                        rules: std::sync::Mutex::new(Default::default()),
                         egress: std::sync::Mutex::new(None),
                         // Only `process` sandboxes are adopted, and they cannot pause.
                         paused: std::sync::atomic::AtomicBool::new(false),

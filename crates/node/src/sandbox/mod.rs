@@ -123,6 +123,9 @@ pub struct Sandbox {
     pub network: Mutex<runtime::egress::NetworkPolicy>,
     /// Who may reach its ports, and with which Host (fixed at create).
     pub access: network::PortAccess,
+    /// Its egress rules now (a fork inherits them; replaced with the
+    /// policy by [`Registry::update_network`]).
+    pub rules: Mutex<warren_core::network::rules::EgressRules>,
     /// Its egress (slirp4netns and nftables table), stopped at delete.
     /// Declared before `ids`: fields drop in order, and the range must stay
     /// held until the egress that names it is gone.
@@ -344,6 +347,16 @@ impl Registry {
         if let Some(n) = &req.network {
             n.validate().map_err(NodeError::BadRequest)?;
         }
+        req.egress_rules
+            .validate("egress_rules")
+            .map_err(NodeError::BadRequest)?;
+        if !req.egress_rules.is_empty() && self.runtime.kind() != runtime::RuntimeKind::Isolated {
+            return Err(NodeError::BadRequest(format!(
+                "network.rules need the isolated runtime (this node runs {}): its sandboxes have \
+                 no egress of their own to pass through the egress proxy",
+                self.runtime.kind().as_str()
+            )));
+        }
         network::PortAccess::new(
             req.traffic_access_token.as_deref(),
             req.mask_request_host.as_deref(),
@@ -500,6 +513,11 @@ impl Registry {
             .clone()
             .or_else(|| parent.map(|p| p.policy()))
             .unwrap_or_else(runtime::egress::NetworkPolicy::open);
+        // And its rules, as it has no say over them (E2B's fork cannot).
+        let rules = match parent {
+            Some(p) if req.egress_rules.is_empty() => p.rules().normalized(),
+            _ => req.egress_rules.normalized(),
+        };
         // Checked by `validate` already: this cannot fail after the launch.
         let access = network::PortAccess::new(
             req.traffic_access_token.as_deref(),
@@ -534,6 +552,8 @@ impl Registry {
             kept: kept.map(|k| &k.handle),
             template_id: &req.template_id,
             network: &network,
+            egress_rules: &rules,
+            egress_ca: req.egress_ca.as_deref(),
             env_vars: &req.env_vars,
             access_token: req.access_token.as_deref(),
             envd_bin: &self.cfg.envd_bin,
@@ -660,6 +680,7 @@ impl Registry {
             handle: handle.clone(),
             network: Some(network.clone()),
             access: access.clone(),
+            rules: rules.clone(),
         };
         if let Err(e) = record.save(&paths.state) {
             if let Some(e) = egress {
@@ -680,6 +701,7 @@ impl Registry {
             ids,
             network: Mutex::new(network.clone()),
             access,
+            rules: Mutex::new(rules),
             egress: Mutex::new(egress),
             paused: std::sync::atomic::AtomicBool::new(false),
             frozen: tokio::sync::Notify::new(),

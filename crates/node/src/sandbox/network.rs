@@ -9,7 +9,9 @@ use crate::runtime::{self, egress::NetworkPolicy};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use warren_core::network::rules::EgressRules;
 use warren_core::node_api::NetworkInfo;
+use warren_trust::sandbox_ca::SandboxCa;
 
 /// Who may reach a sandbox's ports (other than envd's), and the Host
 /// header requests to them arrive with. Fixed at create.
@@ -88,7 +90,27 @@ impl Sandbox {
             policy: self.policy(),
             allow_public_traffic: self.access.traffic_token_sha256.is_none(),
             mask_request_host: self.access.mask_request_host.clone(),
+            rules: self.rules(),
         }
+    }
+
+    /// Its egress rules now.
+    pub fn rules(&self) -> EgressRules {
+        self.rules
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Its egress CA, from its create (None: placed before there were any,
+    /// or adopted).
+    fn egress_ca(&self) -> Result<Option<SandboxCa>, NodeError> {
+        self.boot
+            .as_ref()
+            .and_then(|b| b.0.egress_ca.as_deref())
+            .map(SandboxCa::from_pem)
+            .transpose()
+            .map_err(|e| NodeError::Internal(e.to_string()))
     }
 
     /// Its egress policy now.
@@ -101,24 +123,29 @@ impl Sandbox {
 }
 
 impl Registry {
-    /// Replaces the egress policy of the sandbox hosted at `generation`
-    /// (E2B's `PUT /sandboxes/{id}/network`), under the sandbox id's lock:
-    /// the runtime applies it (isolated: its nftables table rewritten in one
-    /// transaction), then `sandbox.json` keeps it. A runtime without network
-    /// isolation answers `Unsupported`.
+    /// Replaces the egress policy and rules of the sandbox hosted at
+    /// `generation` (E2B's `PUT /sandboxes/{id}/network`), under the
+    /// sandbox id's lock: the runtime applies them (isolated: its nftables
+    /// table rewritten in one transaction, its egress proxy started, told
+    /// or stopped), then `sandbox.json` keeps them. A runtime without
+    /// network isolation answers `Unsupported`. A filesystem-paused
+    /// sandbox keeps them for its next boot.
     pub async fn update_network(
         self: &Arc<Self>,
         id: &str,
         generation: u64,
         policy: NetworkPolicy,
+        rules: EgressRules,
     ) -> Result<NetworkInfo, NodeError> {
         policy.validate().map_err(NodeError::BadRequest)?;
+        rules.validate("rules").map_err(NodeError::BadRequest)?;
+        let rules = rules.normalized();
         let lock = self.lock_for(id);
         let result = {
             let _held = lock.lock().await;
             match self.get(id, generation) {
                 None => Err(self.not_hosted(id, Some(generation))),
-                Some(sb) => self.update_network_locked(&sb, policy).await,
+                Some(sb) => self.update_network_locked(&sb, policy, rules).await,
             }
         };
         self.release_lock(id, lock);
@@ -129,17 +156,32 @@ impl Registry {
         &self,
         sb: &Arc<Sandbox>,
         policy: NetworkPolicy,
+        rules: EgressRules,
     ) -> Result<NetworkInfo, NodeError> {
-        // Out of its slot while the runtime works on it (the id's lock keeps
-        // everyone else away), and back whatever happens.
-        let mut egress = sb.egress.lock().ok().and_then(|mut e| e.take());
-        let applied = self
-            .runtime
-            .update_network(&sb.handle, &mut egress, &policy)
-            .await;
-        if let Ok(mut slot) = sb.egress.lock() {
-            *slot = egress;
-        }
+        let ca = sb.egress_ca()?;
+        // Halted (paused filesystem-only): nothing runs to apply them to;
+        // its next boot starts with them.
+        let applied = if sb.halted {
+            Ok(())
+        } else {
+            // Out of its slot while the runtime works on it (the id's lock
+            // keeps everyone else away), and back whatever happens.
+            let mut egress = sb.egress.lock().ok().and_then(|mut e| e.take());
+            let who = runtime::egress::Sandboxed {
+                sandbox_id: &sb.info.sandbox_id,
+                generation: sb.info.generation,
+                ca: ca.as_ref(),
+                rules: &rules,
+            };
+            let applied = self
+                .runtime
+                .update_network(&sb.handle, &mut egress, &policy, who)
+                .await;
+            if let Ok(mut slot) = sb.egress.lock() {
+                *slot = egress;
+            }
+            applied
+        };
         match applied {
             Ok(()) => {}
             Err(runtime::RuntimeError::Unsupported(m)) => return Err(NodeError::Unsupported(m)),
@@ -152,6 +194,9 @@ impl Registry {
         }
         if let Ok(mut p) = sb.network.lock() {
             *p = policy;
+        }
+        if let Ok(mut r) = sb.rules.lock() {
+            *r = rules;
         }
         let record = self.record_of(sb);
         if let Err(e) = record.save(&sb.paths.state) {
@@ -171,6 +216,7 @@ impl Registry {
             handle: sb.handle.clone(),
             network: Some(sb.policy()),
             access: sb.access.clone(),
+            rules: sb.rules(),
         }
     }
 }

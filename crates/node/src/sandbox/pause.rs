@@ -155,6 +155,7 @@ impl Registry {
             timeout_secs: sb.timeout_secs,
             network: Mutex::new(sb.policy()),
             access: sb.access.clone(),
+            rules: Mutex::new(sb.rules()),
             egress: Mutex::new(None),
             // The old boot's range is released with it: a new boot takes
             // one again (this one when still free).
@@ -181,6 +182,7 @@ impl Registry {
             )));
         };
         req.network = Some(sb.policy());
+        req.egress_rules = sb.rules();
         req.timeout_secs = sb.timeout_secs;
         let info = self.start(&req, None, Some(sb)).await?;
         // Running here again: the layer its pause packed is stale.
@@ -299,6 +301,7 @@ impl Registry {
             private_ports: boot.0.traffic_access_token.is_some(),
             mask_request_host: boot.0.mask_request_host.clone(),
             auto_pause_filesystem_only: boot.0.auto_pause_filesystem_only,
+            egress_rules: sb.rules(),
         };
         let spec = runtime::SnapshotSpec {
             key: warren_template::paused_key(&id),

@@ -21,6 +21,12 @@ pub struct Record {
     pub network: Option<warren_core::network::NetworkPolicy>,
     #[serde(default)]
     pub access: super::network::PortAccess,
+    /// Its egress rules now (placeholders, never values).
+    #[serde(
+        default,
+        skip_serializing_if = "warren_core::network::rules::EgressRules::is_empty"
+    )]
+    pub rules: warren_core::network::rules::EgressRules,
 }
 
 impl Record {

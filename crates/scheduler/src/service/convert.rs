@@ -33,6 +33,7 @@ pub(crate) fn binding(b: &BindingRow) -> pb::Binding {
     pb::Binding {
         access_token: String::new(),
         env_vars: Default::default(),
+        egress_ca: String::new(),
         ..binding_with_secrets(b)
     }
 }
@@ -55,6 +56,7 @@ fn binding_with_secrets(b: &BindingRow) -> pb::Binding {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         access_token: b.access_token.clone(),
+        egress_ca: b.egress_ca.clone(),
         resources: Some(pb::Resources {
             cpu_count: b.cpu_count,
             memory_mb: b.memory_mb,

@@ -5,7 +5,8 @@
 //! records, unused blobs, builds, uploads) have their bodies in
 //! `records.rs` and their checks in `validate_records.rs`, the volumes'
 //! (`volumes.proto`) in `volumes.rs`; who may call each RPC is decided
-//! here, in the trait impl at the bottom.
+//! here, in the trait impl at the bottom. The `Secrets` service
+//! (`secrets.proto`) is implemented by the same struct in `secrets.rs`.
 
 pub(crate) mod convert;
 mod records;
@@ -526,6 +527,9 @@ macro_rules! rpc {
             .await
     }};
 }
+
+// After the macro above, which it uses.
+mod secrets;
 
 #[tonic::async_trait]
 impl pb::scheduler_server::Scheduler for SchedulerService {

@@ -22,7 +22,9 @@ const MAX_ENV_PAIRS: usize = 512;
 const MAX_ENV_KEY: usize = 256;
 const MAX_ENV_BYTES: usize = 256 * 1024;
 const MAX_READY_TIMEOUT_SECS: u64 = 86_400;
-const MAX_SETTINGS: usize = 64 * 1024;
+/// A paused sandbox's settings: its egress policy (2 000 entries at most)
+/// and rules (64 KiB of headers, 100 hosts) with room for the JSON.
+const MAX_SETTINGS: usize = 512 * 1024;
 /// Longest TTL or retention a caller may name: 30 days.
 pub const MAX_TTL_MS: u64 = 30 * 86_400_000;
 /// Longest build lease: 1 hour.

@@ -13,7 +13,8 @@
 //!   the same for the records (template records, unused-blob notes,
 //!   builds and their logs, uploads); `volumes.rs`: for volumes and
 //!   their mounts.
-//! - `sql.rs`: every shared query; `sql_records.rs`: the records' queries.
+//! - `sql.rs`: every shared query; `sql_records.rs`: the records' queries;
+//!   `sql_secrets.rs`: team secrets' (E2B's `/secrets`).
 //!   `migrate.rs`: the schema, applied at start.
 //! - [`backend`]: the per-backend statements, and the arguments for the write
 //!   lock and for revisions becoming visible in commit order.
@@ -44,6 +45,7 @@ pub mod records;
 pub mod seal;
 mod sql;
 mod sql_records;
+mod sql_secrets;
 mod sqlstore;
 pub mod types;
 pub mod volumes;

@@ -1,12 +1,15 @@
-//! Secrets at rest: a sandbox's envd access token and its `envVars` are
-//! sealed before they enter the store, so a copy of the database (a
-//! backup, a file another host account could read, a replica's disk)
-//! holds neither.
+//! Secrets at rest: a sandbox's envd access token, its `envVars` and its
+//! egress CA are sealed before they enter the store, so a copy of the
+//! database (a backup, a file another host account could read, a
+//! replica's disk) holds none of them. Team secrets (E2B's `/secrets`) are
+//! sealed the same way under a key of their own (`--secrets-key-file`,
+//! [`Sealer::seal_secret`]).
 //!
 //! Each value is sealed with ChaCha20-Poly1305 (`ring`) under the store
 //! key, with a fresh random nonce, and bound to its place: the sandbox id
-//! and the column are the associated data, so a sealed value copied into
-//! another row or column does not open. The stored text is
+//! and the column are the associated data (for a team secret, the team and
+//! the secret's id), so a sealed value copied into another row or column
+//! does not open. The stored text is
 //! `sealed:v1:<key id>:<base64 of nonce ‖ ciphertext ‖ tag>`, where the key
 //! id is the first 8 hex digits of the key's SHA-256.
 //!
@@ -36,23 +39,41 @@ pub const ENV_VARS: &str = "env_vars";
 /// A volume's bearer token (`volumes.token`), sealed with the volume id in
 /// the place of the sandbox id.
 pub const VOLUME_TOKEN: &str = "volume_token";
+pub const EGRESS_CA: &str = "egress_ca";
+
+/// Which key file: the store's (`--store-key-file`) or the secrets'
+/// (`--secrets-key-file`), as the messages name it.
+pub const STORE_KEY: &str = "store key";
+pub const SECRETS_KEY: &str = "secrets key";
 
 /// Why the key file cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("cannot read the store key file {path}: {source}")]
+    #[error("cannot read the {what} file {path}: {source}")]
     Read {
+        what: &'static str,
         path: String,
         source: std::io::Error,
     },
-    #[error("the store key file {path} is readable by other accounts (mode {mode:03o}): chmod 600 {path}")]
-    Mode { path: String, mode: u32 },
-    #[error("the store key file {path}, line {line}: a key is 64 hex digits (32 bytes)")]
-    Bad { path: String, line: usize },
-    #[error("the store key file {path} holds no key")]
-    Empty { path: String },
-    #[error("cannot create the store key file {path}: {source}")]
+    #[error(
+        "the {what} file {path} is readable by other accounts (mode {mode:03o}): chmod 600 {path}"
+    )]
+    Mode {
+        what: &'static str,
+        path: String,
+        mode: u32,
+    },
+    #[error("the {what} file {path}, line {line}: a key is 64 hex digits (32 bytes)")]
+    Bad {
+        what: &'static str,
+        path: String,
+        line: usize,
+    },
+    #[error("the {what} file {path} holds no key")]
+    Empty { what: &'static str, path: String },
+    #[error("cannot create the {what} file {path}: {source}")]
     Create {
+        what: &'static str,
         path: String,
         source: std::io::Error,
     },
@@ -65,6 +86,15 @@ pub enum KeyError {
 pub struct OpenError {
     pub sandbox: String,
     pub column: &'static str,
+    pub why: &'static str,
+}
+
+/// A team secret's value could not be opened: the store is damaged, or
+/// it was sealed under a key the secrets key file no longer holds.
+#[derive(Debug, thiserror::Error)]
+#[error("the sealed value of secret {secret_id} does not open: {why}")]
+pub struct SecretOpenError {
+    pub secret_id: String,
     pub why: &'static str,
 }
 
@@ -87,20 +117,29 @@ impl std::fmt::Debug for Sealer {
 }
 
 impl Sealer {
-    /// The keys in `path`, which must be readable by its owner only.
+    /// The store's keys in `path`, which must be readable by its owner only.
     pub fn from_file(path: &Path) -> Result<Sealer, KeyError> {
+        Sealer::from_key_file(path, STORE_KEY)
+    }
+
+    /// The keys in `path` (the `what` key file: [`STORE_KEY`],
+    /// [`SECRETS_KEY`]), which must be readable by its owner only.
+    pub fn from_key_file(path: &Path, what: &'static str) -> Result<Sealer, KeyError> {
         let shown = path.display().to_string();
         warren_core::private::check(path).map_err(|e| match e {
             warren_core::private::PrivateError::Read { source, .. } => KeyError::Read {
+                what,
                 path: shown.clone(),
                 source,
             },
             warren_core::private::PrivateError::Mode { mode, .. } => KeyError::Mode {
+                what,
                 path: shown.clone(),
                 mode,
             },
         })?;
         let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
+            what,
             path: shown.clone(),
             source,
         })?;
@@ -111,13 +150,14 @@ impl Sealer {
                 continue;
             }
             let bytes = hex32(line).ok_or_else(|| KeyError::Bad {
+                what,
                 path: shown.clone(),
                 line: i + 1,
             })?;
             keys.push(Key::new(&bytes));
         }
         if keys.is_empty() {
-            return Err(KeyError::Empty { path: shown });
+            return Err(KeyError::Empty { what, path: shown });
         }
         Ok(Sealer {
             keys,
@@ -125,15 +165,27 @@ impl Sealer {
         })
     }
 
-    /// The keys in `path`; when there is no such file, a new one with a
-    /// fresh key, made readable by its owner only.
+    /// The store's keys in `path`; when there is no such file, a new one
+    /// with a fresh key, made readable by its owner only.
     pub fn open_or_create(path: &Path) -> Result<Sealer, KeyError> {
+        Sealer::open_or_create_key_file(path, STORE_KEY, "--store-key-file")
+    }
+
+    /// The `what` keys in `path` ([`Sealer::from_key_file`]); when there is
+    /// no such file, a new one with a fresh key, made readable by its owner
+    /// only (its comment names `flag`).
+    pub fn open_or_create_key_file(
+        path: &Path,
+        what: &'static str,
+        flag: &str,
+    ) -> Result<Sealer, KeyError> {
         if !path.exists() {
             if let Some(dir) = path
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty() && !d.exists())
             {
                 warren_core::private::dir(dir).map_err(|source| KeyError::Create {
+                    what,
                     path: path.display().to_string(),
                     source,
                 })?;
@@ -142,21 +194,22 @@ impl Sealer {
             SystemRandom::new()
                 .fill(&mut bytes)
                 .map_err(|_| KeyError::Create {
+                    what,
                     path: path.display().to_string(),
                     source: std::io::Error::other("no randomness"),
                 })?;
             let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-            let text = format!(
-                "# warren scheduler store key (see --store-key-file); the first key seals\n{hex}\n"
-            );
+            let text =
+                format!("# warren scheduler {what} (see {flag}); the first key seals\n{hex}\n");
             warren_core::private::write(path, text.as_bytes()).map_err(|source| {
                 KeyError::Create {
+                    what,
                     path: path.display().to_string(),
                     source,
                 }
             })?;
         }
-        Sealer::from_file(path)
+        Sealer::from_key_file(path, what)
     }
 
     /// A sealer with a fresh random key of its own, for an in-memory store
@@ -177,6 +230,35 @@ impl Sealer {
 
     /// `plain` sealed for `column` of `sandbox`.
     pub fn seal(&self, sandbox: &str, column: &'static str, plain: &str) -> String {
+        self.seal_bound(&aad(sandbox, column), plain)
+    }
+
+    /// A team secret's value sealed, bound to its team and id.
+    pub fn seal_secret(&self, team: &str, secret_id: &str, plain: &str) -> String {
+        self.seal_bound(&secret_aad(team, secret_id), plain)
+    }
+
+    /// A team secret's stored value opened (see [`Sealer::seal_secret`]);
+    /// a value that is not sealed is refused (secrets were sealed from the
+    /// start).
+    pub fn open_secret(
+        &self,
+        team: &str,
+        secret_id: &str,
+        stored: &str,
+    ) -> Result<String, SecretOpenError> {
+        let fail = |why| SecretOpenError {
+            secret_id: secret_id.to_string(),
+            why,
+        };
+        if !stored.starts_with(PREFIX) {
+            return Err(fail("it is not sealed"));
+        }
+        self.open_bound(&secret_aad(team, secret_id), stored)
+            .map_err(fail)
+    }
+
+    fn seal_bound(&self, aad: &[u8], plain: &str) -> String {
         let key = &self.keys[0];
         let mut nonce = [0u8; NONCE_LEN];
         // The system's randomness does not fail on Linux once booted; a
@@ -185,7 +267,7 @@ impl Sealer {
         let mut data = plain.as_bytes().to_vec();
         let sealed = key.key.seal_in_place_append_tag(
             Nonce::assume_unique_for_key(nonce),
-            Aad::from(aad(sandbox, column)),
+            Aad::from(aad),
             &mut data,
         );
         if sealed.is_err() {
@@ -209,25 +291,30 @@ impl Sealer {
         column: &'static str,
         stored: &str,
     ) -> Result<String, OpenError> {
-        let Some(rest) = stored.strip_prefix(PREFIX) else {
+        if !stored.starts_with(PREFIX) {
             return Ok(stored.to_string());
-        };
-        let fail = |why| OpenError {
-            sandbox: sandbox.to_string(),
-            column,
-            why,
-        };
-        let (id, body) = rest.split_once(':').ok_or(fail("no key id"))?;
+        }
+        self.open_bound(&aad(sandbox, column), stored)
+            .map_err(|why| OpenError {
+                sandbox: sandbox.to_string(),
+                column,
+                why,
+            })
+    }
+
+    fn open_bound(&self, aad: &[u8], stored: &str) -> Result<String, &'static str> {
+        let rest = stored.strip_prefix(PREFIX).ok_or("it is not sealed")?;
+        let (id, body) = rest.split_once(':').ok_or("no key id")?;
         let key = self
             .keys
             .iter()
             .find(|k| k.id == id)
-            .ok_or(fail("its key is not in the store key file"))?;
+            .ok_or("its key is not in the key file")?;
         let mut data = base64::engine::general_purpose::STANDARD_NO_PAD
             .decode(body)
-            .map_err(|_| fail("not base64"))?;
+            .map_err(|_| "not base64")?;
         if data.len() < NONCE_LEN {
-            return Err(fail("too short"));
+            return Err("too short");
         }
         let mut nonce = [0u8; NONCE_LEN];
         nonce.copy_from_slice(&data[..NONCE_LEN]);
@@ -235,11 +322,11 @@ impl Sealer {
             .key
             .open_in_place(
                 Nonce::assume_unique_for_key(nonce),
-                Aad::from(aad(sandbox, column)),
+                Aad::from(aad),
                 &mut data[NONCE_LEN..],
             )
-            .map_err(|_| fail("it was altered, or belongs to another row"))?;
-        String::from_utf8(plain.to_vec()).map_err(|_| fail("not UTF-8"))
+            .map_err(|_| "it was altered, or belongs to another row")?;
+        String::from_utf8(plain.to_vec()).map_err(|_| "not UTF-8")
     }
 
     /// The SQL `LIKE` pattern of values sealed under the key that seals now.
@@ -273,6 +360,14 @@ impl Key {
         };
         Key { id, key }
     }
+}
+
+fn secret_aad(team: &str, secret_id: &str) -> Vec<u8> {
+    let mut a = b"warren-secret\0".to_vec();
+    a.extend_from_slice(team.as_bytes());
+    a.push(0);
+    a.extend_from_slice(secret_id.as_bytes());
+    a
 }
 
 fn aad(sandbox: &str, column: &str) -> Vec<u8> {
@@ -345,6 +440,17 @@ mod tests {
         );
         assert!(!rotated.is_current(&old));
         assert!(rotated.is_current(&rotated.seal("s", "env_vars", "x")));
+        // A secrets key file names itself.
+        let secrets = dir.path().join("secrets.key");
+        let s =
+            Sealer::open_or_create_key_file(&secrets, SECRETS_KEY, "--secrets-key-file").unwrap();
+        let text = std::fs::read_to_string(&secrets).unwrap();
+        assert!(text.contains("--secrets-key-file"), "{text}");
+        let v = s.seal_secret("team", "sec_1", "v1");
+        assert_eq!(s.open_secret("team", "sec_1", &v).unwrap(), "v1");
+        assert!(s.open_secret("other", "sec_1", &v).is_err());
+        assert!(s.open_secret("team", "sec_2", &v).is_err());
+        assert!(s.open_secret("team", "sec_1", "plain").is_err());
         // Wider than 0600: refused, naming the file.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = Sealer::from_file(&path).unwrap_err().to_string();

@@ -10,7 +10,7 @@ macro_rules! binding_columns {
     () => {
         "sandbox_id, node_id, endpoint, generation, state, team_id, template_id, \
          started_at_ms, end_at_ms, metadata, env_vars, access_token, cpu_count, memory_mb, \
-         assigned_at_ms, updated_at_ms, auto_pause, auto_resume"
+         assigned_at_ms, updated_at_ms, auto_pause, auto_resume, egress_ca"
     };
 }
 
@@ -114,7 +114,7 @@ pub const INSERT_BINDING: &str = concat!(
     "INSERT INTO bindings (",
     binding_columns!(),
     ", idempotency_key) VALUES \
-     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)"
+     ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)"
 );
 /// The list query before its optional filters; see `sqlstore/bindings.rs`.
 pub const LIST_BINDINGS_PREFIX: &str =
@@ -191,10 +191,11 @@ pub const NODE_CENSUS: &str = "SELECT \
 
 // ---- sealing (store/seal.rs) ----
 
-/// Bindings with a token or `envVars` not sealed under the current key
-/// (`$1` is `sealed:v1:<key id>:%`), a batch at a time.
-pub const UNSEALED_BATCH: &str = "SELECT sandbox_id, access_token, env_vars FROM bindings \
-     WHERE access_token NOT LIKE $1 OR env_vars NOT LIKE $1 LIMIT $2";
+/// Bindings with a token, `envVars` or egress CA not sealed under the
+/// current key (`$1` is `sealed:v1:<key id>:%`), a batch at a time.
+pub const UNSEALED_BATCH: &str = "SELECT sandbox_id, access_token, env_vars, egress_ca \
+     FROM bindings \
+     WHERE access_token NOT LIKE $1 OR env_vars NOT LIKE $1 OR egress_ca NOT LIKE $1 LIMIT $2";
 /// Stores a binding's values sealed again, unless they changed since read.
-pub const RESEAL: &str = "UPDATE bindings SET access_token = $1, env_vars = $2 \
-     WHERE sandbox_id = $3 AND access_token = $4 AND env_vars = $5";
+pub const RESEAL: &str = "UPDATE bindings SET access_token = $1, env_vars = $2, egress_ca = $3 \
+     WHERE sandbox_id = $4 AND access_token = $5 AND env_vars = $6 AND egress_ca = $7";

@@ -136,6 +136,9 @@ pub struct BindingRow {
     pub metadata: BTreeMap<String, String>,
     pub env_vars: BTreeMap<String, String>,
     pub access_token: String,
+    /// The sandbox's egress CA, PEM (`warren_trust::sandbox_ca`; empty for
+    /// a binding placed before there were any).
+    pub egress_ca: String,
     pub cpu_count: u32,
     pub memory_mb: u32,
     /// When the current generation was assigned.
@@ -387,4 +390,60 @@ pub struct Census {
     pub nodes_up: u64,
     pub nodes_down: u64,
     pub bindings: Vec<(State, u64)>,
+}
+
+/// A team secret as reads return it: never its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretRow {
+    /// `sec_...`.
+    pub secret_id: String,
+    pub team_id: String,
+    /// Lower-cased, unique within the team.
+    pub name: String,
+    /// The current version: 1 at create, one more at every update.
+    pub version: u64,
+    pub metadata: BTreeMap<String, String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+/// How a request names a secret: by id (`sec_...`) or by name (the
+/// `sec_` prefix is reserved for ids, so the two never collide).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretKey {
+    Id(String),
+    Name(String),
+}
+
+impl SecretKey {
+    /// `sec_...` is an id; anything else a name, lower-cased.
+    pub fn parse(s: &str) -> SecretKey {
+        if s.starts_with("sec_") {
+            SecretKey::Id(s.to_string())
+        } else {
+            SecretKey::Name(s.to_ascii_lowercase())
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            SecretKey::Id(s) | SecretKey::Name(s) => s,
+        }
+    }
+
+    /// The row query for this key (`$1` team, `$2` the key).
+    pub(crate) fn select(&self) -> &'static str {
+        match self {
+            SecretKey::Id(_) => super::sql_secrets::SECRET_BY_ID,
+            SecretKey::Name(_) => super::sql_secrets::SECRET_BY_NAME,
+        }
+    }
+
+    /// The delete for this key (`$1` team, `$2` the key).
+    pub(crate) fn delete(&self) -> &'static str {
+        match self {
+            SecretKey::Id(_) => super::sql_secrets::DELETE_SECRET_BY_ID,
+            SecretKey::Name(_) => super::sql_secrets::DELETE_SECRET_BY_NAME,
+        }
+    }
 }

@@ -5,7 +5,7 @@ use super::{
     binding_from_row, map_json, nodes, sealed_env, sealed_token, to_i64, SqlStore, WriteTx,
 };
 use crate::error::{Error, Result};
-use crate::store::{sql, types::*};
+use crate::store::{seal, sql, types::*};
 
 /// How many fresh ids to try before giving up on a (practically impossible)
 /// run of collisions.
@@ -59,6 +59,12 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
     .map_err(|e| pinned(&pin, e))?;
     let generation = tx.next_generation().await?;
     let sandbox_id = fresh_sandbox_id(&mut tx).await?;
+    // The sandbox's egress CA (a key and a self-signed certificate: well
+    // under a millisecond), made here like its access token, so a move or
+    // a resume elsewhere hands its node the same one.
+    let egress_ca = warren_trust::sandbox_ca::SandboxCa::generate(&sandbox_id)
+        .map_err(|e| Error::Internal(e.to_string()))?
+        .to_pem();
     let now = tx.now;
     let timeout_ms = i64::try_from(spec.timeout.as_millis()).unwrap_or(i64::MAX);
     let binding = BindingRow {
@@ -74,6 +80,7 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         metadata: spec.metadata,
         env_vars: spec.env_vars,
         access_token: warren_core::id::random_token(32),
+        egress_ca,
         cpu_count: spec.cpu_count,
         memory_mb: spec.memory_mb,
         assigned_at_ms: now,
@@ -107,6 +114,10 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         .bind(binding.updated_at_ms)
         .bind(i64::from(binding.lifecycle.auto_pause))
         .bind(i64::from(binding.lifecycle.auto_resume))
+        .bind(
+            tx.sealer
+                .seal(&binding.sandbox_id, seal::EGRESS_CA, &binding.egress_ca),
+        )
         .bind(spec.idempotency_key.as_deref())
         .execute(tx.conn())
         .await?;

@@ -11,7 +11,8 @@
 //! - `records.rs`: template records, unused-blob notes, team usage;
 //!   `builds.rs`: template builds and their logs; `uploads.rs`: COPY
 //!   uploads; `volumes.rs`: volumes and their mounts (each with its part
-//!   of the sweep and its `SqlStore` methods).
+//!   of the sweep and its `SqlStore` methods); `secrets.rs`: team secrets,
+//!   sealed under their own key.
 //!
 //! Writes go through a pool of exactly one connection, so this process's
 //! writers queue in FIFO order here instead of inside the database; every
@@ -25,6 +26,7 @@ mod builds;
 mod nodes;
 mod open;
 mod records;
+mod secrets;
 mod sweep;
 mod uploads;
 mod volumes;
@@ -61,6 +63,9 @@ pub struct SqlStore {
     /// Seals access tokens and `envVars` before they are stored, and opens
     /// them when they are read (`store::seal`).
     sealer: Arc<Sealer>,
+    /// Seals team secrets (`--secrets-key-file`); None: the store keeps
+    /// none (`sqlstore/secrets.rs`).
+    secrets: Option<Arc<Sealer>>,
 }
 
 impl SqlStore {
@@ -336,6 +341,7 @@ fn binding_from_row(r: &AnyRow, sealer: &Sealer) -> Result<BindingRow> {
     };
     let env_vars = json_map(&open(seal::ENV_VARS)?, "env_vars")?;
     let access_token = open(seal::ACCESS_TOKEN)?;
+    let egress_ca = open(seal::EGRESS_CA)?;
     Ok(BindingRow {
         sandbox_id: sandbox_id.clone(),
         node_id: r.try_get("node_id")?,
@@ -349,6 +355,7 @@ fn binding_from_row(r: &AnyRow, sealer: &Sealer) -> Result<BindingRow> {
         metadata: json_map(r.try_get("metadata")?, "metadata")?,
         env_vars,
         access_token,
+        egress_ca,
         cpu_count: to_u32(r.try_get("cpu_count")?, "cpu_count")?,
         memory_mb: to_u32(r.try_get("memory_mb")?, "memory_mb")?,
         assigned_at_ms: r.try_get("assigned_at_ms")?,
@@ -478,7 +485,7 @@ impl SqlStore {
     }
 
     /// Seals again, under the key that seals now, up to `batch` bindings'
-    /// tokens and `envVars` stored under another key or before sealing
+    /// tokens, `envVars` and egress CAs stored under another key or before sealing
     /// existed (one write transaction). Returns how many it looked at; 0
     /// when none is left. Safe beside other replicas doing the same: a row is
     /// rewritten only if it still holds what was read.
@@ -495,8 +502,11 @@ impl SqlStore {
         let mut sealed = 0;
         for r in &rows {
             let id: String = r.try_get("sandbox_id")?;
-            let (token, env): (String, String) =
-                (r.try_get("access_token")?, r.try_get("env_vars")?);
+            let (token, env, ca): (String, String, String) = (
+                r.try_get("access_token")?,
+                r.try_get("env_vars")?,
+                r.try_get("egress_ca")?,
+            );
             let open = |column, stored: &str| {
                 self.sealer
                     .open(&id, column, stored)
@@ -506,12 +516,17 @@ impl SqlStore {
             let new_env = self
                 .sealer
                 .seal(&id, seal::ENV_VARS, &open(seal::ENV_VARS, &env)?);
+            let new_ca = self
+                .sealer
+                .seal(&id, seal::EGRESS_CA, &open(seal::EGRESS_CA, &ca)?);
             sealed += sqlx::query(sql::RESEAL)
                 .bind(&new_token)
                 .bind(&new_env)
+                .bind(&new_ca)
                 .bind(&id)
                 .bind(&token)
                 .bind(&env)
+                .bind(&ca)
                 .execute(tx.conn())
                 .await?
                 .rows_affected() as usize;
