@@ -8,7 +8,9 @@ For each pod template (Jobs first, as Helm runs hooks before the rest), in
 order: its volumes are made as the kubelet makes them (a Secret's or
 ConfigMap's keys as files, with their modes and owner, group-readable under
 an fsGroup; emptyDirs; hostPaths as empty directories, except the
-machine's own /dev, /sys and /proc, which stay the machine's), its
+machine's own /dev, /sys and /proc, which stay the machine's;
+persistentVolumeClaims as the empty directories a new claim is, and a
+mount's subPath made in its volume, as the kubelet makes it), its
 environment is resolved (values, Secrets, ConfigMaps, the downward API with
 a made-up node name and pod address) and `$(VAR)` expanded in the command
 and arguments; then each container runs in a private mount namespace with
@@ -17,7 +19,9 @@ as its user and with its capabilities (`privileged`, or the bounding set
 its `capabilities` leave):
 
 - a warren part (`<binary> scheduler|gateway|node ...`) with
-  `--check-config` appended: it must exit 0 (what it prints is shown);
+  `--check-config` appended: it must exit 0 (what it prints is shown),
+  and a node must be able to hold volumes (its check's `volumes:` line is
+  not `NONE`: a start would run, without them);
 - another container of the warren image: init containers run as they are
   (the node's certificate, the hook Job's `warren certs`), long-running
   ones are only syntax-checked (`sh -n`);
@@ -231,6 +235,10 @@ class Pod:
                 os.makedirs(path)
                 os.chmod(path, 0o777)
                 self.volumes[name] = path
+            elif "persistentVolumeClaim" in v:
+                # A claim as it is first bound: an empty filesystem.
+                os.makedirs(path)
+                self.volumes[name] = path
             elif "hostPath" in v:
                 host = v["hostPath"]["path"]
                 if host.startswith(MACHINE_PATHS):
@@ -281,6 +289,7 @@ class Pod:
                 continue
             if m.get("subPath"):
                 src = os.path.join(src, m["subPath"])
+                os.makedirs(src, exist_ok=True)
             mounts.append((src, m["mountPath"]))
         # The image: the warren binary where the chart says it is.
         if c.get("image") == self.image:
@@ -344,6 +353,10 @@ class Pod:
         shown = " ".join(shlex.quote(a) for a in argv)
         if rc != 0:
             raise Failure(f"{what}: exit {rc}: {shown}\n{err.strip()}\n{out.strip()}")
+        if mode == "check" and "volumes: NONE" in out:
+            # A start would run, without volumes: the chart's volume store
+            # and --volume-dir do not meet.
+            raise Failure(f"{what}: the node would hold no volumes: {shown}\n{out.strip()}")
         print(f"  {what}: {'config checked' if mode == 'check' else 'ran'}: {shown}")
         for line in out.strip().splitlines():
             print(f"    | {line}")

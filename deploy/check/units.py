@@ -16,7 +16,8 @@ the wildcard certificate), owned by the unit's user, 0600, with that user
 in /etc/passwd; then the unit's ExecStartPre line (its own --check-config)
 and its ExecStart line with --check-config run in a private mount
 namespace with that /etc/warren, the binary at /usr/local/bin/warren, the
-unit's environment file, user and capabilities. Each must exit 0. Then
+unit's environment file, user and capabilities. Each must exit 0, and a
+node must be able to hold volumes (not `volumes: NONE`). Then
 `systemd-analyze verify` checks the units' syntax and `systemd-analyze
 security --offline=true` prints each one's exposure (when systemd-analyze
 is installed).
@@ -214,6 +215,9 @@ def check_unit(warren, shipped, path, work):
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
             raise Failure(f"{name}: {line}: exit {p.returncode}: {' '.join(argv)}\n{p.stderr.strip()}")
+        if "volumes: NONE" in p.stdout:
+            # A start would run, without volumes.
+            raise Failure(f"{name}: {line}: the node would hold no volumes\n{p.stdout.strip()}")
         print(f"  {line}{' + --check-config' if extra else ''}: {' '.join(argv)}")
         for out in p.stdout.strip().splitlines():
             print(f"    | {out}")

@@ -2,7 +2,7 @@
 //! serves — the command line (no API key there), every setting and the
 //! files they name ([`Config::validate`]: the API-key file, the upload-link
 //! key, the public TLS certificate and key, the blob store's URL and
-//! options), the internal TLS files, and the clients to the schedulers and
+//! options, the volume and secrets bounds), the internal TLS files, and the clients to the schedulers and
 //! nodes built from them — through the very functions a start calls, so a
 //! check passes exactly when a start would get past them and fails with
 //! the message the start would print. It binds nothing and dials nothing:
@@ -84,12 +84,19 @@ pub fn check(config: &Config) -> Result<String, ConfigError> {
          \x20 schedulers: {} (not dialed)\n\
          \x20 API keys: {}\n\
          \x20 blob store: {blobs}\n\
+         \x20 volumes: at most {} per team, {} bytes of size limits per team; \
+         routes trusted {:?}; content API at this gateway's URL (E2B_VOLUME_API_URL)\n\
+         \x20 secrets: at most {} per team\n\
          \x20 internal TLS: {}\n",
         config.listen,
         config.admin_listen,
         settings.domain,
         settings.schedulers.join(", "),
         settings.api_keys.len(),
+        settings.volumes.team_count,
+        settings.volumes.team_bytes,
+        settings.volumes.route_ttl,
+        settings.limits.secrets_team_count,
         warren_trust::config::describe(trust.as_deref()),
     ))
 }

@@ -1,16 +1,21 @@
 //! `warren node --check-config`: everything a start checks before it
 //! makes its data directory, probes its runtime or binds — every setting
 //! and the files they name ([`Config::validate`]: the node id, the
-//! scheduler URLs, the envd binary, the blob store's URL and options), the
-//! internal TLS files (the certificate must name this node's id), and the
-//! scheduler client — through the very functions a start calls, so a check
-//! passes exactly when a start would get past them and fails with the
-//! message the start would print. It binds nothing, dials nothing, makes
-//! no directory and starts no sandbox: whether the `isolated` runtime
-//! works here (root, cgroups, idmapped mounts) is only known from the
+//! scheduler URLs, the envd binary, the blob store's URL and options, the
+//! egress proxy's `--egress-ca-file` and sandbox domain), the internal TLS
+//! files (the certificate must name this node's id), the scheduler client,
+//! and whether the volume store can be had ([`volumes::preflight`]) —
+//! through the very functions a start calls, so a check passes exactly
+//! when a start would get past them and fails with the message the start
+//! would print. A volume store that cannot be had does not stop a start
+//! (the node runs without volumes, and says why): the check says so too,
+//! and passes. It binds nothing, dials nothing, makes no directory and
+//! starts no sandbox: whether the `isolated` runtime works here (root,
+//! cgroups, idmapped mounts, nftables for egress) is only known from the
 //! start's probe.
 
 use crate::config::{Config, RuntimeChoice, Settings};
+use crate::volumes;
 use std::sync::Arc;
 use warren_core::config::ConfigError;
 use warren_proto::client::Scheduler;
@@ -60,6 +65,8 @@ pub fn check(config: &Config) -> Result<String, ConfigError> {
             b.cache_max_bytes
         ),
     };
+    let volumes = volume_store(&settings);
+    let egress = egress(config, &settings);
     Ok(format!(
         "warren node: the configuration is valid\n\
          \x20 node id: {}\n\
@@ -68,6 +75,8 @@ pub fn check(config: &Config) -> Result<String, ConfigError> {
          \x20 schedulers: {} (not dialed)\n\
          \x20 data dir: {} (not made)\n\
          \x20 layers: {layers}\n\
+         \x20 volumes: {volumes}\n\
+         \x20 egress proxy: {egress}\n\
          \x20 runtime: {runtime}\n\
          \x20 internal TLS: {}\n",
         settings.node_id,
@@ -81,4 +90,54 @@ pub fn check(config: &Config) -> Result<String, ConfigError> {
         settings.data_dir.display(),
         warren_trust::config::describe(trust.as_deref()),
     ))
+}
+
+/// What a start would make of the volume store (`--volume-dir`,
+/// `--volume-shared`, `--volume-max-bytes`), judged by the start's own
+/// [`volumes::preflight`].
+fn volume_store(settings: &Settings) -> String {
+    let v = &settings.volumes;
+    if let Err(why) = volumes::preflight(v) {
+        return format!(
+            "NONE on this node: {why} (a start runs without volumes; creates that mount \
+             one go to nodes that hold it)"
+        );
+    }
+    if v.shared {
+        return format!(
+            "shared store {} (--volume-shared: any node declaring it serves any volume; \
+             no size limit of warren's)",
+            v.dir.display()
+        );
+    }
+    let made = if v.dir.is_dir() {
+        ""
+    } else {
+        ", not there yet: made on first start"
+    };
+    format!(
+        "local store {} ({} bytes at most per volume, served by this node only{made})",
+        v.dir.display(),
+        v.max_bytes
+    )
+}
+
+/// The egress proxy's trust and sandbox domain, as the start loaded them.
+fn egress(config: &Config, settings: &Settings) -> String {
+    let e = &settings.egress;
+    let from = match &config.egress_ca_file {
+        Some(f) => format!("the host's plus --egress-ca-file {}", f.display()),
+        None => "the host's; no --egress-ca-file".to_string(),
+    };
+    let trust = if e.roots.is_empty() {
+        format!("trusts NO roots ({from}): every request it intercepts will fail verification")
+    } else {
+        format!("trusts {} roots ({from})", e.roots.len())
+    };
+    match &e.sandbox_domain {
+        Some((domain, gateway)) => {
+            format!("{trust}; names under {domain} go to {gateway} (not dialed)")
+        }
+        None => format!("{trust}; no sandbox domain (its names go where they resolve)"),
+    }
 }

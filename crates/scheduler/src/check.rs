@@ -78,12 +78,18 @@ fn key_error(e: KeyError) -> ConfigError {
     ConfigError::Invalid(e.to_string())
 }
 
+/// The secrets' sealer from `--secrets-key-file` (must be there, private,
+/// and hold keys), as a start and a check open it.
+pub fn secrets_key_file(path: &std::path::Path) -> Result<Sealer, ConfigError> {
+    Sealer::from_key_file(path, crate::store::seal::SECRETS_KEY).map_err(key_error)
+}
+
 /// What a check says of the secrets key (`--secrets-key-file`): opened
 /// as a start opens it, a default file not yet there not made.
 fn secrets_key(config: &Config, location: &StoreLocation) -> Result<String, ConfigError> {
     use crate::store::seal::SECRETS_KEY;
     if let Some(path) = &config.secrets_key_file {
-        Sealer::from_key_file(path, SECRETS_KEY).map_err(key_error)?;
+        secrets_key_file(path)?;
         return Ok(path.display().to_string());
     }
     Ok(match location.default_secrets_key_file() {

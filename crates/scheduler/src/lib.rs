@@ -169,9 +169,7 @@ fn secrets_sealer(
 ) -> Result<Option<store::seal::Sealer>, warren_core::config::ConfigError> {
     use store::seal::{Sealer, SECRETS_KEY};
     if let Some(path) = &config.secrets_key_file {
-        return Sealer::from_key_file(path, SECRETS_KEY)
-            .map(Some)
-            .map_err(|e| warren_core::config::ConfigError::Invalid(e.to_string()));
+        return check::secrets_key_file(path).map(Some);
     }
     match location.default_secrets_key_file() {
         Some(Some(path)) => {

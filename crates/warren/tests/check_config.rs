@@ -16,7 +16,8 @@ fn bin() -> &'static Path {
 }
 
 /// A directory with a CA and certificates for a scheduler `s1`, a gateway
-/// `gw` and a node `n1`, an API-key file, a store key and an upload key.
+/// `gw` and a node `n1`, an API-key file, a store key, a secrets key and
+/// an upload key.
 struct Files {
     dir: tempfile::TempDir,
 }
@@ -40,6 +41,8 @@ impl Files {
         warren_core::private::write(&f.path("store.key"), "ab".repeat(32).as_bytes())
             .expect("store key");
         warren_core::private::write(&f.path("upload.key"), &[b'u'; 40]).expect("upload key");
+        warren_core::private::write(&f.path("secrets.key"), "cd".repeat(32).as_bytes())
+            .expect("secrets key");
         f
     }
 
@@ -297,6 +300,18 @@ fn bad_configurations_fail_as_a_start_fails() {
             vec![],
             "unsupported scheme",
         ),
+        (
+            "a secrets key other accounts can read",
+            with(&["--secrets-key-file", &wide.display().to_string()]),
+            vec![],
+            "chmod 600",
+        ),
+        (
+            "a secrets key file that is not there",
+            with(&["--secrets-key-file", &f.s("no-secrets.key")]),
+            vec![],
+            "no-secrets.key",
+        ),
     ];
     let gw = |extra: &[&str]| {
         let mut a = strings(&[
@@ -350,24 +365,75 @@ fn bad_configurations_fail_as_a_start_fails() {
             "--scheduler",
         ),
     ];
-    let node_cases: Vec<Case<'_>> = vec![(
-        "a node certificate naming another node",
-        {
-            let mut a = strings(&[
-                "node",
-                "--node-id",
-                "n2",
-                "--listen",
-                "127.0.0.1:0",
-                "--data-dir",
-                &f.s("node-data"),
-            ]);
-            a.extend(f.tls("node-n1"));
-            a
-        },
-        vec![],
-        "but this node is \"n2\"",
-    )];
+    let node = |extra: &[&str]| {
+        let mut a = strings(&[
+            "node",
+            "--node-id",
+            "n1",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            &f.s("node-data"),
+        ]);
+        a.extend(f.tls("node-n1"));
+        a.extend(strings(extra));
+        a
+    };
+    let not_pem = f.path("not-a-bundle.pem");
+    std::fs::write(&not_pem, "not a certificate\n").expect("bundle");
+    let node_cases: Vec<Case<'_>> = vec![
+        (
+            "a node certificate naming another node",
+            {
+                let mut a = node(&[]);
+                a[2] = "n2".into();
+                a
+            },
+            vec![],
+            "but this node is \"n2\"",
+        ),
+        (
+            "an egress CA bundle with no certificate in it",
+            node(&["--egress-ca-file", &not_pem.display().to_string()]),
+            vec![],
+            "--egress-ca-file",
+        ),
+        (
+            "an egress CA bundle that is not there",
+            node(&["--egress-ca-file", &f.s("no-bundle.pem")]),
+            vec![],
+            "no-bundle.pem",
+        ),
+        (
+            "a size limit on a shared volume store",
+            node(&[
+                "--volume-shared",
+                "--volume-dir",
+                &f.s("shared"),
+                "--volume-max-bytes",
+                "1073741824",
+            ]),
+            vec![],
+            "cannot be enforced on a shared store",
+        ),
+        (
+            "a sandbox domain without the gateway it goes to",
+            node(&["--sandbox-domain", "sandbox.example.com"]),
+            vec![],
+            "--sandbox-domain-gateway",
+        ),
+        (
+            "a sandbox-domain gateway without a port",
+            node(&[
+                "--sandbox-domain",
+                "sandbox.example.com",
+                "--sandbox-domain-gateway",
+                "gateway.example.com",
+            ]),
+            vec![],
+            "must be host:port",
+        ),
+    ];
     for (what, args, env, expect) in cases.into_iter().chain(gateway_cases).chain(node_cases) {
         let mut check = args.clone();
         check.push("--check-config".into());
@@ -415,4 +481,181 @@ fn the_switch_is_only_a_flag_of_the_parts() {
     let o = warren(&strings(&["dev", "--check-config"]), &[]);
     assert_eq!(o.status.code(), Some(64), "{o:?}");
     assert!(text(&o.stderr).contains("--check-config"), "{o:?}");
+}
+
+/// What volumes and secrets added: the scheduler's secrets key, the
+/// gateways' volume and secrets bounds, and the node's volume store and
+/// egress proxy, each reported as a start would use it; the volume store
+/// judged by the start's own check, and nothing made.
+#[test]
+fn volumes_secrets_and_the_egress_proxy_are_reported_as_a_start_takes_them() {
+    let f = Files::new();
+    let port = warren_test_support::free_port();
+
+    // The scheduler on PostgreSQL: with the key, and without (no secrets).
+    let mut args = scheduler_args(&f, port);
+    args.extend(strings(&[
+        "--secrets-key-file",
+        &f.s("secrets.key"),
+        "--check-config",
+    ]));
+    let report = ok(&warren(&args, &[]));
+    assert!(
+        report.contains(&format!("secrets key: {}", f.s("secrets.key"))),
+        "{report}"
+    );
+    let mut args = scheduler_args(&f, port);
+    args.push("--check-config".into());
+    let report = ok(&warren(&args, &[]));
+    assert!(
+        report.contains("secrets key: none: this scheduler keeps no secrets"),
+        "{report}"
+    );
+
+    // The gateway's bounds, as given.
+    let mut gw = strings(&[
+        "gateway",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--scheduler",
+        "127.0.0.1:1",
+        "--api-keys-file",
+        &f.s("api-keys"),
+        "--volume-team-count",
+        "7",
+        "--volume-team-bytes",
+        "123456789",
+        "--volume-route-ttl",
+        "3s",
+        "--secrets-team-count",
+        "9",
+        "--check-config",
+    ]);
+    gw.extend(f.tls("gateway-gw"));
+    let report = ok(&warren(&gw, &[]));
+    assert!(
+        report.contains("volumes: at most 7 per team, 123456789 bytes")
+            && report.contains("routes trusted 3s")
+            && report.contains("secrets: at most 9 per team"),
+        "{report}"
+    );
+
+    let node = |extra: &[&str]| {
+        let mut a = strings(&[
+            "node",
+            "--node-id",
+            "n1",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+            &f.s("node-data"),
+        ]);
+        a.extend(f.tls("node-n1"));
+        a.extend(strings(extra));
+        a.push("--check-config".into());
+        ok(&warren(&a, &[]))
+    };
+    let root = nix::unistd::geteuid().is_root();
+    // Only root can hold volumes (it mounts them): a check as another
+    // account says so, as the start does, and passes.
+    let unless_root = |report: &str| {
+        assert!(
+            report.contains("volumes: NONE on this node: volumes need the node to run as root"),
+            "{report}"
+        );
+    };
+
+    // A local store where nothing is yet: made on first start, not now.
+    let local = f.path("volumes");
+    let report = node(&[
+        "--volume-dir",
+        &local.display().to_string(),
+        "--volume-max-bytes",
+        "67108864",
+    ]);
+    if root {
+        assert!(
+            report.contains(&format!(
+                "volumes: local store {} (67108864 bytes at most per volume, served by this \
+                 node only, not there yet: made on first start)",
+                local.display()
+            )),
+            "{report}"
+        );
+    } else {
+        unless_root(&report);
+    }
+    assert!(!local.exists(), "a check made the volume store");
+    assert!(
+        report.contains("egress proxy: trusts")
+            && report.contains("no --egress-ca-file")
+            && report.contains("no sandbox domain"),
+        "{report}"
+    );
+
+    // Something else where the local store would go: a start could not
+    // make it and runs without volumes; the check says the same.
+    let file = f.path("volumes-file");
+    std::fs::write(&file, "").expect("file");
+    let report = node(&["--volume-dir", &file.display().to_string()]);
+    if root {
+        assert!(
+            report.contains("volumes: NONE on this node: cannot make --volume-dir")
+                && report.contains("it is there and not a directory"),
+            "{report}"
+        );
+    } else {
+        unless_root(&report);
+    }
+
+    // A shared store: its directory must be there (the operator's mount);
+    // without it a start runs without volumes, and the check says why.
+    let shared = f.path("shared");
+    let report = node(&[
+        "--volume-shared",
+        "--volume-dir",
+        &shared.display().to_string(),
+    ]);
+    if root {
+        assert!(
+            report.contains(&format!(
+                "volumes: NONE on this node: --volume-dir {} is not a directory: mount the \
+                 shared filesystem there first",
+                shared.display()
+            )),
+            "{report}"
+        );
+    } else {
+        unless_root(&report);
+    }
+    assert!(!shared.exists(), "a check made the shared store");
+    std::fs::create_dir(&shared).expect("the shared mount");
+    // With an operator's CA for the egress proxy and a sandbox domain.
+    let report = node(&[
+        "--volume-shared",
+        "--volume-dir",
+        &shared.display().to_string(),
+        "--egress-ca-file",
+        &f.s("ca.pem"),
+        "--sandbox-domain",
+        "Sandbox.Example.COM",
+        "--sandbox-domain-gateway",
+        "gateway.internal:443",
+    ]);
+    if root {
+        assert!(
+            report.contains(&format!("volumes: shared store {}", shared.display())),
+            "{report}"
+        );
+    } else {
+        unless_root(&report);
+    }
+    assert!(
+        report.contains(&format!("plus --egress-ca-file {}", f.s("ca.pem")))
+            && report.contains(
+                "names under sandbox.example.com go to gateway.internal:443 (not dialed)"
+            ),
+        "{report}"
+    );
+    assert!(!f.path("node-data").exists(), "a check made the data dir");
 }

@@ -104,6 +104,8 @@ impl Machine {
         for (dir, at) in [
             ("node", "/var/lib/warren/node"),
             ("cache", "/var/lib/warren/cache"),
+            // node.toml's local volume store: each host's own disk.
+            ("volumes", "/var/lib/warren/volumes"),
         ] {
             let d = self.host.dir().join(dir);
             std::fs::create_dir_all(&d).expect("dir");
@@ -357,16 +359,20 @@ async fn runbook() {
 
     step(
         t0,
-        "5. Secrets: the store key, API keys, the upload-link key",
+        "5. Secrets: the store key, the secrets key, API keys, the upload-link key",
     );
-    let store_key = String::from_utf8(
-        Command::new("openssl")
-            .args(["rand", "-hex", "32"])
-            .output()
-            .expect("openssl")
-            .stdout,
-    )
-    .expect("hex");
+    let hex_key = || {
+        String::from_utf8(
+            Command::new("openssl")
+                .args(["rand", "-hex", "32"])
+                .output()
+                .expect("openssl")
+                .stdout,
+        )
+        .expect("hex")
+    };
+    let store_key = hex_key();
+    let secrets_key = hex_key();
     let upload_key = String::from_utf8(
         Command::new("openssl")
             .args(["rand", "-base64", "48"])
@@ -376,7 +382,8 @@ async fn runbook() {
     )
     .expect("base64");
     println!(
-        "$ (umask 077; openssl rand -hex 32 > store.key; openssl rand -base64 48 > upload.key)"
+        "$ (umask 077; openssl rand -hex 32 > store.key; openssl rand -hex 32 > secrets.key; \
+         openssl rand -base64 48 > upload.key)"
     );
 
     step(
@@ -484,6 +491,7 @@ async fn runbook() {
             }
         }
         private_file(&m.etc.join("store.key"), &store_key);
+        private_file(&m.etc.join("secrets.key"), &secrets_key);
         private_file(
             &m.etc.join("api-keys"),
             &format!("{OPS_KEY} ops\n{TEAM_KEY} team-a\n"),

@@ -61,28 +61,46 @@ pub struct VolumeStore {
     mounted: Mutex<std::collections::HashSet<String>>,
 }
 
+/// Whether this node can hold volumes in the store `settings` name,
+/// found without changing anything: the checks [`VolumeStore::open`] makes
+/// before it makes the directory, which `--check-config` makes too. An
+/// error says why not; a start then runs without volumes.
+pub fn preflight(settings: &VolumeSettings) -> Result<(), String> {
+    let dir = &settings.dir;
+    if !nix::unistd::geteuid().is_root() {
+        return Err("volumes need the node to run as root (it mounts each volume)".into());
+    }
+    if settings.shared {
+        if !dir.is_dir() {
+            return Err(format!(
+                "--volume-dir {} is not a directory: mount the shared filesystem there \
+                 first (--volume-shared)",
+                dir.display()
+            ));
+        }
+        return Ok(());
+    }
+    for tool in ["mkfs.ext4", "mount"] {
+        crate::runtime::limits::find_program(tool).ok_or(format!("{tool} is not installed"))?;
+    }
+    // Made at start when missing; something else in its place is not.
+    if dir.metadata().is_ok_and(|m| !m.is_dir()) {
+        return Err(format!(
+            "cannot make --volume-dir {}: it is there and not a directory",
+            dir.display()
+        ));
+    }
+    Ok(())
+}
+
 impl VolumeStore {
     /// Opens (makes) the store's directory, root-only. An error says why
     /// this node cannot hold volumes; the node then runs without.
     pub fn open(settings: VolumeSettings, node_id: &str) -> Result<VolumeStore, String> {
         use std::os::unix::fs::PermissionsExt;
+        preflight(&settings)?;
         let dir = &settings.dir;
-        if !nix::unistd::geteuid().is_root() {
-            return Err("volumes need the node to run as root (it mounts each volume)".into());
-        }
-        if settings.shared {
-            if !dir.is_dir() {
-                return Err(format!(
-                    "--volume-dir {} is not a directory: mount the shared filesystem there \
-                     first (--volume-shared)",
-                    dir.display()
-                ));
-            }
-        } else {
-            for tool in ["mkfs.ext4", "mount"] {
-                crate::runtime::limits::find_program(tool)
-                    .ok_or(format!("{tool} is not installed"))?;
-            }
+        if !settings.shared {
             std::fs::create_dir_all(dir.join("images"))
                 .and_then(|()| std::fs::create_dir_all(dir.join("mnt")))
                 .map_err(|e| format!("cannot make --volume-dir {}: {e}", dir.display()))?;

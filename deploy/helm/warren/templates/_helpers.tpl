@@ -290,3 +290,61 @@ env:
   mountPath: /etc/warren/ca
   readOnly: true
 {{- end -}}
+
+{{/* The node's --sandbox-domain-gateway: node.egress.sandboxDomain.gateway,
+or the gateways' in-cluster Service at their TLS port; empty when the
+sandbox domain is off. */}}
+{{- define "warren.sandboxDomainGateway" -}}
+{{- $sd := .Values.node.egress.sandboxDomain -}}
+{{- if $sd.enabled -}}
+{{- if $sd.gateway -}}
+{{- $sd.gateway -}}
+{{- else if .Values.gateway.publicTLS.enabled -}}
+{{- printf "%s-http.%s.svc:%v" (include "warren.part" (dict "root" . "part" "gateway")) .Release.Namespace .Values.ports.gatewayHttps -}}
+{{- else -}}
+{{- fail "node.egress.sandboxDomain.gateway is required when gateway.publicTLS.enabled is false (the host:port where the gateways' TLS for *.{domain} is ended: your Ingress controller's Service, for one), or set node.egress.sandboxDomain.enabled=false" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the nodes' sandbox-domain gateway is this chart's own Service
+("true" or empty), for the NetworkPolicies. */}}
+{{- define "warren.sandboxDomainInCluster" -}}
+{{- $sd := .Values.node.egress.sandboxDomain -}}
+{{- if and $sd.enabled (not $sd.gateway) .Values.gateway.publicTLS.enabled -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The node's egress CA bundle volume source (a ConfigMap's or a Secret's
+key as ca.pem), empty when none is given. */}}
+{{- define "warren.egressCaVolume" -}}
+{{- $ca := .Values.node.egress.caBundle -}}
+{{- if and $ca.configMap $ca.secret -}}
+{{- fail "node.egress.caBundle: give configMap or secret, not both" -}}
+{{- end -}}
+{{- if $ca.configMap }}
+configMap:
+  name: {{ $ca.configMap }}
+  defaultMode: 0444
+  items:
+    - key: {{ $ca.key }}
+      path: ca.pem
+{{- else if $ca.secret }}
+secret:
+  secretName: {{ $ca.secret }}
+  defaultMode: 0444
+  items:
+    - key: {{ $ca.key }}
+      path: ca.pem
+{{- end }}
+{{- end -}}
+
+{{/* Where the node's volume store is in its container. */}}
+{{- define "warren.volumeDir" -}}
+{{- if .Values.node.volumes.shared.enabled -}}
+/var/lib/warren/shared-volumes
+{{- else -}}
+{{- .Values.node.hostPaths.volumes -}}
+{{- end -}}
+{{- end -}}
