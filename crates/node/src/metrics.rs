@@ -5,6 +5,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 /// How a data-plane request ended.
@@ -62,8 +63,19 @@ pub fn egress_observer(events: EgressEvents) -> warren_egress::Observer {
     })
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabel {
+    step: &'static str,
+}
+
+/// 50 µs to ~26 s: a step of a start is a system call or two (cgroups) or a
+/// template's start command.
+fn step_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.00005, 2.0, 20))
+}
+
 /// Every metric the node exports.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Metrics {
     /// Sandboxes hosted now.
     pub sandboxes: Gauge,
@@ -76,6 +88,23 @@ pub struct Metrics {
     requests: Family<OutcomeLabel, Counter>,
     /// Failed scheduler RPCs (register, heartbeat, events).
     pub scheduler_errors: Counter,
+    /// Wall time of each step of a sandbox's start (successful ones), and
+    /// of the whole (`step="total"`).
+    create_steps: Family<StepLabel, Histogram, fn() -> Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics {
+            sandboxes: Gauge::default(),
+            creates: Counter::default(),
+            create_failures: Counter::default(),
+            deletes: Counter::default(),
+            requests: Family::default(),
+            scheduler_errors: Counter::default(),
+            create_steps: Family::new_with_constructor(step_histogram),
+        }
+    }
 }
 
 impl Metrics {
@@ -106,7 +135,21 @@ impl Metrics {
             "Failed scheduler RPCs",
             m.scheduler_errors.clone(),
         );
+        registry.register(
+            "create_step_seconds",
+            "Wall time of each step of a sandbox's start (step=total: the whole start)",
+            m.create_steps.clone(),
+        );
         m
+    }
+
+    /// Records a start's steps (see `runtime::Steps`).
+    pub fn create_steps(&self, steps: &[(&'static str, std::time::Duration)]) {
+        for (step, took) in steps {
+            self.create_steps
+                .get_or_create(&StepLabel { step })
+                .observe(took.as_secs_f64());
+        }
     }
 
     pub fn request(&self, outcome: Outcome) {

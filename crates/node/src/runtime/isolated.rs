@@ -183,6 +183,7 @@ impl Isolated {
             .chain(layers.iter().cloned())
             .collect();
         let (roots, leases) = self.layers.roots(&digests).await?;
+        made.steps.mark("layers");
         {
             let (paths, parent, kept) = (
                 p.clone(),
@@ -197,11 +198,13 @@ impl Isolated {
             .await
             .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
         }
+        made.steps.mark("disk");
         let cgroup_name = format!("{}-{}", spec.sandbox_id, spec.generation);
         made.cgroup = self
             .limits
             .create(&cgroup_name, &limits)
             .map_err(RuntimeError::Files)?;
+        made.steps.mark("cgroups");
         let listeners = super::bind_envd_sockets(p).map_err(RuntimeError::Files)?;
 
         // 5: the user namespace.
@@ -219,8 +222,10 @@ impl Isolated {
         if let Some(err) = holder.stderr.take() {
             console::relay(spec.sandbox_id, "holder", err);
         }
+        let steps = &mut made.steps;
         let result = async {
             let userns = launch::map_holder(&mut holder, ids.base).await?;
+            steps.mark("userns");
             // 6: the root.
             {
                 let (paths, roots) = (p.clone(), roots.clone());
@@ -229,6 +234,7 @@ impl Isolated {
                     .await
                     .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
             }
+            steps.mark("root");
             // 7: the launcher.
             // Detached copies of the root and of envd's binary: pid 1 attaches
             // them in its own mount namespace (a descriptor of a mount in
@@ -316,6 +322,7 @@ impl Isolated {
                 let _ = child.start_kill();
                 return Err(e);
             }
+            steps.mark("launcher");
             // Past the launcher's one control byte, its stdout is the
             // sandbox's (pid 1's and envd's).
             if let Some(out) = child.stdout.take() {
@@ -328,6 +335,7 @@ impl Isolated {
         drop(holder.stdin.take());
         let _ = holder.wait().await;
         let mut child = result?;
+        made.steps.mark("holder_exit");
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         // 8: egress.
         if spec.network.has_network() {
@@ -380,6 +388,7 @@ impl Isolated {
         // a fork copies files, not processes.
         let start = StartCommand::of(&defaults);
         let ready_within = start.as_ref().map(StartCommand::wait);
+        made.steps.mark("egress");
         super::send_stdin(
             &mut child.stdin,
             &EnvdStdin {
@@ -396,6 +405,7 @@ impl Isolated {
             },
         )
         .await?;
+        made.steps.mark("stdin");
         Ok((child, handle, ready_within))
     }
 }
@@ -405,6 +415,7 @@ impl Isolated {
 struct Made {
     cgroup: Option<Cgroup>,
     egress: Option<EgressHandle>,
+    steps: super::Steps,
 }
 
 /// An anonymous in-memory file holding `data`, positioned at its start, to
@@ -483,8 +494,13 @@ impl Runtime for Isolated {
             // A boot from kept files takes its old range back when it is
             // free (else its files move to the new one).
             let prefer = spec.kept.and_then(|h| h.id_slot);
+            let mut steps = super::Steps::start();
             let ids = self.ids.take(prefer).map_err(RuntimeError::Ids)?;
-            let mut made = Made::default();
+            steps.mark("ids");
+            let mut made = Made {
+                steps,
+                ..Made::default()
+            };
             match self.launch_inner(spec, &ids, &mut made).await {
                 Ok((child, handle, ready_within)) => Ok(Launched {
                     handle,
@@ -492,6 +508,7 @@ impl Runtime for Isolated {
                     ids: Some(ids),
                     egress: made.egress,
                     ready_within,
+                    steps: made.steps,
                 }),
                 Err(e) => {
                     let paths = spec.paths.clone();

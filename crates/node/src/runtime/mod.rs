@@ -260,6 +260,40 @@ pub struct Launched {
     /// When the template has a start command: how long the create waits
     /// for it to be ready (see [`StartCommand`]).
     pub ready_within: Option<std::time::Duration>,
+    /// How long each step of the start took (see [`Steps`]).
+    pub steps: Steps,
+}
+
+/// The wall time of each step of a sandbox's start, in order, for the
+/// node's `warren_node_create_step_seconds{step}` histogram (what a
+/// create's time goes to: docs/benchmarks.md).
+#[derive(Debug)]
+pub struct Steps {
+    last: tokio::time::Instant,
+    pub took: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Default for Steps {
+    fn default() -> Steps {
+        Steps::start()
+    }
+}
+
+impl Steps {
+    /// Starts timing the first step now.
+    pub fn start() -> Steps {
+        Steps {
+            last: tokio::time::Instant::now(),
+            took: Vec::new(),
+        }
+    }
+
+    /// The step `name` ended now; the next one starts.
+    pub fn mark(&mut self, name: &'static str) {
+        let now = tokio::time::Instant::now();
+        self.took.push((name, now - self.last));
+        self.last = now;
+    }
 }
 
 /// What envd reads from its stdin at start (JSON): the secrets and tenant

@@ -150,6 +150,7 @@ impl Process {
             ids: None,
             egress: None,
             ready_within: None,
+            steps: super::Steps::start(),
         })
     }
 }

@@ -602,6 +602,7 @@ impl Registry {
         let ids = launched.ids;
         let egress = launched.egress;
         let ready_within = launched.ready_within;
+        let mut steps = launched.steps;
         let mut handle = launched.handle;
         let mut child = launched.child;
         let healthy = match child.as_mut() {
@@ -614,6 +615,7 @@ impl Registry {
             },
             None => envd::wait_healthy(&paths.envd_sock, self.cfg.envd_start_timeout).await,
         };
+        steps.mark("envd_ready");
         // Then the template's start command, when it has one (bounded by
         // the template's ready timeout).
         let healthy = match (healthy, ready_within) {
@@ -638,6 +640,9 @@ impl Registry {
             }
             (r, _) => r,
         };
+        if ready_within.is_some() {
+            steps.mark("start_cmd");
+        }
         if let Err(why) = healthy {
             if let Some(e) = egress {
                 e.detach().await;
@@ -709,6 +714,10 @@ impl Registry {
             boot: Some(Boot(req.clone())),
             own_layers,
         });
+        steps.mark("record");
+        let total = steps.took.iter().map(|(_, d)| *d).sum();
+        steps.took.push(("total", total));
+        self.metrics.create_steps(&steps.took);
         let pid = sandbox.handle.pid;
         self.insert(sandbox);
         if moved_in {
