@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
 
+/// The small binary sandboxes run, looked for beside the node's own (see
+/// `--envd-bin`).
+pub const SANDBOX_BIN: &str = "warren-sandbox";
+
 /// Which runtime hosts sandboxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RuntimeChoice {
@@ -118,7 +122,12 @@ pub struct Config {
     /// auto | isolated | process.
     #[arg(long, env = "WARREN_NODE_RUNTIME", value_enum, default_value = "auto")]
     pub runtime: RuntimeChoice,
-    /// The `warren` binary started as `<bin> envd ...`; default this executable.
+    /// The binary every sandbox runs (its launcher, pid 1 and envd, as
+    /// `<bin> sandbox-launch|sandbox-init|envd`): by default
+    /// `warren-sandbox` beside this executable (the small static build:
+    /// README, "Building"), or this executable itself when there is none
+    /// (which works, but keeps three copies of the whole `warren` binary
+    /// resident per sandbox).
     #[arg(long, env = "WARREN_NODE_ENVD_BIN")]
     pub envd_bin: Option<PathBuf>,
     /// First host uid/gid of the sandbox id ranges (isolated): sandbox k maps
@@ -409,8 +418,17 @@ impl Config {
         }
         let envd_bin = match &self.envd_bin {
             Some(p) => p.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| invalid(format!("cannot find this executable for --envd-bin: {e}")))?,
+            None => {
+                let me = std::env::current_exe().map_err(|e| {
+                    invalid(format!("cannot find this executable for --envd-bin: {e}"))
+                })?;
+                let small = me.with_file_name(SANDBOX_BIN);
+                if small.is_file() {
+                    small
+                } else {
+                    me
+                }
+            }
         };
         if !envd_bin.is_file() {
             return Err(invalid(format!(

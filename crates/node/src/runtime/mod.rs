@@ -548,13 +548,4 @@ pub fn kill(handle: &Handle) -> Result<(), RuntimeError> {
     result.map_err(RuntimeError::Survivors)
 }
 
-/// The node's own log settings, passed on so envd logs like the node does.
-fn log_settings() -> Vec<(String, String)> {
-    ["WARREN_LOG", "WARREN_LOG_FORMAT"]
-        .iter()
-        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
-        .collect()
-}
-
-/// The `PATH` processes in a sandbox get.
-pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub use warren_launch::{log_settings, SANDBOX_PATH};
