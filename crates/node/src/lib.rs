@@ -169,6 +169,7 @@ fn isolated_runtime(
         staged,
         layers,
         egress.clone(),
+        runtime::disk::Images::new(data_dir.join("images")),
     )?;
     let Some(store) = rt.layers().shared() else {
         tracing::info!(

@@ -7,12 +7,15 @@
 //! a session whose controlling terminal is its stdin; and, so that nothing
 //! a sandbox runs can reach the operator's terminal or a host descriptor,
 //! starting a child in a session of its own and closing (or marking
-//! close-on-exec) every descriptor past a number.
+//! close-on-exec) every descriptor past a number; binding an image file to
+//! a loop device ([`loopdev`]) and a child's parent-death signal.
 //!
 //! Every function is safe to call: arguments are descriptors and paths Rust
 //! owns, results are checked, and the kernel structures are built here.
 
 #![allow(unsafe_code)]
+
+pub mod loopdev;
 
 use std::ffi::CString;
 use std::io;
@@ -248,6 +251,25 @@ pub fn new_session(cmd: &mut std::process::Command) {
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Gives the child `cmd` starts the parent-death signal SIGKILL
+/// (`prctl(PR_SET_PDEATHSIG)` between fork and exec, after any uid change
+/// `cmd` asks for, which would clear it): it dies with the thread that
+/// started it, however that goes.
+pub fn kill_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec, so it may
+    // only make async-signal-safe calls: `prctl` is a plain system call,
+    // and `last_os_error` reads errno without allocating.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
                 return Err(io::Error::last_os_error());
             }
             Ok(())

@@ -54,6 +54,8 @@ pub struct Isolated {
     layers: Layers,
     /// How sandboxes reach the internet, when this node can give them that.
     egress: Option<Egress>,
+    /// Where sandboxes' empty disks are copied from.
+    images: std::sync::Arc<disk::Images>,
 }
 
 impl Isolated {
@@ -65,6 +67,7 @@ impl Isolated {
         envd_bin: PathBuf,
         layers: Layers,
         egress: Option<Egress>,
+        images: disk::Images,
     ) -> Result<Isolated, String> {
         if !nix::unistd::geteuid().is_root() {
             return Err(
@@ -76,7 +79,7 @@ impl Isolated {
         if let Some(why) = limits.unavailable() {
             return Err(format!("no usable cgroups for sandbox limits ({why})"));
         }
-        for tool in ["mkfs.ext4", "mount", "cp", "tar"] {
+        for tool in ["mkfs.ext4", "cp", "tar"] {
             find_program(tool).ok_or(format!("{tool} is not installed"))?;
         }
         let seccomp = super::seccomp::programs()?;
@@ -88,6 +91,7 @@ impl Isolated {
             seccomp,
             layers,
             egress,
+            images: std::sync::Arc::new(images),
         })
     }
 
@@ -190,10 +194,16 @@ impl Isolated {
                 spec.parent.map(|(pp, ph)| (pp.clone(), ph.clone())),
                 spec.kept.cloned(),
             );
-            let (bytes, base) = (disk_bytes, ids.base);
+            let (bytes, base, images) = (disk_bytes, ids.base, self.images.clone());
             tokio::task::spawn_blocking(move || match kept {
                 Some(k) => mount_kept_disk(&paths, &k, base),
-                None => prepare_disk(&paths, parent.as_ref().map(|(p, h)| (p, h)), bytes, base),
+                None => prepare_disk(
+                    &images,
+                    &paths,
+                    parent.as_ref().map(|(p, h)| (p, h)),
+                    bytes,
+                    base,
+                ),
             })
             .await
             .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
@@ -739,6 +749,7 @@ fn mount_kept_disk(paths: &Paths, kept: &Handle, base: u32) -> Result<(), Runtim
 /// layer), or a copy of `parent`'s (frozen while it is copied) moved to the
 /// id range at `base`. Blocking.
 fn prepare_disk(
+    images: &disk::Images,
     paths: &Paths,
     parent: Option<(&Paths, &Handle)>,
     bytes: u64,
@@ -754,8 +765,9 @@ fn prepare_disk(
     std::fs::set_permissions(&paths.dir, std::fs::Permissions::from_mode(0o700)).map_err(files)?;
     match parent {
         None => {
-            disk::make(&paths.disk, bytes, base).map_err(files)?;
+            images.make(&paths.disk, bytes).map_err(files)?;
             disk::mount(&paths.disk, &paths.disk_mnt).map_err(files)?;
+            std::os::unix::fs::chown(&paths.disk_mnt, Some(base), Some(base)).map_err(files)?;
             let upper = paths.disk_mnt.join("upper");
             std::fs::create_dir(&upper).map_err(files)?;
             std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755))
