@@ -43,7 +43,7 @@
 //! descriptor 7, envd's binary from 8, a fresh `/dev`, then `pivot_root`
 //! and the old root detached), mounts `/proc` (with a fresh random
 //! `/proc/sys/kernel/random/boot_id` bound over the host's: one per boot)
-//! and `/dev/pts`, brings `lo`
+//! and `/dev/pts`, writes `/etc/resolv.conf`, brings `lo`
 //! up, attaches each volume at its path (made a directory inside the
 //! sandbox's root first; everything it follows there is the sandbox's
 //! own), installs the seccomp filter — without `no_new_privs`, so `sudo`
@@ -455,30 +455,17 @@ fn init(args: &[OsString]) -> Result<ExitCode, String> {
     attach(FD_ENVD, ENVD_IN_SANDBOX)?;
     mount_volumes()?;
     warren_sys::loopback_up().map_err(|e| format!("cannot bring lo up: {e}"))?;
-    // The sandbox's own name and resolver (inside its root: a path the
-    // sandbox changed leads nowhere but into the sandbox).
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    // The sandbox's resolver (inside its root: a path the sandbox changed
+    // leads nowhere but into the sandbox). Its name (`/etc/hostname`,
+    // `/etc/hosts`) comes with its settings, from envd.
     let _ = std::fs::create_dir_all("/etc");
-    let etc = [
-        ("/etc/hostname", format!("{host}\n")),
-        (
-            "/etc/hosts",
-            format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n127.0.1.1\t{host}\n"),
-        ),
-        (
-            "/etc/resolv.conf",
-            match &dns {
-                Some(ip) => format!("nameserver {ip}\n"),
-                None => "# this sandbox has no network access\n".to_string(),
-            },
-        ),
-    ];
-    for (path, text) in etc {
-        let _ = std::fs::remove_file(path);
-        std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}"))?;
-    }
+    let resolv = match &dns {
+        Some(ip) => format!("nameserver {ip}\n"),
+        None => "# this sandbox has no network access\n".to_string(),
+    };
+    let _ = std::fs::remove_file("/etc/resolv.conf");
+    std::fs::write("/etc/resolv.conf", resolv)
+        .map_err(|e| format!("cannot write /etc/resolv.conf: {e}"))?;
     for fd in FD_SECCOMP {
         let program = std::fs::read(format!("/proc/self/fd/{fd}"))
             .map_err(|e| format!("cannot read seccomp program {fd}: {e}"))?;

@@ -412,6 +412,7 @@ impl Isolated {
                     .as_ref()
                     .filter(|_| self.egress.is_some())
                     .map(|c| c.cert_pem()),
+                hostname: Some(spec.sandbox_id),
             },
         )
         .await?;

@@ -314,6 +314,9 @@ pub struct EnvdStdin<'a> {
     /// egress CA's, never a key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_bundle: Option<&'a str>,
+    /// The sandbox's hostname (isolated: its id), which envd sets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<&'a str>,
 }
 
 /// A template's start command as envd takes it (envd's
