@@ -66,6 +66,22 @@ pub fn egress_observer(events: EgressEvents) -> warren_egress::Observer {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StepLabel {
     step: &'static str,
+    /// `launch` (a sandbox started for the create) or `pool` (taken from
+    /// a warm pool).
+    source: &'static str,
+}
+
+/// A warm pool's template (one an operator named: `--warm-pool`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabel {
+    template: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolTakeLabel {
+    template: String,
+    /// taken | empty (none ready) | ineligible (the create mounts volumes).
+    outcome: &'static str,
 }
 
 /// 50 µs to ~26 s: a step of a start is a system call or two (cgroups) or a
@@ -91,6 +107,10 @@ pub struct Metrics {
     /// Wall time of each step of a sandbox's start (successful ones), and
     /// of the whole (`step="total"`).
     create_steps: Family<StepLabel, Histogram, fn() -> Histogram>,
+    /// Sandboxes ready in each warm pool.
+    pool_ready: Family<PoolLabel, Gauge>,
+    /// Creates of a pooled template, by whether they took a pooled sandbox.
+    pool_takes: Family<PoolTakeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -103,6 +123,8 @@ impl Default for Metrics {
             requests: Family::default(),
             scheduler_errors: Counter::default(),
             create_steps: Family::new_with_constructor(step_histogram),
+            pool_ready: Family::default(),
+            pool_takes: Family::default(),
         }
     }
 }
@@ -140,14 +162,45 @@ impl Metrics {
             "Wall time of each step of a sandbox's start (step=total: the whole start)",
             m.create_steps.clone(),
         );
+        registry.register(
+            "warm_pool_ready",
+            "Sandboxes ready in each warm pool (--warm-pool)",
+            m.pool_ready.clone(),
+        );
+        registry.register(
+            "warm_pool_takes",
+            "Creates of a warm pool's template, by outcome (taken, empty, ineligible)",
+            m.pool_takes.clone(),
+        );
         m
     }
 
-    /// Records a start's steps (see `runtime::Steps`).
-    pub fn create_steps(&self, steps: &[(&'static str, std::time::Duration)]) {
+    /// How many sandboxes `template`'s warm pool holds now.
+    pub fn pool_ready(&self, template: &str, ready: usize) {
+        self.pool_ready
+            .get_or_create(&PoolLabel {
+                template: template.to_string(),
+            })
+            .set(ready as i64);
+    }
+
+    /// A create of `template` (a pooled one) took a pooled sandbox or not.
+    pub fn pool_take(&self, template: &str, outcome: &'static str) {
+        self.pool_takes
+            .get_or_create(&PoolTakeLabel {
+                template: template.to_string(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// Records a start's steps (see `runtime::Steps`); `pooled`: the
+    /// sandbox came from a warm pool.
+    pub fn create_steps(&self, steps: &[(&'static str, std::time::Duration)], pooled: bool) {
+        let source = if pooled { "pool" } else { "launch" };
         for (step, took) in steps {
             self.create_steps
-                .get_or_create(&StepLabel { step })
+                .get_or_create(&StepLabel { step, source })
                 .observe(took.as_secs_f64());
         }
     }

@@ -121,6 +121,13 @@ impl Isolated {
         }
     }
 
+    /// The certificate envd installs in the sandbox's trust store: its
+    /// egress CA's, where the node can give it egress (and so a proxy).
+    fn trusted_ca(&self, ca: Option<&warren_trust::sandbox_ca::SandboxCa>) -> Option<String> {
+        ca.filter(|_| self.egress.is_some())
+            .map(|c| c.cert_pem().to_string())
+    }
+
     fn command(&self, args: &LaunchArgs) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(&self.launcher);
         c.args(args.to_argv())
@@ -391,34 +398,50 @@ impl Isolated {
             volumes: spec.mounts.to_vec(),
             leases,
         };
-        // The template's environment, under the create's own variables.
-        let mut env = defaults.env.clone();
-        env.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-        // Every new sandbox runs its template's start command, a fork too:
-        // a fork copies files, not processes.
-        let start = StartCommand::of(&defaults);
-        let ready_within = start.as_ref().map(StartCommand::wait);
         made.steps.mark("egress");
-        super::send_stdin(
-            &mut child.stdin,
-            &EnvdStdin {
-                access_token: spec.access_token,
-                env_vars: &env,
-                start,
-                default_user: Some(&defaults.user),
-                default_workdir: Some(&defaults.workdir),
-                // Only where the node can give it egress (and so a proxy).
-                ca_bundle: ca
-                    .as_ref()
-                    .filter(|_| self.egress.is_some())
-                    .map(|c| c.cert_pem()),
-                hostname: Some(spec.sandbox_id),
-            },
-        )
-        .await?;
+        // A warm pool's sandbox waits for its create's settings (`claim`).
+        let ready_within = if spec.hold_settings {
+            None
+        } else {
+            hand_settings(&mut child, &defaults, spec, self.trusted_ca(ca.as_ref())).await?
+        };
         made.steps.mark("stdin");
         Ok((child, handle, ready_within))
     }
+}
+
+/// Hands envd a create's settings on its stdin (and closes it): the
+/// template's environment under the create's own variables, the token,
+/// the template's start command, user and working directory, and the
+/// sandbox's name. The same for a cold start and a warm pool's claim, so
+/// the two cannot differ. Returns how long the create waits for the start
+/// command, when there is one.
+async fn hand_settings(
+    child: &mut tokio::process::Child,
+    defaults: &warren_template::spec::Defaults,
+    spec: &LaunchSpec<'_>,
+    ca_bundle: Option<String>,
+) -> Result<Option<std::time::Duration>, RuntimeError> {
+    let mut env = defaults.env.clone();
+    env.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // Every new sandbox runs its template's start command, a fork too:
+    // a fork copies files, not processes.
+    let start = StartCommand::of(defaults);
+    let ready_within = start.as_ref().map(StartCommand::wait);
+    super::send_stdin(
+        &mut child.stdin,
+        &EnvdStdin {
+            access_token: spec.access_token,
+            env_vars: &env,
+            start,
+            default_user: Some(&defaults.user),
+            default_workdir: Some(&defaults.workdir),
+            ca_bundle: ca_bundle.as_deref(),
+            hostname: Some(spec.sandbox_id),
+        },
+    )
+    .await?;
+    Ok(ready_within)
 }
 
 /// What a launch made so far, for undoing it.
@@ -544,6 +567,54 @@ impl Runtime for Isolated {
                     Err(e)
                 }
             }
+        })
+    }
+
+    fn can_egress(&self) -> bool {
+        self.egress.is_some()
+    }
+
+    fn claim<'a>(
+        &'a self,
+        launched: &'a mut Launched,
+        spec: &'a LaunchSpec<'a>,
+        started_with: &'a super::egress::NetworkPolicy,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            // Its egress as a cold start with this policy would have made
+            // it: the pool's policy rewritten in one transaction, or, for
+            // a sandbox without a network, no tap0 and no table at all.
+            let ca = spec
+                .egress_ca
+                .map(warren_trust::sandbox_ca::SandboxCa::from_pem)
+                .transpose()
+                .map_err(|e| RuntimeError::Egress(e.to_string()))?;
+            if spec.network != started_with || !spec.egress_rules.is_empty() {
+                if spec.network.has_network() {
+                    let handle = launched.handle.clone();
+                    let who = Sandboxed {
+                        sandbox_id: spec.sandbox_id,
+                        generation: spec.generation,
+                        ca: ca.as_ref(),
+                        rules: spec.egress_rules,
+                    };
+                    self.update_network(&handle, &mut launched.egress, spec.network, who)
+                        .await?;
+                } else if let Some(e) = launched.egress.take() {
+                    e.detach().await;
+                }
+            }
+            launched.steps.mark("egress");
+            launched.handle.mark = spec.mark.to_string();
+            let defaults = launched.handle.defaults.clone().unwrap_or_default();
+            let child = launched.child.as_mut().ok_or_else(|| RuntimeError::Spawn {
+                what: "envd".into(),
+                source: std::io::Error::other("the pooled sandbox has no launcher to hand to"),
+            })?;
+            launched.ready_within =
+                hand_settings(child, &defaults, spec, self.trusted_ca(ca.as_ref())).await?;
+            launched.steps.mark("stdin");
+            Ok(())
         })
     }
 

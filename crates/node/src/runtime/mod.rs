@@ -188,6 +188,10 @@ pub struct LaunchSpec<'a> {
     /// What it was asked to mount, kept in its handle for a fork and a
     /// boot after a filesystem-only pause.
     pub mounts: &'a [warren_core::node_api::volumes::VolumeMount],
+    /// Start everything but hand envd no settings: a warm pool's sandbox,
+    /// whose envd waits on its stdin until a create takes it
+    /// ([`Runtime::claim`]).
+    pub hold_settings: bool,
 }
 
 /// The [`procs::MARK_ENV`] value for a sandbox at a generation on the node
@@ -452,6 +456,31 @@ pub trait Runtime: Send + Sync + 'static {
         &'a self,
         spec: &'a LaunchSpec<'a>,
     ) -> BoxFuture<'a, Result<Launched, RuntimeError>>;
+    /// Whether sandboxes can be given a network here (isolated: the node
+    /// found what egress needs).
+    fn can_egress(&self) -> bool {
+        false
+    }
+    /// Hands a sandbox started with [`LaunchSpec::hold_settings`] (its
+    /// network then `started_with`) to the create `spec` describes,
+    /// exactly as [`Runtime::launch`] would have started it: its egress
+    /// policy, its mark, and envd's settings (token, environment, start
+    /// command, user, name). Its files are already at `spec.paths`. The
+    /// default: the runtime has no warm pools.
+    fn claim<'a>(
+        &'a self,
+        launched: &'a mut Launched,
+        spec: &'a LaunchSpec<'a>,
+        started_with: &'a egress::NetworkPolicy,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = (launched, spec, started_with);
+        Box::pin(async move {
+            Err(RuntimeError::Unsupported(format!(
+                "the {} runtime has no warm pools",
+                self.kind().as_str()
+            )))
+        })
+    }
     /// Fills in what can only be learned once envd is up (isolated: the pid
     /// namespace). Blocking but quick.
     fn settle(&self, handle: &mut Handle) {
