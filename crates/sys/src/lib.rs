@@ -8,7 +8,8 @@
 //! a sandbox runs can reach the operator's terminal or a host descriptor,
 //! starting a child in a session of its own and closing (or marking
 //! close-on-exec) every descriptor past a number; binding an image file to
-//! a loop device ([`loopdev`]) and a child's parent-death signal.
+//! a loop device ([`loopdev`]) and a child's identity and parent-death
+//! signal.
 //!
 //! Every function is safe to call: arguments are descriptors and paths Rust
 //! owns, results are checked, and the kernel structures are built here.
@@ -258,18 +259,24 @@ pub fn new_session(cmd: &mut std::process::Command) {
     }
 }
 
-/// Gives the child `cmd` starts the parent-death signal SIGKILL
-/// (`prctl(PR_SET_PDEATHSIG)` between fork and exec, after any uid change
-/// `cmd` asks for, which would clear it): it dies with the thread that
-/// started it, however that goes.
-pub fn kill_with_parent(cmd: &mut std::process::Command) {
+/// Makes the child `cmd` starts run as host uid and gid `id` with no
+/// supplementary groups, and die with the thread that started it
+/// (parent-death signal SIGKILL), between fork and exec: what `setpriv
+/// --reuid --regid --clear-groups --pdeathsig=KILL` does, without its
+/// process. The signal is set after the ids change, which would clear it.
+pub fn run_as_with_parent(cmd: &mut std::process::Command, id: u32) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec, so it may
-    // only make async-signal-safe calls: `prctl` is a plain system call,
-    // and `last_os_error` reads errno without allocating.
+    // only make async-signal-safe calls: `setgroups`, `setresgid`,
+    // `setresuid` and `prctl` are plain system calls (no allocation, no
+    // lock), and `last_os_error` reads errno without allocating.
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+        cmd.pre_exec(move || {
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setresgid(id, id, id) < 0
+                || libc::setresuid(id, id, id) < 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0
+            {
                 return Err(io::Error::last_os_error());
             }
             Ok(())

@@ -80,7 +80,6 @@ pub const DNS: &str = "10.0.2.3";
 pub struct Egress {
     slirp: PathBuf,
     nft: PathBuf,
-    setpriv: PathBuf,
     /// The host's resolvers, which slirp4netns forwards DNS to.
     nameservers: Vec<IpAddr>,
     /// Every host uid any of the node's sandboxes can have (first, last):
@@ -126,7 +125,7 @@ impl Egress {
         }
     }
 
-    /// Finds slirp4netns, nft and setpriv, checks that nft works and
+    /// Finds slirp4netns and nft, checks that nft works and
     /// installs the guard over the host uids `uids` (first, last): every
     /// range the node hands out.
     pub fn detect(uids: (u32, u32)) -> Result<Egress, String> {
@@ -135,7 +134,6 @@ impl Egress {
         let e = Egress {
             slirp: find("slirp4netns")?,
             nft: find("nft")?,
-            setpriv: find("setpriv")?,
             nameservers: std::fs::read_to_string("/etc/resolv.conf")
                 .unwrap_or_default()
                 .lines()
@@ -403,16 +401,11 @@ impl EgressHandle {
         // slirp4netns exits when this pipe's write end closes: at detach,
         // and with the node however it dies.
         let (exit_r, exit_w) = pipe()?;
-        let mut cmd = tokio::process::Command::new(&e.setpriv);
+        // As the sandbox's first host uid, dying with the node's thread
+        // that started it (no `setpriv` process in between).
+        let mut cmd = tokio::process::Command::new(&e.slirp);
+        warren_sys::run_as_with_parent(cmd.as_std_mut(), base);
         cmd.args([
-            format!("--reuid={base}"),
-            format!("--regid={base}"),
-            "--clear-groups".into(),
-            "--pdeathsig=KILL".into(),
-            "--".into(),
-        ])
-        .arg(&e.slirp)
-        .args([
             "--configure".to_string(),
             "--mtu=65520".into(),
             "--disable-host-loopback".into(),

@@ -568,12 +568,20 @@ pub struct SnapshotSpec {
 }
 
 /// Kills every process of a sandbox (blocking): through its cgroup when it
-/// has one, then by the marks `/proc` shows (see [`procs`]).
+/// has one, then by the marks `/proc` shows (see [`procs`]). An isolated
+/// sandbox whose cgroup the kill left empty has nothing left to find: its
+/// every process descends from its launcher, which joined the cgroup
+/// before it started anything, and none can leave (no cgroup filesystem
+/// inside, `mount` refused by the seccomp filter) — so the walk of every
+/// process on the host, whose cost grew with the host's processes and so
+/// with the sandboxes hosted, is skipped.
 pub fn kill(handle: &Handle) -> Result<(), RuntimeError> {
-    if let Some(cg) = &handle.cgroup {
-        cg.kill();
-    }
-    let result = procs::kill_all(handle, &handle.mark);
+    let emptied = handle.cgroup.as_ref().is_some_and(|cg| cg.kill());
+    let result = if emptied && handle.runtime == RuntimeKind::Isolated {
+        Ok(())
+    } else {
+        procs::kill_all(handle, &handle.mark)
+    };
     if let Some(cg) = &handle.cgroup {
         cg.remove();
     }
