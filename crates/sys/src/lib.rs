@@ -189,7 +189,7 @@ pub fn loopback_up() -> io::Result<()> {
         *dst = *src as libc::c_char;
     }
     // SAFETY: `req` is a valid ifreq for the duration of both calls.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as libc::Ioctl, &mut req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel filled `ifru_flags` above; both are plain integers.
@@ -197,7 +197,7 @@ pub fn loopback_up() -> io::Result<()> {
         req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
     }
     // SAFETY: as above.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

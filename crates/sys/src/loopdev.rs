@@ -10,8 +10,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 
 // <linux/loop.h>
-const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
-const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LOOP_CTL_GET_FREE: libc::Ioctl = 0x4C82;
+const LOOP_CONFIGURE: libc::Ioctl = 0x4C0A;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
 
 /// The kernel's `struct loop_info64`.
