@@ -19,6 +19,10 @@ use warren_test_support::templates::private_store;
 const KEY: &str = "e2b_2c4e6a8b0d2f4a6c8e0b2d4f6a8c0e2b4d6f8a0c";
 
 async fn cluster(node_args: &[&str]) -> Cluster {
+    cluster_with(node_args, &[]).await
+}
+
+async fn cluster_with(node_args: &[&str], gateway_args: &[&str]) -> Cluster {
     Cluster::start(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         Spec {
@@ -26,6 +30,7 @@ async fn cluster(node_args: &[&str]) -> Cluster {
             runtime: "isolated".into(),
             keys: vec![(KEY.into(), "team-a".into())],
             node_args: node_args.iter().map(|a| a.to_string()).collect(),
+            gateway_args: gateway_args.iter().map(|a| a.to_string()).collect(),
             ..Spec::default()
         },
     )
@@ -145,15 +150,19 @@ async fn concurrent_creates_never_share_a_pooled_sandbox() {
     assert!(facts["taken"].as_f64().unwrap_or(0.0) >= 1.0, "{facts}");
 }
 
-/// A node on a store of its own: when `base`'s record changes there, no
-/// create gets a pooled sandbox of the old one, and the pool refills from
-/// the new one.
+/// A cluster on a store of its own: when `base`'s record changes there
+/// (as a rebuild replaces it), no create gets a pooled sandbox of the old
+/// one, and the pool refills from the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_template_drains_the_pool() {
     let store = warren_test_support::temp_dir();
     private_store(store.path());
     let dir = store.path().display().to_string();
-    let c = cluster(&["--template-dir", &dir, "--warm-pool", "base=1"]).await;
+    let c = cluster_with(
+        &["--template-dir", &dir, "--warm-pool", "base=1"],
+        &["--template-dir", &dir],
+    )
+    .await;
     let record = store.path().join("templates/base.json");
     run(
         &c,
