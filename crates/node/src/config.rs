@@ -621,9 +621,9 @@ fn node_id_from_hostname() -> String {
 pub fn parse_warm_pool(text: &str) -> Result<Vec<(String, u32)>, String> {
     let mut out: Vec<(String, u32)> = Vec::new();
     for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
-        let (name, count) = item.split_once('=').ok_or_else(|| {
-            format!("--warm-pool: {item:?} is not template=count (e.g. base=8)")
-        })?;
+        let (name, count) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--warm-pool: {item:?} is not template=count (e.g. base=8)"))?;
         let name = name.trim();
         warren_template::validate_name(name)
             .map_err(|e| format!("--warm-pool: template {name:?}: {e}"))?;
@@ -833,7 +833,14 @@ mod tests {
             s.warm_pool,
             vec![("base".into(), 8), ("code-interpreter-v1".into(), 2)]
         );
-        for bad in ["base", "base=0", "base=x", "../x=1", "base=1,base=2", "base=1001"] {
+        for bad in [
+            "base",
+            "base=0",
+            "base=x",
+            "../x=1",
+            "base=1,base=2",
+            "base=1001",
+        ] {
             assert!(with(&["--warm-pool", bad]).is_err(), "{bad}");
         }
         assert!(with(&["--warm-pool", "base=8", "--capacity", "4"]).is_err());

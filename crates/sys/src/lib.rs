@@ -189,7 +189,14 @@ pub fn loopback_up() -> io::Result<()> {
         *dst = *src as libc::c_char;
     }
     // SAFETY: `req` is a valid ifreq for the duration of both calls.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as libc::Ioctl, &mut req) } < 0 {
+    if unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    } < 0
+    {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel filled `ifru_flags` above; both are plain integers.
@@ -275,7 +282,13 @@ pub fn run_as_with_parent(cmd: &mut std::process::Command, id: u32) {
             if libc::setgroups(0, std::ptr::null()) < 0
                 || libc::setresgid(id, id, id) < 0
                 || libc::setresuid(id, id, id) < 0
-                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0
+                || libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) < 0
             {
                 return Err(io::Error::last_os_error());
             }

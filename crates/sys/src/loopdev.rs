@@ -61,7 +61,11 @@ pub fn attach(image: &File) -> io::Result<(PathBuf, OwnedFd)> {
             return Err(io::Error::last_os_error());
         }
         let path = PathBuf::from(format!("/dev/loop{n}"));
-        let dev = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
+        let dev = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
             Ok(d) => d,
             // Removed again by another process between the two calls.
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,

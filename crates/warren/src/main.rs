@@ -66,9 +66,7 @@ fn main() -> ExitCode {
     // Not for the sandbox's first processes, which pass theirs on by
     // number and close the rest themselves (`runtime::launch`). Before any
     // thread exists.
-    if sub != warren_launch::SUBCOMMAND
-        && sub != warren_launch::INIT_SUBCOMMAND
-    {
+    if sub != warren_launch::SUBCOMMAND && sub != warren_launch::INIT_SUBCOMMAND {
         if let Err(e) = warren_sys::cloexec_from(3) {
             eprintln!("warren: cannot mark inherited descriptors close-on-exec: {e}");
             return ExitCode::FAILURE;
@@ -115,9 +113,7 @@ fn main() -> ExitCode {
             }
         },
         // Internal: the first processes of an isolated sandbox, started by the node.
-        warren_launch::SUBCOMMAND => {
-            warren_launch::main(args.get(1..).unwrap_or_default())
-        }
+        warren_launch::SUBCOMMAND => warren_launch::main(args.get(1..).unwrap_or_default()),
         warren_launch::INIT_SUBCOMMAND => {
             warren_launch::init_main(args.get(1..).unwrap_or_default())
         }

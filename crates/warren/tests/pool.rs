@@ -100,11 +100,19 @@ async fn a_pooled_sandbox_is_the_sandbox_a_cold_create_makes() {
     filled(&pooled, 2.0).await;
     let a = run(&cold, "pool.py", "facts", &[]).await;
     let b = run(&pooled, "pool.py", "facts", &[]).await;
-    assert_eq!(metric(&pooled, TAKEN).await, 2.0, "both creates were pooled");
+    assert_eq!(
+        metric(&pooled, TAKEN).await,
+        2.0,
+        "both creates were pooled"
+    );
     assert_eq!(metric(&cold, TAKEN).await, 0.0);
     for part in ["default", "no_internet"] {
         for (key, value) in a[part].as_object().expect("facts") {
-            assert_eq!(&b[part][key], value, "{part}.{key}: cold {value}, pooled {}", b[part][key]);
+            assert_eq!(
+                &b[part][key], value,
+                "{part}.{key}: cold {value}, pooled {}",
+                b[part][key]
+            );
         }
     }
     assert_eq!(a, b);
@@ -132,13 +140,22 @@ async fn isolation_holds_for_pooled_sandboxes() {
     )
     .await;
     let accepted = host.stop().await;
-    assert_eq!(accepted, 0, "a pooled sandbox reached the host: {outcome:?}");
+    assert_eq!(
+        accepted, 0,
+        "a pooled sandbox reached the host: {outcome:?}"
+    );
     outcome.unwrap_or_else(|e| panic!("{e}"));
-    assert!(metric(&c, TAKEN).await >= 2.0, "the case's sandboxes came from the pool");
+    assert!(
+        metric(&c, TAKEN).await >= 2.0,
+        "the case's sandboxes came from the pool"
+    );
     filled(&c, 2.0).await;
     let before = metric(&c, TAKEN).await;
     run(&c, "sandboxes.py", "no_internet", &[]).await;
-    assert!(metric(&c, TAKEN).await > before, "no_internet's sandboxes came from the pool");
+    assert!(
+        metric(&c, TAKEN).await > before,
+        "no_internet's sandboxes came from the pool"
+    );
 }
 
 /// Eight creates at once on a pool of two: eight sandboxes, each its own.

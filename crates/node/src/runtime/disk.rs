@@ -286,9 +286,8 @@ pub fn unmount(at: &Path) -> std::io::Result<()> {
         Ok(()) => Ok(()),
         // Not a mount point (or not there at all): nothing to do.
         Err(Errno::EINVAL | Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
-        Err(_) => umount2(at, MntFlags::UMOUNT_NOFOLLOW | MntFlags::MNT_DETACH).map_err(|e| {
-            std::io::Error::other(format!("cannot unmount {}: {e}", at.display()))
-        }),
+        Err(_) => umount2(at, MntFlags::UMOUNT_NOFOLLOW | MntFlags::MNT_DETACH)
+            .map_err(|e| std::io::Error::other(format!("cannot unmount {}: {e}", at.display()))),
     }
 }
 
@@ -403,8 +402,13 @@ mod tests {
         }
         assert!(back[4096..5 << 20].iter().all(|b| *b == 0));
         use std::os::unix::fs::MetadataExt;
-        let blocks = std::fs::metadata(dir.path().join("b")).expect("stat").blocks();
-        assert!(blocks * 512 < 1 << 20, "the copy is sparse ({blocks} blocks)");
+        let blocks = std::fs::metadata(dir.path().join("b"))
+            .expect("stat")
+            .blocks();
+        assert!(
+            blocks * 512 < 1 << 20,
+            "the copy is sparse ({blocks} blocks)"
+        );
     }
 
     #[test]

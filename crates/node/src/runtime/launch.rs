@@ -69,4 +69,3 @@ pub async fn namespaces_ready(launcher: &mut tokio::process::Child) -> Result<()
         })?;
     read_byte(out, b'N', "the sandbox launcher").await
 }
-

@@ -179,7 +179,8 @@ impl Registry {
             }
             (taken, stale)
         };
-        self.metrics.pool_ready(template, self.ready_count(template));
+        self.metrics
+            .pool_ready(template, self.ready_count(template));
         for p in stale {
             let me = self.clone();
             tokio::spawn(async move { me.stop_pooled(p, "its template changed or it died").await });
@@ -191,9 +192,9 @@ impl Registry {
     }
 
     fn ready_count(&self, template: &str) -> usize {
-        self.pool
-            .as_ref()
-            .map_or(0, |p| p.state().ready.get(template).map_or(0, VecDeque::len))
+        self.pool.as_ref().map_or(0, |p| {
+            p.state().ready.get(template).map_or(0, VecDeque::len)
+        })
     }
 
     /// The template's record in the node's shared store, if it has one.
@@ -246,11 +247,7 @@ impl Registry {
         p.paths = spec.paths.clone();
         steps.mark("pool");
         p.launched.steps = steps;
-        match self
-            .runtime
-            .claim(&mut p.launched, spec, &p.network)
-            .await
-        {
+        match self.runtime.claim(&mut p.launched, spec, &p.network).await {
             Ok(()) => {
                 tracing::info!(sandbox_id = %id, pooled = %p.key, "sandbox taken from the warm pool");
                 Some(p.launched)
@@ -303,7 +300,8 @@ impl Registry {
         if let Some(p) = victim {
             let template = p.record.name.clone();
             self.stop_pooled(p, "a create needs its room").await;
-            self.metrics.pool_ready(&template, self.ready_count(&template));
+            self.metrics
+                .pool_ready(&template, self.ready_count(&template));
         }
     }
 
@@ -383,7 +381,8 @@ impl Registry {
                         .entry(template.clone())
                         .or_default()
                         .push_back(p);
-                    self.metrics.pool_ready(&template, self.ready_count(&template));
+                    self.metrics
+                        .pool_ready(&template, self.ready_count(&template));
                 }
                 Err(why) => {
                     failures += 1;
@@ -424,7 +423,8 @@ impl Registry {
         for p in stale {
             let template = p.record.name.clone();
             self.stop_pooled(p, "its template changed or it died").await;
-            self.metrics.pool_ready(&template, self.ready_count(&template));
+            self.metrics
+                .pool_ready(&template, self.ready_count(&template));
         }
     }
 
