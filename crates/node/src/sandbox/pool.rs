@@ -320,6 +320,13 @@ impl Registry {
         pool.beyond_capacity || hosted + pool.count() < self.cfg.capacity as usize
     }
 
+    /// Whether the pool's sandboxes, one more among them, still fit the
+    /// node's capacity with what it hosts (always, beyond capacity).
+    fn room_for_one_more(&self, pool: &WarmPool) -> bool {
+        let hosted = self.hosted.read().map(|h| h.len()).unwrap_or(0);
+        pool.beyond_capacity || hosted + pool.count() < self.cfg.capacity as usize
+    }
+
     /// The refill task (see the module doc), until `stop`; then every
     /// pooled sandbox is stopped.
     pub async fn run_warm_pool(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
@@ -374,6 +381,10 @@ impl Registry {
             pool.state().filling -= 1;
             match made {
                 Ok(p) if *stop.borrow() => self.stop_pooled(p, "the node is stopping").await,
+                // A create took the room while this one started.
+                Ok(p) if !self.room_for_one_more(pool) => {
+                    self.stop_pooled(p, "a create took its room").await
+                }
                 Ok(p) => {
                     failures = 0;
                     pool.state()
