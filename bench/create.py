@@ -113,12 +113,16 @@ def metrics(url):
         return r.read().decode()
 
 
-def step_sums(text):
-    """{step: (sum s, count)} of warren_node_create_step_seconds."""
+def step_sums(text, source="launch"):
+    """{step: (sum s, count)} of warren_node_create_step_seconds for starts
+    from `source` (launch: started for the create; pool: taken from one)."""
     out = {}
-    for m in re.finditer(r'^warren_node_create_step_seconds_(sum|count)\{step="([a-z_]+)"\} (\S+)$',
-                         text, re.M):
-        kind, step, v = m.group(1), m.group(2), float(m.group(3))
+    pattern = (r'^warren_node_create_step_seconds_(sum|count)'
+               r'\{step="([a-z_]+)"(?:,source="(\w+)")?\} (\S+)$')
+    for m in re.finditer(pattern, text, re.M):
+        if m.group(3) not in (None, source):
+            continue
+        kind, step, v = m.group(1), m.group(2), float(m.group(4))
         s, c = out.get(step, (0.0, 0.0))
         out[step] = (s + v, c) if kind == "sum" else (s, c + v)
     return out

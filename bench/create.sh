@@ -83,7 +83,8 @@ KEY="bench_$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 start() {
   local name="$1" node_args="$2"; shift 2
   WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" "$BIN" dev --data-dir "$WORK/$name" --nodes 1 \
-    --listen "127.0.0.1:$(free_port)" --node-args "$node_args" "$@" \
+    --listen "127.0.0.1:$(free_port)" --node-args "$node_args" \
+    --scheduler-args "--quota-sandboxes 100000" "$@" \
     >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PIDS+=("$!")
   for _ in $(seq 1 1200); do
@@ -108,7 +109,8 @@ PY
   exit 1
 }
 
-# Capacity for the idle phases: the node's default (100) would end them early.
+# Capacity for the idle phases: the node's default (100) would end them
+# early, as would the team's quota (the scheduler's, raised above).
 start cold "--capacity 5000 $NODE_BIN_ARGS" --runtime isolated
 CLUSTERS=(--cluster "$(cat "$WORK/cold.json")")
 RATE=(--rate-target cold)
