@@ -188,6 +188,15 @@ def mem_available_settled():
     return statistics.median(vals)
 
 
+# What the kernel's own counters say an idle sandbox is made of.
+KERNEL_FIELDS = ["AnonPages", "Shmem", "SUnreclaim", "SReclaimable", "KernelStack",
+                 "PageTables", "Percpu"]
+
+
+def kernel_counters():
+    return {f: meminfo(f) for f in KERNEL_FIELDS}
+
+
 def children_map():
     kids = {}
     for d in os.listdir("/proc"):
@@ -302,11 +311,15 @@ def idle_memory(cluster, key, counts):
           "| launcher Pss / private KiB | pid 1 Pss / private KiB | envd Pss / private KiB "
           "| slirp4netns Pss / private KiB | host processes per sandbox |")
     print("|---:|---:|---:|---|---|---|---|---:|")
+    parts = []
     for k in counts:
         before = mem_available_settled()
+        kb = kernel_counters()
         sandboxes = create_many(cluster, key, k)
         time.sleep(5)
         after = mem_available_settled()
+        ka = kernel_counters()
+        parts.append((k, {f: (ka[f] - kb[f]) / k for f in KERNEL_FIELDS}))
         kinds = {}
         for pid in descendants(cluster.node_pid):
             kd = kind_of(pid)
@@ -326,6 +339,12 @@ def idle_memory(cluster, key, counts):
               + " | ".join(cells) + f" | {procs:.1f} |", flush=True)
         kill_all(sandboxes)
         time.sleep(3)
+    print("\nWhat the kernel's counters grew by per idle sandbox (KiB, /proc/meminfo; "
+          "the machine's, so other processes move them too)\n")
+    print("| idle sandboxes | " + " | ".join(KERNEL_FIELDS) + " |")
+    print("|---:|" + "---:|" * len(KERNEL_FIELDS))
+    for k, d in parts:
+        print(f"| {k} | " + " | ".join(f"{d[f] / 1024:.0f}" for f in KERNEL_FIELDS) + " |")
 
 
 def answers_within(sandboxes, limit):

@@ -271,13 +271,20 @@ impl Egress {
     ) -> Result<EgressHandle, EgressError> {
         let table = Egress::table(slot);
         let plan = self.plan(policy).await?;
-        let rules = self.ruleset(base, &table, &plan)?;
-        self.nft(&rules).await?;
+        // The open policy (E2B's default) is what the guard alone does: no
+        // table, no `nft` process, nothing whose cost grows with the
+        // sandboxes hosted (see the module doc).
+        let has_table = !plan.is_open(&self.nameservers);
+        if has_table {
+            let rules = self.ruleset(base, &table, &plan)?;
+            self.nft(&rules).await?;
+        }
         let mut handle = EgressHandle {
             egress: self.clone(),
             pid,
             base,
             table,
+            has_table,
             cgroup_procs,
             slirp: None,
             exit: None,
@@ -303,6 +310,8 @@ pub struct EgressHandle {
     /// The sandbox's first host uid (its rules match its uids).
     base: u32,
     table: String,
+    /// Whether its table is in the kernel (an open policy has none).
+    has_table: bool,
     /// The `cgroup.procs` of each of the sandbox's cgroups: slirp4netns
     /// joins them all.
     cgroup_procs: Vec<PathBuf>,
@@ -332,8 +341,17 @@ impl EgressHandle {
         who: Sandboxed<'_>,
     ) -> Result<(), EgressError> {
         let plan = self.egress.plan(policy).await?;
-        let rules = self.egress.ruleset(self.base, &self.table, &plan)?;
-        self.egress.nft(&rules).await?;
+        if !plan.is_open(&self.egress.nameservers) {
+            let rules = self.egress.ruleset(self.base, &self.table, &plan)?;
+            self.egress.nft(&rules).await?;
+            self.has_table = true;
+        } else if self.has_table {
+            // Open again: the guard alone, as for a sandbox created open.
+            self.egress
+                .nft(&format!("delete table inet {}\n", self.table))
+                .await?;
+            self.has_table = false;
+        }
         match self.plan.write() {
             Ok(mut p) => *p = plan,
             Err(p) => *p.into_inner() = plan,
@@ -517,6 +535,12 @@ impl EgressHandle {
             return;
         }
         self.table_handed_off = true;
+        if !self.has_table {
+            tokio::spawn(async move {
+                let _ = c.wait().await;
+            });
+            return;
+        }
         let (nft, table) = (self.egress.nft.clone(), self.table.clone());
         tokio::spawn(async move {
             let _ = c.wait().await;
@@ -542,6 +566,9 @@ impl Drop for EgressHandle {
         // node start sweeps it once the range is free).
         if !self.stop_slirp() {
             tracing::warn!(table = %self.table, "slirp4netns did not exit after SIGKILL; keeping its nftables table");
+            return;
+        }
+        if !self.has_table {
             return;
         }
         let _ = std::process::Command::new(&self.egress.nft)
