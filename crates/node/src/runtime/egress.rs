@@ -16,14 +16,19 @@
 //! **The guard** (`inet warren_guard_<first uid>`, one per id space) refuses
 //! the host and link-local to every uid of every range of the node. It is
 //! installed when the node starts, before any sandbox, reasserted with every
-//! sandbox's table, and never removed: whatever happens to a sandbox's own
+//! sandbox's own table, and never removed: whatever happens to a sandbox's own
 //! table (not yet there, being replaced or removed, deleted by hand), the
 //! host stays out of reach. A packet must pass every table, so the guard
 //! only ever adds refusals (its `accept` of the host's resolvers on port 53
 //! ends only its own chain).
 //!
-//! **A table per sandbox** (`inet warren_<slot>_<nonce>`) holds its policy,
-//! its addresses in sets:
+//! **A table per restricted sandbox** (`inet warren_<slot>_<nonce>`) holds
+//! its policy, its addresses in sets. A sandbox under the open policy
+//! (E2B's default: internet on, nothing in `allowOut` or `denyOut`) has
+//! none: the guard's verdicts are exactly that policy's (its resolvers,
+//! the host refused, the rest accepted), so its create and delete run no
+//! `nft` process at all — whose cost grows with every table on the host
+//! (listing 929 tables took `nft` a minute of CPU). A restricted table:
 //!
 //! 1. the host's resolvers on port 53 are allowed when the policy lets the
 //!    sandbox resolve: it has domains in `allowOut`, or it may reach the
@@ -43,7 +48,8 @@
 //! most 64 addresses. Domains in `allowOut` are resolved (on a blocking
 //! thread) when the sandbox starts, and again when its policy is replaced
 //! (`PUT /sandboxes/{id}/network`: the table is rewritten in one
-//! transaction, [`EgressHandle::update`]). A sandbox with no internet access
+//! transaction, [`EgressHandle::update`]; written when the policy stops
+//! being the open one, removed when it becomes it). A sandbox with no internet access
 //! and no `allowOut` gets no `tap0` at all: only `lo`, no route — until an
 //! update gives it a network (slirp4netns is started then; the tap stays
 //! after a later update takes the network away, its table refusing
