@@ -143,7 +143,10 @@ impl Plan {
                 .iter()
                 .map(|ns| (*ns, if ns.is_ipv4() { 32 } else { 128 })),
         );
-        self.internet && self.allow == Ranges::default() && self.deny == Ranges::default() && self.dns == all
+        self.internet
+            && self.allow == Ranges::default()
+            && self.deny == Ranges::default()
+            && self.dns == all
     }
 
     /// The plan of `policy` on a host whose resolvers are `nameservers`;
