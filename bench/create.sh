@@ -125,7 +125,7 @@ CLUSTERS+=(--cluster "$(cat "$WORK/process.json")")
 echo "warren create bench: $PROFILE build, commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates || echo '+changes'), $(nproc) CPUs," \
   "$(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo), load $(cut -d' ' -f1-3 /proc/loadavg), N=$N"
 if [ "$SANDBOX_BIN" = static ]; then
-  echo "sandbox binary: $(stat -c %s "$SBIN") bytes, $(file -b "$SBIN" | cut -d, -f1-2)"
+  echo "sandbox binary: $(stat -c %s "$SBIN") bytes, $(file -b "$SBIN" | grep -o 'static[-a-z]* linked' || echo 'dynamically linked')"
 fi
 MAX_ARGS=()
 [ "$MAX_IDLE" = 1 ] && MAX_ARGS=(--max-idle-target cold)
