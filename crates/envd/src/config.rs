@@ -124,6 +124,10 @@ pub struct StdinSettings {
     /// egress CA's; see [`crate::trust`]).
     #[serde(default)]
     pub ca_bundle: Option<String>,
+    /// The sandbox's hostname (isolated: its id), set by envd before it
+    /// serves (see [`crate::identity`]).
+    #[serde(default)]
+    pub hostname: Option<String>,
 }
 
 /// Where the envd API listens.

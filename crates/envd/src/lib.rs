@@ -23,6 +23,7 @@
 //!   directories.
 //! - [`paths`]: client paths → host paths, never leaving the root.
 //! - [`relay`]: the port relay socket.
+//! - [`identity`]: the sandbox's hostname, given with its settings.
 //! - [`start`]: the template's start command and its readiness
 //!   (`GET /warren/start`).
 //! - [`trust`]: the sandbox's egress CA installed in its trust store.
@@ -37,6 +38,7 @@ pub mod drain;
 pub mod entry;
 pub mod files;
 pub mod filesystem;
+pub mod identity;
 pub mod metadata;
 pub mod paths;
 pub mod process;
@@ -140,7 +142,13 @@ pub async fn main(config: Config, inherited: Option<Inherited>) -> anyhow::Resul
         None
     };
     let ca_bundle = stdin.as_mut().and_then(|s| s.ca_bundle.take());
+    let hostname = stdin.as_mut().and_then(|s| s.hostname.take());
     let mut settings = Settings::from_config(&config, stdin)?;
+    if let Some(name) = hostname {
+        // Before anything runs: every process sees the sandbox's name.
+        identity::apply(&settings.root, &name)
+            .map_err(|e| anyhow::anyhow!("cannot name the sandbox: {e}"))?;
+    }
     if let Some(pem) = ca_bundle {
         // Before anything runs: every process starts trusting it.
         match trust::install(&settings.root, &pem, &mut settings.env_vars) {

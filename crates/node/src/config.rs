@@ -6,6 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 use warren_core::config::{parse_duration, ConfigError};
 
+/// The small binary sandboxes run, looked for beside the node's own (see
+/// `--envd-bin`).
+pub const SANDBOX_BIN: &str = "warren-sandbox";
+
 /// Which runtime hosts sandboxes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RuntimeChoice {
@@ -115,10 +119,29 @@ pub struct Config {
     /// How many sandboxes this node accepts.
     #[arg(long, env = "WARREN_NODE_CAPACITY", default_value_t = 100)]
     pub capacity: u32,
+    /// Warm pools: sandboxes started ahead for the templates named, as
+    /// `template=count,...` (e.g. `base=8,code-interpreter-v1=2`), so a
+    /// create takes one already running and hands it the create's id,
+    /// token, environment, network policy and name (isolated runtime;
+    /// docs/sandboxes.md, "Warm pools"). Refilled in the background while
+    /// no create is starting; drained when a template's record changes.
+    /// Empty (the default): none.
+    #[arg(long, env = "WARREN_NODE_WARM_POOL", default_value = "")]
+    pub warm_pool: String,
+    /// Let warm pools' sandboxes come on top of --capacity. By default
+    /// they count against it: they fill only room no create uses, and a
+    /// create that needs their room takes it (one is stopped).
+    #[arg(long, env = "WARREN_NODE_WARM_POOL_BEYOND_CAPACITY")]
+    pub warm_pool_beyond_capacity: bool,
     /// auto | isolated | process.
     #[arg(long, env = "WARREN_NODE_RUNTIME", value_enum, default_value = "auto")]
     pub runtime: RuntimeChoice,
-    /// The `warren` binary started as `<bin> envd ...`; default this executable.
+    /// The binary every sandbox runs (its launcher, pid 1 and envd, as
+    /// `<bin> sandbox-launch|sandbox-init|envd`): by default
+    /// `warren-sandbox` beside this executable (the small static build:
+    /// README, "Building"), or this executable itself when there is none
+    /// (which works, but keeps three copies of the whole `warren` binary
+    /// resident per sandbox).
     #[arg(long, env = "WARREN_NODE_ENVD_BIN")]
     pub envd_bin: Option<PathBuf>,
     /// First host uid/gid of the sandbox id ranges (isolated): sandbox k maps
@@ -271,6 +294,9 @@ pub struct Settings {
     pub schedulers: Vec<String>,
     pub data_dir: PathBuf,
     pub capacity: u32,
+    /// `--warm-pool`: (template, how many), in the order given.
+    pub warm_pool: Vec<(String, u32)>,
+    pub warm_pool_beyond_capacity: bool,
     pub runtime: RuntimeChoice,
     pub envd_bin: PathBuf,
     pub sandbox_id_base: u32,
@@ -381,6 +407,15 @@ impl Config {
         if self.capacity == 0 {
             return Err(invalid("--capacity must be at least 1"));
         }
+        let warm_pool = parse_warm_pool(&self.warm_pool).map_err(invalid)?;
+        let pooled: u64 = warm_pool.iter().map(|(_, n)| u64::from(*n)).sum();
+        if !self.warm_pool_beyond_capacity && pooled > u64::from(self.capacity) {
+            return Err(invalid(format!(
+                "--warm-pool asks for {pooled} sandboxes, more than --capacity {} (they \
+                 count against it unless --warm-pool-beyond-capacity)",
+                self.capacity
+            )));
+        }
         if self.memory_limit_mb < 64 {
             return Err(invalid("--memory-limit-mb must be at least 64"));
         }
@@ -409,8 +444,17 @@ impl Config {
         }
         let envd_bin = match &self.envd_bin {
             Some(p) => p.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| invalid(format!("cannot find this executable for --envd-bin: {e}")))?,
+            None => {
+                let me = std::env::current_exe().map_err(|e| {
+                    invalid(format!("cannot find this executable for --envd-bin: {e}"))
+                })?;
+                let small = me.with_file_name(SANDBOX_BIN);
+                if small.is_file() {
+                    small
+                } else {
+                    me
+                }
+            }
         };
         if !envd_bin.is_file() {
             return Err(invalid(format!(
@@ -520,6 +564,8 @@ impl Config {
             schedulers,
             data_dir,
             capacity: self.capacity,
+            warm_pool,
+            warm_pool_beyond_capacity: self.warm_pool_beyond_capacity,
             runtime: self.runtime,
             envd_bin,
             sandbox_id_base: self.sandbox_id_base,
@@ -568,6 +614,31 @@ fn node_id_from_hostname() -> String {
     } else {
         id
     }
+}
+
+/// `--warm-pool`'s `template=count,...`: each a template name (as
+/// `warren template build` takes them) once, counts 1 to 1000.
+pub fn parse_warm_pool(text: &str) -> Result<Vec<(String, u32)>, String> {
+    let mut out: Vec<(String, u32)> = Vec::new();
+    for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (name, count) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--warm-pool: {item:?} is not template=count (e.g. base=8)"))?;
+        let name = name.trim();
+        warren_template::validate_name(name)
+            .map_err(|e| format!("--warm-pool: template {name:?}: {e}"))?;
+        let count: u32 = count
+            .trim()
+            .parse()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| format!("--warm-pool: {item:?}: the count must be 1 to 1000"))?;
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(format!("--warm-pool: template {name:?} is named twice"));
+        }
+        out.push((name.to_string(), count));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -747,5 +818,39 @@ mod tests {
     fn hostname_becomes_a_valid_node_id() {
         let id = node_id_from_hostname();
         assert!(warren_core::id::validate_node_id(&id).is_ok(), "{id}");
+    }
+
+    #[test]
+    fn warm_pools_are_named_templates_within_capacity() {
+        let base = ["--node-id", "n1", "--envd-bin", "/bin/sh"];
+        let with = |extra: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(extra);
+            parse(&all)
+        };
+        let s = with(&["--warm-pool", "base=8, code-interpreter-v1=2"]).unwrap();
+        assert_eq!(
+            s.warm_pool,
+            vec![("base".into(), 8), ("code-interpreter-v1".into(), 2)]
+        );
+        for bad in [
+            "base",
+            "base=0",
+            "base=x",
+            "../x=1",
+            "base=1,base=2",
+            "base=1001",
+        ] {
+            assert!(with(&["--warm-pool", bad]).is_err(), "{bad}");
+        }
+        assert!(with(&["--warm-pool", "base=8", "--capacity", "4"]).is_err());
+        assert!(with(&[
+            "--warm-pool",
+            "base=8",
+            "--capacity",
+            "4",
+            "--warm-pool-beyond-capacity"
+        ])
+        .is_ok());
     }
 }

@@ -169,6 +169,7 @@ fn isolated_runtime(
         staged,
         layers,
         egress.clone(),
+        runtime::disk::Images::new(data_dir.join("images")),
     )?;
     let Some(store) = rt.layers().shared() else {
         tracing::info!(
@@ -290,6 +291,8 @@ pub async fn run(
             max_output_bytes: settings.max_output_bytes,
             envd_start_timeout: settings.envd_start_timeout,
             caps: settings.caps,
+            warm_pool: settings.warm_pool.clone(),
+            warm_pool_beyond_capacity: settings.warm_pool_beyond_capacity,
         },
         runtime.clone(),
         metrics.clone(),
@@ -370,6 +373,7 @@ pub async fn run(
         settings.metrics_samples,
     ));
     tokio::spawn(samples.clone().run(registry.clone(), stop_rx.clone()));
+    let pool_task = tokio::spawn(registry.clone().run_warm_pool(stop_rx.clone()));
     let shared = Arc::new(http::Shared {
         registry,
         metrics,
@@ -392,6 +396,8 @@ pub async fn run(
     )
     .await;
     let _ = stop_tx.send(true);
+    // The pool's task stops its sandboxes before the hosted ones go.
+    let _ = pool_task.await;
     registry.shutdown_all().await;
     runtime.shutdown();
     tracing::info!("node stopped");

@@ -7,12 +7,16 @@
 //! a session whose controlling terminal is its stdin; and, so that nothing
 //! a sandbox runs can reach the operator's terminal or a host descriptor,
 //! starting a child in a session of its own and closing (or marking
-//! close-on-exec) every descriptor past a number.
+//! close-on-exec) every descriptor past a number; binding an image file to
+//! a loop device ([`loopdev`]) and a child's identity and parent-death
+//! signal.
 //!
 //! Every function is safe to call: arguments are descriptors and paths Rust
 //! owns, results are checked, and the kernel structures are built here.
 
 #![allow(unsafe_code)]
+
+pub mod loopdev;
 
 use std::ffi::CString;
 use std::io;
@@ -185,7 +189,14 @@ pub fn loopback_up() -> io::Result<()> {
         *dst = *src as libc::c_char;
     }
     // SAFETY: `req` is a valid ifreq for the duration of both calls.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } < 0 {
+    if unsafe {
+        libc::ioctl(
+            sock.as_raw_fd(),
+            libc::SIOCGIFFLAGS as libc::Ioctl,
+            &mut req,
+        )
+    } < 0
+    {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: the kernel filled `ifru_flags` above; both are plain integers.
@@ -193,7 +204,7 @@ pub fn loopback_up() -> io::Result<()> {
         req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
     }
     // SAFETY: as above.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } < 0 {
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as libc::Ioctl, &req) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -248,6 +259,37 @@ pub fn new_session(cmd: &mut std::process::Command) {
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes the child `cmd` starts run as host uid and gid `id` with no
+/// supplementary groups, and die with the thread that started it
+/// (parent-death signal SIGKILL), between fork and exec: what `setpriv
+/// --reuid --regid --clear-groups --pdeathsig=KILL` does, without its
+/// process. The signal is set after the ids change, which would clear it.
+pub fn run_as_with_parent(cmd: &mut std::process::Command, id: u32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec, so it may
+    // only make async-signal-safe calls: `setgroups`, `setresgid`,
+    // `setresuid` and `prctl` are plain system calls (no allocation, no
+    // lock), and `last_os_error` reads errno without allocating.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(0, std::ptr::null()) < 0
+                || libc::setresgid(id, id, id) < 0
+                || libc::setresuid(id, id, id) < 0
+                || libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) < 0
+            {
                 return Err(io::Error::last_os_error());
             }
             Ok(())

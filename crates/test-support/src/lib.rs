@@ -18,12 +18,15 @@
 //! - [`templates::TestTemplate`]: a template a test builds, removed after it.
 //! - [`cgroups::sandbox_limits`]: an isolated sandbox's limits as the
 //!   host's cgroups hold them.
+//! - [`host_listener::HostListener`]: a listener on every address of the
+//!   host that counts what connects (a sandbox must never).
 //! - [`cmdlines_holding`]: every process on the host whose command line
 //!   holds some bytes (a secret that must never be there).
 
 pub mod cgroups;
 pub mod cluster;
 pub mod dev;
+pub mod host_listener;
 pub mod http;
 pub mod sdk;
 pub mod templates;

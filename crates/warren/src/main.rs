@@ -66,9 +66,7 @@ fn main() -> ExitCode {
     // Not for the sandbox's first processes, which pass theirs on by
     // number and close the rest themselves (`runtime::launch`). Before any
     // thread exists.
-    if sub != warren_node::runtime::launch::SUBCOMMAND
-        && sub != warren_node::runtime::launch::INIT_SUBCOMMAND
-    {
+    if sub != warren_launch::SUBCOMMAND && sub != warren_launch::INIT_SUBCOMMAND {
         if let Err(e) = warren_sys::cloexec_from(3) {
             eprintln!("warren: cannot mark inherited descriptors close-on-exec: {e}");
             return ExitCode::FAILURE;
@@ -115,11 +113,9 @@ fn main() -> ExitCode {
             }
         },
         // Internal: the first processes of an isolated sandbox, started by the node.
-        warren_node::runtime::launch::SUBCOMMAND => {
-            warren_node::runtime::launch::main(args.get(1..).unwrap_or_default())
-        }
-        warren_node::runtime::launch::INIT_SUBCOMMAND => {
-            warren_node::runtime::launch::init_main(args.get(1..).unwrap_or_default())
+        warren_launch::SUBCOMMAND => warren_launch::main(args.get(1..).unwrap_or_default()),
+        warren_launch::INIT_SUBCOMMAND => {
+            warren_launch::init_main(args.get(1..).unwrap_or_default())
         }
         "node" if args.get(1).is_some_and(|a| a == "ls") => cli::run(&sub, args, log_format),
         "node" => {

@@ -43,16 +43,62 @@ fn run_in(cwd: Option<&Path>, program: &str, args: &[&std::ffi::OsStr]) -> std::
     }
 }
 
-/// Makes an empty ext4 image of `bytes` (sparse) whose root directory
-/// belongs to host uid/gid `owner`.
-pub fn make(image: &Path, bytes: u64, owner: u32) -> std::io::Result<()> {
+/// Where empty images are made once per size and copied from: a fresh
+/// `mkfs.ext4` costs a process and an fsync of the image (most of a
+/// create's disk step); a copy of an empty one is a megabyte or so moved
+/// inside the kernel. Every copy has the same filesystem UUID (as a
+/// fork's copy of its parent always had).
+#[derive(Debug)]
+pub struct Images {
+    /// `<data>/images`: `ext4-<bytes>.img`, each made once, never changed.
+    dir: std::path::PathBuf,
+}
+
+impl Images {
+    pub fn new(dir: std::path::PathBuf) -> Images {
+        Images { dir }
+    }
+
+    /// The empty image of `bytes`, made now if there is none yet.
+    fn empty(&self, bytes: u64) -> std::io::Result<std::path::PathBuf> {
+        let path = self.dir.join(format!("ext4-{bytes}.img"));
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() == bytes) {
+            return Ok(path);
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        // Made under a name of its own and renamed into place: two creates
+        // making it at once each make one, and the last rename wins.
+        let tmp = self
+            .dir
+            .join(format!(".ext4-{bytes}.{:016x}", rand::random::<u64>()));
+        let made = mkfs(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, &path));
+        if made.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        made.map(|_| path)
+    }
+
+    /// Makes an empty ext4 image of `bytes` (sparse) at `image`: a copy of
+    /// the empty one of that size.
+    pub fn make(&self, image: &Path, bytes: u64) -> std::io::Result<()> {
+        let from = std::fs::File::open(self.empty(bytes)?)?;
+        let to = std::fs::OpenOptions::new()
+            .create_new(true)
+            .write(true)
+            .open(image)?;
+        copy_sparse(&from, &to, bytes)
+    }
+}
+
+/// `mkfs.ext4` of `bytes` (sparse) at `image`, root directory owned by
+/// host root (a sandbox's disk root is given its owner once mounted).
+fn mkfs(image: &Path, bytes: u64) -> std::io::Result<()> {
     let file = std::fs::OpenOptions::new()
         .create_new(true)
         .write(true)
         .open(image)?;
     file.set_len(bytes)?;
     drop(file);
-    let ext = format!("lazy_itable_init=1,lazy_journal_init=1,root_owner={owner}:{owner}");
     run(
         "mkfs.ext4",
         &[
@@ -61,10 +107,37 @@ pub fn make(image: &Path, bytes: u64, owner: u32) -> std::io::Result<()> {
             "-m".as_ref(),
             "0".as_ref(),
             "-E".as_ref(),
-            ext.as_ref(),
+            "lazy_itable_init=1,lazy_journal_init=1".as_ref(),
             image.as_os_str(),
         ],
     )
+}
+
+/// Copies the `len` bytes of `from` into the empty `to`, holes kept: only
+/// the extents holding data are copied, inside the kernel.
+fn copy_sparse(from: &std::fs::File, to: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use rustix::fs::{copy_file_range, seek, SeekFrom};
+    to.set_len(len)?;
+    let mut at: u64 = 0;
+    while at < len {
+        let data = match seek(from, SeekFrom::Data(at)) {
+            Ok(d) => d,
+            // No data past `at`: the rest is a hole.
+            Err(rustix::io::Errno::NXIO) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let hole = seek(from, SeekFrom::Hole(data))?.min(len);
+        let (mut off_in, mut off_out) = (data, data);
+        while off_in < hole {
+            let want = (hole - off_in) as usize;
+            let n = copy_file_range(from, Some(&mut off_in), to, Some(&mut off_out), want)?;
+            if n == 0 {
+                return Err(std::io::Error::other("the image is shorter than it says"));
+            }
+        }
+        at = hole;
+    }
+    Ok(())
 }
 
 /// Copies an image, keeping its holes (a fork's disk).
@@ -81,20 +154,32 @@ pub fn copy(from: &Path, to: &Path) -> std::io::Result<()> {
     )
 }
 
-/// Loop-mounts `image` at `at` without set-uid programs or device files.
+/// Loop-mounts `image` at `at` without set-uid programs or device files
+/// (a loop device bound here, auto-cleared at the unmount: no `mount`
+/// process).
 pub fn mount(image: &Path, at: &Path) -> std::io::Result<()> {
+    use nix::mount::MsFlags;
     std::fs::create_dir_all(at)?;
-    run(
-        "mount",
-        &[
-            "-t".as_ref(),
-            "ext4".as_ref(),
-            "-o".as_ref(),
-            "loop,nosuid,nodev".as_ref(),
-            image.as_os_str(),
-            at.as_os_str(),
-        ],
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)?;
+    let (dev, _held) = warren_sys::loopdev::attach(&file)?;
+    nix::mount::mount(
+        Some(&dev),
+        at,
+        Some("ext4"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        None::<&str>,
     )
+    .map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot mount {} ({}) at {}: {e}",
+            image.display(),
+            dev.display(),
+            at.display()
+        ))
+    })
 }
 
 /// Mounts a sandbox's root at `<dir>/fs`: an overlay of `<dir>/lower`
@@ -102,21 +187,34 @@ pub fn mount(image: &Path, at: &Path) -> std::io::Result<()> {
 /// bottom first) under the writable layer `<dir>/disk/upper` (work dir
 /// `<dir>/disk/work`). The layers are named relative to `dir`: the
 /// overlay's options are what the sandbox's `/proc/self/mountinfo` shows
-/// for `/`, and they must name no host path.
+/// for `/`, and they must name no host path. So the mount is made from a
+/// thread of its own whose working directory is `dir` (it leaves the
+/// process's shared one first: no other thread's relative paths move).
 pub fn mount_overlay(dir: &Path, layers: usize) -> std::io::Result<()> {
+    use nix::mount::MsFlags;
     let opts = overlay_options(layers);
-    run_in(
-        Some(dir),
-        "mount",
-        &[
-            "-t".as_ref(),
-            "overlay".as_ref(),
-            "overlay".as_ref(),
-            "-o".as_ref(),
-            opts.as_ref(),
-            "fs".as_ref(),
-        ],
-    )
+    let dir = dir.to_path_buf();
+    std::thread::Builder::new()
+        .name("overlay-mount".into())
+        .spawn(move || -> std::io::Result<()> {
+            nix::sched::unshare(nix::sched::CloneFlags::CLONE_FS)?;
+            nix::unistd::chdir(&dir)?;
+            nix::mount::mount(
+                Some("overlay"),
+                "fs",
+                Some("overlay"),
+                MsFlags::MS_NODEV,
+                Some(opts.as_str()),
+            )
+            .map_err(|e| {
+                std::io::Error::other(format!(
+                    "cannot mount the overlay at {}/fs ({opts}): {e}",
+                    dir.display()
+                ))
+            })
+        })?
+        .join()
+        .map_err(|_| std::io::Error::other("the overlay mount's thread panicked"))?
 }
 
 /// The overlay's options: overlayfs takes lower layers top first.
@@ -124,13 +222,27 @@ fn overlay_options(layers: usize) -> String {
     let mut lower: Vec<String> = (0..layers).rev().map(|i| format!("layers/{i}")).collect();
     lower.push("lower".into());
     format!(
-        "nodev,lowerdir={},upperdir=disk/upper,workdir=disk/work",
+        "lowerdir={},upperdir=disk/upper,workdir=disk/work",
         lower.join(":")
     )
 }
 
-/// True when something is mounted at `at`.
+/// True when something is mounted at `at` (not following a symlink
+/// there). The kernel says so per path (`statx`'s mount-root attribute);
+/// only a kernel that cannot (before 5.8) has the mount table read.
 pub fn is_mounted(at: &Path) -> bool {
+    use rustix::fs::{statx, AtFlags, StatxAttributes, StatxFlags, CWD};
+    match statx(CWD, at, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BASIC_STATS) {
+        Ok(st) if st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) => {
+            st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)
+        }
+        Ok(_) => in_mount_table(at),
+        Err(_) => false,
+    }
+}
+
+/// Whether the mount table names `at` as a mount point.
+fn in_mount_table(at: &Path) -> bool {
     let Ok(canon) = std::fs::canonicalize(at) else {
         return false;
     };
@@ -163,15 +275,20 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Unmounts `at` (lazily if it is busy), if mounted.
+/// Unmounts `at` (lazily if it is busy), if mounted. Asks the kernel
+/// rather than reading the mount table: that table holds every
+/// sandbox's mounts, so reading it per unmount cost each delete time in
+/// proportion to the sandboxes hosted.
 pub fn unmount(at: &Path) -> std::io::Result<()> {
-    if !is_mounted(at) {
-        return Ok(());
-    }
+    use nix::errno::Errno;
     use nix::mount::{umount2, MntFlags};
-    umount2(at, MntFlags::empty())
-        .or_else(|_| umount2(at, MntFlags::MNT_DETACH))
-        .map_err(|e| std::io::Error::other(format!("cannot unmount {}: {e}", at.display())))
+    match umount2(at, MntFlags::UMOUNT_NOFOLLOW) {
+        Ok(()) => Ok(()),
+        // Not a mount point (or not there at all): nothing to do.
+        Err(Errno::EINVAL | Errno::ENOENT | Errno::ENOTDIR) => Ok(()),
+        Err(_) => umount2(at, MntFlags::UMOUNT_NOFOLLOW | MntFlags::MNT_DETACH)
+            .map_err(|e| std::io::Error::other(format!("cannot unmount {}: {e}", at.display()))),
+    }
 }
 
 /// Flushes a mounted sandbox filesystem to its image.
@@ -237,16 +354,60 @@ pub fn stage_binary(bin: &Path, dir: &Path) -> std::io::Result<std::path::PathBu
 #[cfg(test)]
 mod tests {
     use super::unescape;
+    use std::path::Path;
 
     #[test]
     fn overlay_layers_top_first() {
         assert_eq!(
             super::overlay_options(0),
-            "nodev,lowerdir=lower,upperdir=disk/upper,workdir=disk/work"
+            "lowerdir=lower,upperdir=disk/upper,workdir=disk/work"
         );
         assert_eq!(
             super::overlay_options(2),
-            "nodev,lowerdir=layers/1:layers/0:lower,upperdir=disk/upper,workdir=disk/work"
+            "lowerdir=layers/1:layers/0:lower,upperdir=disk/upper,workdir=disk/work"
+        );
+    }
+
+    #[test]
+    fn a_plain_directory_is_no_mount_point_and_the_root_is_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(!super::is_mounted(dir.path()));
+        assert!(!super::is_mounted(&dir.path().join("missing")));
+        assert!(super::is_mounted(Path::new("/")));
+        assert!(super::in_mount_table(Path::new("/")));
+    }
+
+    #[test]
+    fn a_sparse_copy_keeps_data_and_holes() {
+        use std::io::{Read, Seek, SeekFrom, Write};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let len = 64 << 20;
+        let mut from = std::fs::File::create(dir.path().join("a")).expect("create");
+        from.set_len(len).expect("set_len");
+        for at in [0, 5 << 20, len - 4096] {
+            from.seek(SeekFrom::Start(at)).expect("seek");
+            from.write_all(&[7u8; 4096]).expect("write");
+        }
+        let from = std::fs::File::open(dir.path().join("a")).expect("open");
+        let to = std::fs::File::create(dir.path().join("b")).expect("create");
+        super::copy_sparse(&from, &to, len).expect("copy");
+        let mut back = Vec::new();
+        std::fs::File::open(dir.path().join("b"))
+            .expect("open")
+            .read_to_end(&mut back)
+            .expect("read");
+        assert_eq!(back.len() as u64, len);
+        for at in [0usize, 5 << 20, len as usize - 4096] {
+            assert!(back[at..at + 4096].iter().all(|b| *b == 7), "data at {at}");
+        }
+        assert!(back[4096..5 << 20].iter().all(|b| *b == 0));
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(dir.path().join("b"))
+            .expect("stat")
+            .blocks();
+        assert!(
+            blocks * 512 < 1 << 20,
+            "the copy is sparse ({blocks} blocks)"
         );
     }
 

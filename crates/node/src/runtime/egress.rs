@@ -16,14 +16,19 @@
 //! **The guard** (`inet warren_guard_<first uid>`, one per id space) refuses
 //! the host and link-local to every uid of every range of the node. It is
 //! installed when the node starts, before any sandbox, reasserted with every
-//! sandbox's table, and never removed: whatever happens to a sandbox's own
+//! sandbox's own table, and never removed: whatever happens to a sandbox's own
 //! table (not yet there, being replaced or removed, deleted by hand), the
 //! host stays out of reach. A packet must pass every table, so the guard
 //! only ever adds refusals (its `accept` of the host's resolvers on port 53
 //! ends only its own chain).
 //!
-//! **A table per sandbox** (`inet warren_<slot>_<nonce>`) holds its policy,
-//! its addresses in sets:
+//! **A table per restricted sandbox** (`inet warren_<slot>_<nonce>`) holds
+//! its policy, its addresses in sets. A sandbox under the open policy
+//! (E2B's default: internet on, nothing in `allowOut` or `denyOut`) has
+//! none: the guard's verdicts are exactly that policy's (its resolvers,
+//! the host refused, the rest accepted), so its create and delete run no
+//! `nft` process at all — whose cost grows with every table on the host
+//! (listing 929 tables took `nft` a minute of CPU). A restricted table:
 //!
 //! 1. the host's resolvers on port 53 are allowed when the policy lets the
 //!    sandbox resolve: it has domains in `allowOut`, or it may reach the
@@ -43,7 +48,8 @@
 //! most 64 addresses. Domains in `allowOut` are resolved (on a blocking
 //! thread) when the sandbox starts, and again when its policy is replaced
 //! (`PUT /sandboxes/{id}/network`: the table is rewritten in one
-//! transaction, [`EgressHandle::update`]). A sandbox with no internet access
+//! transaction, [`EgressHandle::update`]; written when the policy stops
+//! being the open one, removed when it becomes it). A sandbox with no internet access
 //! and no `allowOut` gets no `tap0` at all: only `lo`, no route — until an
 //! update gives it a network (slirp4netns is started then; the tap stays
 //! after a later update takes the network away, its table refusing
@@ -80,7 +86,6 @@ pub const DNS: &str = "10.0.2.3";
 pub struct Egress {
     slirp: PathBuf,
     nft: PathBuf,
-    setpriv: PathBuf,
     /// The host's resolvers, which slirp4netns forwards DNS to.
     nameservers: Vec<IpAddr>,
     /// Every host uid any of the node's sandboxes can have (first, last):
@@ -126,7 +131,7 @@ impl Egress {
         }
     }
 
-    /// Finds slirp4netns, nft and setpriv, checks that nft works and
+    /// Finds slirp4netns and nft, checks that nft works and
     /// installs the guard over the host uids `uids` (first, last): every
     /// range the node hands out.
     pub fn detect(uids: (u32, u32)) -> Result<Egress, String> {
@@ -135,7 +140,6 @@ impl Egress {
         let e = Egress {
             slirp: find("slirp4netns")?,
             nft: find("nft")?,
-            setpriv: find("setpriv")?,
             nameservers: std::fs::read_to_string("/etc/resolv.conf")
                 .unwrap_or_default()
                 .lines()
@@ -273,13 +277,20 @@ impl Egress {
     ) -> Result<EgressHandle, EgressError> {
         let table = Egress::table(slot);
         let plan = self.plan(policy).await?;
-        let rules = self.ruleset(base, &table, &plan)?;
-        self.nft(&rules).await?;
+        // The open policy (E2B's default) is what the guard alone does: no
+        // table, no `nft` process, nothing whose cost grows with the
+        // sandboxes hosted (see the module doc).
+        let has_table = !plan.is_open(&self.nameservers);
+        if has_table {
+            let rules = self.ruleset(base, &table, &plan)?;
+            self.nft(&rules).await?;
+        }
         let mut handle = EgressHandle {
             egress: self.clone(),
             pid,
             base,
             table,
+            has_table,
             cgroup_procs,
             slirp: None,
             exit: None,
@@ -305,6 +316,8 @@ pub struct EgressHandle {
     /// The sandbox's first host uid (its rules match its uids).
     base: u32,
     table: String,
+    /// Whether its table is in the kernel (an open policy has none).
+    has_table: bool,
     /// The `cgroup.procs` of each of the sandbox's cgroups: slirp4netns
     /// joins them all.
     cgroup_procs: Vec<PathBuf>,
@@ -334,8 +347,17 @@ impl EgressHandle {
         who: Sandboxed<'_>,
     ) -> Result<(), EgressError> {
         let plan = self.egress.plan(policy).await?;
-        let rules = self.egress.ruleset(self.base, &self.table, &plan)?;
-        self.egress.nft(&rules).await?;
+        if !plan.is_open(&self.egress.nameservers) {
+            let rules = self.egress.ruleset(self.base, &self.table, &plan)?;
+            self.egress.nft(&rules).await?;
+            self.has_table = true;
+        } else if self.has_table {
+            // Open again: the guard alone, as for a sandbox created open.
+            self.egress
+                .nft(&format!("delete table inet {}\n", self.table))
+                .await?;
+            self.has_table = false;
+        }
         match self.plan.write() {
             Ok(mut p) => *p = plan,
             Err(p) => *p.into_inner() = plan,
@@ -403,16 +425,11 @@ impl EgressHandle {
         // slirp4netns exits when this pipe's write end closes: at detach,
         // and with the node however it dies.
         let (exit_r, exit_w) = pipe()?;
-        let mut cmd = tokio::process::Command::new(&e.setpriv);
+        // As the sandbox's first host uid, dying with the node's thread
+        // that started it (no `setpriv` process in between).
+        let mut cmd = tokio::process::Command::new(&e.slirp);
+        warren_sys::run_as_with_parent(cmd.as_std_mut(), base);
         cmd.args([
-            format!("--reuid={base}"),
-            format!("--regid={base}"),
-            "--clear-groups".into(),
-            "--pdeathsig=KILL".into(),
-            "--".into(),
-        ])
-        .arg(&e.slirp)
-        .args([
             "--configure".to_string(),
             "--mtu=65520".into(),
             "--disable-host-loopback".into(),
@@ -524,6 +541,12 @@ impl EgressHandle {
             return;
         }
         self.table_handed_off = true;
+        if !self.has_table {
+            tokio::spawn(async move {
+                let _ = c.wait().await;
+            });
+            return;
+        }
         let (nft, table) = (self.egress.nft.clone(), self.table.clone());
         tokio::spawn(async move {
             let _ = c.wait().await;
@@ -549,6 +572,9 @@ impl Drop for EgressHandle {
         // node start sweeps it once the range is free).
         if !self.stop_slirp() {
             tracing::warn!(table = %self.table, "slirp4netns did not exit after SIGKILL; keeping its nftables table");
+            return;
+        }
+        if !self.has_table {
             return;
         }
         let _ = std::process::Command::new(&self.egress.nft)

@@ -23,6 +23,11 @@ pub struct IdRanges {
     base: u32,
     slots: u32,
     lock_dir: PathBuf,
+    /// Where the next search for a free range starts: past the last one
+    /// taken, so a create tries one lock, not one per range taken before
+    /// it (which made each create's cost grow with the sandboxes hosted),
+    /// and a range just released is not handed out again at once.
+    next: std::sync::atomic::AtomicU32,
 }
 
 /// One range, held until dropped.
@@ -72,6 +77,7 @@ impl IdRanges {
             base,
             slots,
             lock_dir: lock_dir.to_path_buf(),
+            next: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
@@ -98,10 +104,13 @@ impl IdRanges {
 
     /// Takes a free range (`prefer` first, e.g. the one an adopted sandbox had).
     pub fn take(&self, prefer: Option<u32>) -> Result<IdRange, String> {
+        use std::sync::atomic::Ordering;
+        let start = self.next.load(Ordering::Relaxed) % self.slots.max(1);
         let order = prefer
             .into_iter()
             .filter(|p| *p < self.slots)
-            .chain(0..self.slots);
+            .chain(start..self.slots)
+            .chain(0..start);
         for slot in order {
             let path = self.lock_dir.join(format!("{slot}.lock"));
             let file = std::fs::OpenOptions::new()
@@ -111,6 +120,7 @@ impl IdRanges {
                 .open(&path)
                 .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
             if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                self.next.store(slot + 1, Ordering::Relaxed);
                 return Ok(IdRange {
                     slot,
                     base: self.base + slot * IDS_PER_SANDBOX,
@@ -146,6 +156,22 @@ mod tests {
         assert!(a.base >= ids.span().0 && b.base + IDS_PER_SANDBOX - 1 <= ids.span().1);
         drop(a);
         assert_eq!(ids.take(Some(slot)).expect("again").slot, slot);
+    }
+
+    #[test]
+    fn the_search_goes_on_past_the_last_range_taken_and_wraps() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ids = IdRanges::new(3_000_000_000, 3, dir.path()).expect("ranges");
+        let a = ids.take(None).expect("a");
+        let b = ids.take(None).expect("b");
+        drop(a);
+        // Not the one just released while another is free.
+        let c = ids.take(None).expect("c");
+        assert_eq!((b.slot, c.slot), (1, 2));
+        // Then, wrapped around, the released one.
+        let d = ids.take(None).expect("d");
+        assert_eq!(d.slot, 0);
+        assert!(ids.take(None).is_err(), "all three are held");
     }
 
     #[test]

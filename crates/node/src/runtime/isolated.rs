@@ -54,6 +54,8 @@ pub struct Isolated {
     layers: Layers,
     /// How sandboxes reach the internet, when this node can give them that.
     egress: Option<Egress>,
+    /// Where sandboxes' empty disks are copied from.
+    images: std::sync::Arc<disk::Images>,
 }
 
 impl Isolated {
@@ -65,6 +67,7 @@ impl Isolated {
         envd_bin: PathBuf,
         layers: Layers,
         egress: Option<Egress>,
+        images: disk::Images,
     ) -> Result<Isolated, String> {
         if !nix::unistd::geteuid().is_root() {
             return Err(
@@ -76,7 +79,7 @@ impl Isolated {
         if let Some(why) = limits.unavailable() {
             return Err(format!("no usable cgroups for sandbox limits ({why})"));
         }
-        for tool in ["mkfs.ext4", "mount", "cp", "tar"] {
+        for tool in ["mkfs.ext4", "cp", "tar"] {
             find_program(tool).ok_or(format!("{tool} is not installed"))?;
         }
         let seccomp = super::seccomp::programs()?;
@@ -88,6 +91,7 @@ impl Isolated {
             seccomp,
             layers,
             egress,
+            images: std::sync::Arc::new(images),
         })
     }
 
@@ -115,6 +119,13 @@ impl Isolated {
                  none (its layers come from a blob store): the gateway must send it"
             ))),
         }
+    }
+
+    /// The certificate envd installs in the sandbox's trust store: its
+    /// egress CA's, where the node can give it egress (and so a proxy).
+    fn trusted_ca(&self, ca: Option<&warren_trust::sandbox_ca::SandboxCa>) -> Option<String> {
+        ca.filter(|_| self.egress.is_some())
+            .map(|c| c.cert_pem().to_string())
     }
 
     fn command(&self, args: &LaunchArgs) -> tokio::process::Command {
@@ -183,25 +194,34 @@ impl Isolated {
             .chain(layers.iter().cloned())
             .collect();
         let (roots, leases) = self.layers.roots(&digests).await?;
+        made.steps.mark("layers");
         {
             let (paths, parent, kept) = (
                 p.clone(),
                 spec.parent.map(|(pp, ph)| (pp.clone(), ph.clone())),
                 spec.kept.cloned(),
             );
-            let (bytes, base) = (disk_bytes, ids.base);
+            let (bytes, base, images) = (disk_bytes, ids.base, self.images.clone());
             tokio::task::spawn_blocking(move || match kept {
                 Some(k) => mount_kept_disk(&paths, &k, base),
-                None => prepare_disk(&paths, parent.as_ref().map(|(p, h)| (p, h)), bytes, base),
+                None => prepare_disk(
+                    &images,
+                    &paths,
+                    parent.as_ref().map(|(p, h)| (p, h)),
+                    bytes,
+                    base,
+                ),
             })
             .await
             .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
         }
+        made.steps.mark("disk");
         let cgroup_name = format!("{}-{}", spec.sandbox_id, spec.generation);
         made.cgroup = self
             .limits
             .create(&cgroup_name, &limits)
             .map_err(RuntimeError::Files)?;
+        made.steps.mark("cgroups");
         let listeners = super::bind_envd_sockets(p).map_err(RuntimeError::Files)?;
 
         // 5: the user namespace.
@@ -219,8 +239,10 @@ impl Isolated {
         if let Some(err) = holder.stderr.take() {
             console::relay(spec.sandbox_id, "holder", err);
         }
+        let steps = &mut made.steps;
         let result = async {
             let userns = launch::map_holder(&mut holder, ids.base).await?;
+            steps.mark("userns");
             // 6: the root.
             {
                 let (paths, roots) = (p.clone(), roots.clone());
@@ -229,6 +251,7 @@ impl Isolated {
                     .await
                     .map_err(|e| RuntimeError::Files(std::io::Error::other(e)))??;
             }
+            steps.mark("root");
             // 7: the launcher.
             // Detached copies of the root and of envd's binary: pid 1 attaches
             // them in its own mount namespace (a descriptor of a mount in
@@ -316,6 +339,7 @@ impl Isolated {
                 let _ = child.start_kill();
                 return Err(e);
             }
+            steps.mark("launcher");
             // Past the launcher's one control byte, its stdout is the
             // sandbox's (pid 1's and envd's).
             if let Some(out) = child.stdout.take() {
@@ -328,6 +352,7 @@ impl Isolated {
         drop(holder.stdin.take());
         let _ = holder.wait().await;
         let mut child = result?;
+        made.steps.mark("holder_exit");
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
         // 8: egress.
         if spec.network.has_network() {
@@ -373,31 +398,50 @@ impl Isolated {
             volumes: spec.mounts.to_vec(),
             leases,
         };
-        // The template's environment, under the create's own variables.
-        let mut env = defaults.env.clone();
-        env.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
-        // Every new sandbox runs its template's start command, a fork too:
-        // a fork copies files, not processes.
-        let start = StartCommand::of(&defaults);
-        let ready_within = start.as_ref().map(StartCommand::wait);
-        super::send_stdin(
-            &mut child.stdin,
-            &EnvdStdin {
-                access_token: spec.access_token,
-                env_vars: &env,
-                start,
-                default_user: Some(&defaults.user),
-                default_workdir: Some(&defaults.workdir),
-                // Only where the node can give it egress (and so a proxy).
-                ca_bundle: ca
-                    .as_ref()
-                    .filter(|_| self.egress.is_some())
-                    .map(|c| c.cert_pem()),
-            },
-        )
-        .await?;
+        made.steps.mark("egress");
+        // A warm pool's sandbox waits for its create's settings (`claim`).
+        let ready_within = if spec.hold_settings {
+            None
+        } else {
+            hand_settings(&mut child, &defaults, spec, self.trusted_ca(ca.as_ref())).await?
+        };
+        made.steps.mark("stdin");
         Ok((child, handle, ready_within))
     }
+}
+
+/// Hands envd a create's settings on its stdin (and closes it): the
+/// template's environment under the create's own variables, the token,
+/// the template's start command, user and working directory, and the
+/// sandbox's name. The same for a cold start and a warm pool's claim, so
+/// the two cannot differ. Returns how long the create waits for the start
+/// command, when there is one.
+async fn hand_settings(
+    child: &mut tokio::process::Child,
+    defaults: &warren_template::spec::Defaults,
+    spec: &LaunchSpec<'_>,
+    ca_bundle: Option<String>,
+) -> Result<Option<std::time::Duration>, RuntimeError> {
+    let mut env = defaults.env.clone();
+    env.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.clone())));
+    // Every new sandbox runs its template's start command, a fork too:
+    // a fork copies files, not processes.
+    let start = StartCommand::of(defaults);
+    let ready_within = start.as_ref().map(StartCommand::wait);
+    super::send_stdin(
+        &mut child.stdin,
+        &EnvdStdin {
+            access_token: spec.access_token,
+            env_vars: &env,
+            start,
+            default_user: Some(&defaults.user),
+            default_workdir: Some(&defaults.workdir),
+            ca_bundle: ca_bundle.as_deref(),
+            hostname: Some(spec.sandbox_id),
+        },
+    )
+    .await?;
+    Ok(ready_within)
 }
 
 /// What a launch made so far, for undoing it.
@@ -405,6 +449,7 @@ impl Isolated {
 struct Made {
     cgroup: Option<Cgroup>,
     egress: Option<EgressHandle>,
+    steps: super::Steps,
 }
 
 /// An anonymous in-memory file holding `data`, positioned at its start, to
@@ -483,8 +528,13 @@ impl Runtime for Isolated {
             // A boot from kept files takes its old range back when it is
             // free (else its files move to the new one).
             let prefer = spec.kept.and_then(|h| h.id_slot);
+            let mut steps = super::Steps::start();
             let ids = self.ids.take(prefer).map_err(RuntimeError::Ids)?;
-            let mut made = Made::default();
+            steps.mark("ids");
+            let mut made = Made {
+                steps,
+                ..Made::default()
+            };
             match self.launch_inner(spec, &ids, &mut made).await {
                 Ok((child, handle, ready_within)) => Ok(Launched {
                     handle,
@@ -492,6 +542,7 @@ impl Runtime for Isolated {
                     ids: Some(ids),
                     egress: made.egress,
                     ready_within,
+                    steps: made.steps,
                 }),
                 Err(e) => {
                     let paths = spec.paths.clone();
@@ -516,6 +567,54 @@ impl Runtime for Isolated {
                     Err(e)
                 }
             }
+        })
+    }
+
+    fn can_egress(&self) -> bool {
+        self.egress.is_some()
+    }
+
+    fn claim<'a>(
+        &'a self,
+        launched: &'a mut Launched,
+        spec: &'a LaunchSpec<'a>,
+        started_with: &'a super::egress::NetworkPolicy,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        Box::pin(async move {
+            // Its egress as a cold start with this policy would have made
+            // it: the pool's policy rewritten in one transaction, or, for
+            // a sandbox without a network, no tap0 and no table at all.
+            let ca = spec
+                .egress_ca
+                .map(warren_trust::sandbox_ca::SandboxCa::from_pem)
+                .transpose()
+                .map_err(|e| RuntimeError::Egress(e.to_string()))?;
+            if spec.network != started_with || !spec.egress_rules.is_empty() {
+                if spec.network.has_network() {
+                    let handle = launched.handle.clone();
+                    let who = Sandboxed {
+                        sandbox_id: spec.sandbox_id,
+                        generation: spec.generation,
+                        ca: ca.as_ref(),
+                        rules: spec.egress_rules,
+                    };
+                    self.update_network(&handle, &mut launched.egress, spec.network, who)
+                        .await?;
+                } else if let Some(e) = launched.egress.take() {
+                    e.detach().await;
+                }
+            }
+            launched.steps.mark("egress");
+            launched.handle.mark = spec.mark.to_string();
+            let defaults = launched.handle.defaults.clone().unwrap_or_default();
+            let child = launched.child.as_mut().ok_or_else(|| RuntimeError::Spawn {
+                what: "envd".into(),
+                source: std::io::Error::other("the pooled sandbox has no launcher to hand to"),
+            })?;
+            launched.ready_within =
+                hand_settings(child, &defaults, spec, self.trusted_ca(ca.as_ref())).await?;
+            launched.steps.mark("stdin");
+            Ok(())
         })
     }
 
@@ -722,6 +821,7 @@ fn mount_kept_disk(paths: &Paths, kept: &Handle, base: u32) -> Result<(), Runtim
 /// layer), or a copy of `parent`'s (frozen while it is copied) moved to the
 /// id range at `base`. Blocking.
 fn prepare_disk(
+    images: &disk::Images,
     paths: &Paths,
     parent: Option<(&Paths, &Handle)>,
     bytes: u64,
@@ -737,8 +837,9 @@ fn prepare_disk(
     std::fs::set_permissions(&paths.dir, std::fs::Permissions::from_mode(0o700)).map_err(files)?;
     match parent {
         None => {
-            disk::make(&paths.disk, bytes, base).map_err(files)?;
+            images.make(&paths.disk, bytes).map_err(files)?;
             disk::mount(&paths.disk, &paths.disk_mnt).map_err(files)?;
+            std::os::unix::fs::chown(&paths.disk_mnt, Some(base), Some(base)).map_err(files)?;
             let upper = paths.disk_mnt.join("upper");
             std::fs::create_dir(&upper).map_err(files)?;
             std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(0o755))

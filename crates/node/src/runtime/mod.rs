@@ -188,6 +188,10 @@ pub struct LaunchSpec<'a> {
     /// What it was asked to mount, kept in its handle for a fork and a
     /// boot after a filesystem-only pause.
     pub mounts: &'a [warren_core::node_api::volumes::VolumeMount],
+    /// Start everything but hand envd no settings: a warm pool's sandbox,
+    /// whose envd waits on its stdin until a create takes it
+    /// ([`Runtime::claim`]).
+    pub hold_settings: bool,
 }
 
 /// The [`procs::MARK_ENV`] value for a sandbox at a generation on the node
@@ -260,6 +264,40 @@ pub struct Launched {
     /// When the template has a start command: how long the create waits
     /// for it to be ready (see [`StartCommand`]).
     pub ready_within: Option<std::time::Duration>,
+    /// How long each step of the start took (see [`Steps`]).
+    pub steps: Steps,
+}
+
+/// The wall time of each step of a sandbox's start, in order, for the
+/// node's `warren_node_create_step_seconds{step}` histogram (what a
+/// create's time goes to: docs/benchmarks.md).
+#[derive(Debug)]
+pub struct Steps {
+    last: tokio::time::Instant,
+    pub took: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Default for Steps {
+    fn default() -> Steps {
+        Steps::start()
+    }
+}
+
+impl Steps {
+    /// Starts timing the first step now.
+    pub fn start() -> Steps {
+        Steps {
+            last: tokio::time::Instant::now(),
+            took: Vec::new(),
+        }
+    }
+
+    /// The step `name` ended now; the next one starts.
+    pub fn mark(&mut self, name: &'static str) {
+        let now = tokio::time::Instant::now();
+        self.took.push((name, now - self.last));
+        self.last = now;
+    }
 }
 
 /// What envd reads from its stdin at start (JSON): the secrets and tenant
@@ -280,6 +318,9 @@ pub struct EnvdStdin<'a> {
     /// egress CA's, never a key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ca_bundle: Option<&'a str>,
+    /// The sandbox's hostname (isolated: its id), which envd sets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostname: Option<&'a str>,
 }
 
 /// A template's start command as envd takes it (envd's
@@ -415,6 +456,31 @@ pub trait Runtime: Send + Sync + 'static {
         &'a self,
         spec: &'a LaunchSpec<'a>,
     ) -> BoxFuture<'a, Result<Launched, RuntimeError>>;
+    /// Whether sandboxes can be given a network here (isolated: the node
+    /// found what egress needs).
+    fn can_egress(&self) -> bool {
+        false
+    }
+    /// Hands a sandbox started with [`LaunchSpec::hold_settings`] (its
+    /// network then `started_with`) to the create `spec` describes,
+    /// exactly as [`Runtime::launch`] would have started it: its egress
+    /// policy, its mark, and envd's settings (token, environment, start
+    /// command, user, name). Its files are already at `spec.paths`. The
+    /// default: the runtime has no warm pools.
+    fn claim<'a>(
+        &'a self,
+        launched: &'a mut Launched,
+        spec: &'a LaunchSpec<'a>,
+        started_with: &'a egress::NetworkPolicy,
+    ) -> BoxFuture<'a, Result<(), RuntimeError>> {
+        let _ = (launched, spec, started_with);
+        Box::pin(async move {
+            Err(RuntimeError::Unsupported(format!(
+                "the {} runtime has no warm pools",
+                self.kind().as_str()
+            )))
+        })
+    }
     /// Fills in what can only be learned once envd is up (isolated: the pid
     /// namespace). Blocking but quick.
     fn settle(&self, handle: &mut Handle) {
@@ -502,25 +568,24 @@ pub struct SnapshotSpec {
 }
 
 /// Kills every process of a sandbox (blocking): through its cgroup when it
-/// has one, then by the marks `/proc` shows (see [`procs`]).
+/// has one, then by the marks `/proc` shows (see [`procs`]). An isolated
+/// sandbox whose cgroup the kill left empty has nothing left to find: its
+/// every process descends from its launcher, which joined the cgroup
+/// before it started anything, and none can leave (no cgroup filesystem
+/// inside, `mount` refused by the seccomp filter) — so the walk of every
+/// process on the host, whose cost grew with the host's processes and so
+/// with the sandboxes hosted, is skipped.
 pub fn kill(handle: &Handle) -> Result<(), RuntimeError> {
-    if let Some(cg) = &handle.cgroup {
-        cg.kill();
-    }
-    let result = procs::kill_all(handle, &handle.mark);
+    let emptied = handle.cgroup.as_ref().is_some_and(|cg| cg.kill());
+    let result = if emptied && handle.runtime == RuntimeKind::Isolated {
+        Ok(())
+    } else {
+        procs::kill_all(handle, &handle.mark)
+    };
     if let Some(cg) = &handle.cgroup {
         cg.remove();
     }
     result.map_err(RuntimeError::Survivors)
 }
 
-/// The node's own log settings, passed on so envd logs like the node does.
-fn log_settings() -> Vec<(String, String)> {
-    ["WARREN_LOG", "WARREN_LOG_FORMAT"]
-        .iter()
-        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)))
-        .collect()
-}
-
-/// The `PATH` processes in a sandbox get.
-pub const SANDBOX_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+pub use warren_launch::{log_settings, SANDBOX_PATH};

@@ -141,6 +141,7 @@ impl Process {
                 default_workdir: None,
                 // No egress of its own, so no proxy to trust.
                 ca_bundle: None,
+                hostname: None,
             },
         )
         .await?;
@@ -150,6 +151,7 @@ impl Process {
             ids: None,
             egress: None,
             ready_within: None,
+            steps: super::Steps::start(),
         })
     }
 }

@@ -13,6 +13,7 @@
 //!   access token and Host mask its ports are reached with.
 //! - `pause`: freezing and thawing in place, halting to the filesystem and
 //!   booting again, snapshots and packing a paused sandbox's layers.
+//! - [`pool`]: warm pools, sandboxes started ahead that creates take.
 //! - `adopt`: what happens at node start (adopt or clean up what a previous
 //!   node process left) and at node shutdown (kill everything).
 
@@ -20,6 +21,7 @@ mod adopt;
 pub mod files;
 pub mod network;
 mod pause;
+pub mod pool;
 pub mod state;
 
 use crate::envd;
@@ -190,6 +192,10 @@ pub struct RegistryConfig {
     pub envd_start_timeout: Duration,
     /// The most a sandbox may have (its template's values apply under these).
     pub caps: crate::config::Caps,
+    /// `--warm-pool`: templates and how many sandboxes to keep started.
+    pub warm_pool: Vec<(String, u32)>,
+    /// Pooled sandboxes come on top of `capacity`.
+    pub warm_pool_beyond_capacity: bool,
 }
 
 /// See the module doc.
@@ -209,6 +215,8 @@ pub struct Registry {
     starting: Mutex<std::collections::HashSet<(String, u64)>>,
     /// This node's volume store, when it has one (`crate::volumes`).
     volumes: Option<Arc<crate::volumes::VolumeStore>>,
+    /// The warm pools (isolated runtime, `--warm-pool`).
+    pool: Option<pool::WarmPool>,
 }
 
 /// Removes a create from [`Registry::starting`] however it ends.
@@ -218,6 +226,10 @@ impl Drop for Starting<'_> {
     fn drop(&mut self) {
         let mut s = self.0.starting.lock().unwrap_or_else(|p| p.into_inner());
         s.remove(&self.1);
+        // The pool refills only while no create starts.
+        if let Some(pool) = &self.0.pool {
+            pool.wake.notify_one();
+        }
     }
 }
 
@@ -229,8 +241,24 @@ impl Registry {
         events: mpsc::UnboundedSender<Event>,
         volumes: Option<Arc<crate::volumes::VolumeStore>>,
     ) -> Arc<Registry> {
+        let pool = match (cfg.warm_pool.is_empty(), runtime.kind()) {
+            (true, _) => None,
+            (false, runtime::RuntimeKind::Isolated) => Some(pool::WarmPool::new(
+                cfg.warm_pool.clone(),
+                cfg.warm_pool_beyond_capacity,
+                &cfg.data_dir,
+            )),
+            (false, kind) => {
+                tracing::warn!(
+                    runtime = kind.as_str(),
+                    "--warm-pool is ignored: only the isolated runtime keeps warm pools"
+                );
+                None
+            }
+        };
         Arc::new(Registry {
             volumes,
+            pool,
             sandboxes_dir: cfg.data_dir.join("sandboxes"),
             cfg,
             runtime,
@@ -560,6 +588,7 @@ impl Registry {
             max_output_bytes: self.cfg.max_output_bytes,
             mark: &runtime::mark(&req.sandbox_id, req.generation, &self.cfg.data_dir),
             caps: self.cfg.caps,
+            hold_settings: false,
         };
         // A sandbox moved here after a filesystem-only pause boots from
         // the record its pause left (template root, its layers and the
@@ -582,8 +611,38 @@ impl Registry {
             }),
             (None, false) => Vec::new(),
         };
-        // Launch here, on an async worker thread (see runtime's module doc).
-        let launched = match self.runtime.launch(&spec).await {
+        // A create a warm pool can serve takes a sandbox from it (see
+        // `pool`); any other start launches one here, on an async worker
+        // thread (see runtime's module doc).
+        let template = if req.template_id.is_empty() {
+            files::BASE_TEMPLATE
+        } else {
+            req.template_id.as_str()
+        };
+        let pooled = match (parent, kept) {
+            // Volumes are attached by pid 1 at start, and an egress proxy is
+            // set up with the network: such creates start their own.
+            (None, None) => self.take(
+                template,
+                record.as_ref(),
+                mounts.is_empty() && rules.is_empty(),
+            ),
+            _ => None,
+        };
+        let claimed = match pooled {
+            Some(p) => self.claim(p, &spec).await,
+            None => None,
+        };
+        let from_pool = claimed.is_some();
+        let launched = match claimed {
+            Some(l) => Ok(l),
+            None => {
+                let hosted = self.hosted.read().map(|h| h.len()).unwrap_or(0);
+                self.make_room(hosted).await;
+                self.runtime.launch(&spec).await
+            }
+        };
+        let launched = match launched {
             Ok(l) => l,
             Err(e) => {
                 if kept.is_none() {
@@ -602,6 +661,7 @@ impl Registry {
         let ids = launched.ids;
         let egress = launched.egress;
         let ready_within = launched.ready_within;
+        let mut steps = launched.steps;
         let mut handle = launched.handle;
         let mut child = launched.child;
         let healthy = match child.as_mut() {
@@ -614,6 +674,7 @@ impl Registry {
             },
             None => envd::wait_healthy(&paths.envd_sock, self.cfg.envd_start_timeout).await,
         };
+        steps.mark("envd_ready");
         // Then the template's start command, when it has one (bounded by
         // the template's ready timeout).
         let healthy = match (healthy, ready_within) {
@@ -638,6 +699,9 @@ impl Registry {
             }
             (r, _) => r,
         };
+        if ready_within.is_some() {
+            steps.mark("start_cmd");
+        }
         if let Err(why) = healthy {
             if let Some(e) = egress {
                 e.detach().await;
@@ -709,6 +773,10 @@ impl Registry {
             boot: Some(Boot(req.clone())),
             own_layers,
         });
+        steps.mark("record");
+        let total = steps.took.iter().map(|(_, d)| *d).sum();
+        steps.took.push(("total", total));
+        self.metrics.create_steps(&steps.took, from_pool);
         let pid = sandbox.handle.pid;
         self.insert(sandbox);
         if moved_in {

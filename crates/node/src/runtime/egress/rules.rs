@@ -134,6 +134,21 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether this is the open policy (internet on, nothing allowed or
+    /// denied, every resolver reachable): what the node's guard table
+    /// alone enforces, so the sandbox needs no table of its own.
+    pub fn is_open(&self, nameservers: &[IpAddr]) -> bool {
+        let all = Ranges::of(
+            nameservers
+                .iter()
+                .map(|ns| (*ns, if ns.is_ipv4() { 32 } else { 128 })),
+        );
+        self.internet
+            && self.allow == Ranges::default()
+            && self.deny == Ranges::default()
+            && self.dns == all
+    }
+
     /// The plan of `policy` on a host whose resolvers are `nameservers`;
     /// `lookup` resolves an `allowOut` domain. DNS is allowed when the
     /// sandbox has domains to resolve in `allowOut`, or when the policy
@@ -398,6 +413,35 @@ mod tests {
             ),
             "{script}"
         );
+    }
+
+    #[test]
+    fn only_the_open_policy_needs_no_table() {
+        assert!(plan(&NetworkPolicy::open()).is_open(&nameservers()));
+        for p in [
+            NetworkPolicy {
+                allow_internet: false,
+                allow_out: vec![],
+                deny_out: vec![],
+            },
+            NetworkPolicy {
+                allow_internet: true,
+                allow_out: vec!["1.1.1.1".into()],
+                deny_out: vec![],
+            },
+            NetworkPolicy {
+                allow_internet: true,
+                allow_out: vec![],
+                deny_out: vec!["8.8.8.0/24".into()],
+            },
+            NetworkPolicy {
+                allow_internet: true,
+                allow_out: vec![],
+                deny_out: vec![format!("{NS}/32")],
+            },
+        ] {
+            assert!(!plan(&p).is_open(&nameservers()), "{p:?}");
+        }
     }
 
     #[test]
