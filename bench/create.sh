@@ -58,7 +58,7 @@ KEY="bench_$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 # the address is then in $WORK/NAME.addr.
 start() {
   local name="$1"; shift
-  WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" "$BIN" dev --data-dir "$WORK/$name" --nodes 1 \
+  WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" "$BIN" dev --sandbox-http off --data-dir "$WORK/$name" --nodes 1 \
     --listen "127.0.0.1:$(free_port)" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PIDS+=("$!")
   for _ in $(seq 1 1200); do

@@ -25,6 +25,8 @@
 //! - [`relay`]: the port relay socket.
 //! - [`start`]: the template's start command and its readiness
 //!   (`GET /warren/start`).
+//! - [`events`]: envd's own log (its start, processes started and ended),
+//!   which the node reads for the sandbox's logs (`GET /warren/logs`).
 //! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
 //!   `warren_core::body::error`).
 // Dev-dependencies are for the integration tests under tests/; this crate's
@@ -34,6 +36,7 @@
 pub mod config;
 pub mod drain;
 pub mod entry;
+pub mod events;
 pub mod files;
 pub mod filesystem;
 pub mod metadata;

@@ -21,6 +21,8 @@
 //! - [`metrics`]: `warren_node_*` metrics.
 //! - [`samples`]: sandbox metrics (E2B's): the sampler and its bounded
 //!   per-sandbox rings.
+//! - [`logs`]: each sandbox's log (E2B's sandbox logs): envd's entries
+//!   and the node's, bounded, handed on with the sandbox's DELETE.
 //!
 //! # Lifecycle and shutdown policy
 //! At start the node adopts sandboxes whose envd still answers on its socket
@@ -50,6 +52,7 @@ pub mod control;
 pub mod envd;
 pub mod http;
 pub mod link;
+pub mod logs;
 pub mod metrics;
 pub mod proxy;
 pub mod runtime;
@@ -215,6 +218,7 @@ pub async fn run(
             max_output_bytes: settings.max_output_bytes,
             envd_start_timeout: settings.envd_start_timeout,
             caps: settings.caps,
+            log_bounds: settings.log_bounds,
         },
         runtime.clone(),
         metrics.clone(),

@@ -1,6 +1,7 @@
-//! A store an older scheduler left (schema 5, before the records and the
-//! nodes' cached layers) is migrated by this one at start, on both
-//! backends: what it held is still there, and the records work in it.
+//! A store an older scheduler left (schema 5, before the records, the
+//! nodes' cached layers, public templates and ended sandboxes' logs) is
+//! migrated by this one at start, on both backends: what it held is still
+//! there, and the records work in it.
 // Each file under tests/ is its own crate and sees every dependency of the
 // package; the ones only the library or other test files use are not unused.
 #![allow(unused_crate_dependencies)]
@@ -31,13 +32,22 @@ async fn schema_version(db: &sqlx::AnyPool) -> i64 {
         .get::<i64, _>("v")
 }
 
+/// The newest schema this scheduler knows.
+const NEWEST: i64 = 10;
+
 /// Takes a store this scheduler made back to schema 5. Migration 6 only
-/// adds tables and a counter, migration 7 a column, so what is left is
-/// what a scheduler of schema 5 would have written: its bindings, nodes,
-/// trust and quotas.
+/// adds tables and a counter, migration 7 a column, migration 10 a column
+/// with its index and a table, so what is left is what a scheduler of
+/// schema 5 would have written: its bindings, nodes, trust and quotas.
 async fn back_to_schema_5(store: &TestStore) {
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    assert_eq!(schema_version(&db).await, 7);
+    assert_eq!(schema_version(&db).await, NEWEST);
+    for q in [
+        "DROP TABLE sandbox_logs",
+        "DROP INDEX template_records_public_name",
+    ] {
+        sqlx::query(q).execute(&db).await.unwrap();
+    }
     for t in SCHEMA_6_TABLES {
         sqlx::query(&format!("DROP TABLE {t}"))
             .execute(&db)
@@ -70,12 +80,12 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
     let (mut ca, mut cb) = (a.client().await, b.client().await);
     assert_eq!(get(&mut cb, &p.sandbox_id).await.unwrap(), before);
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    eventually("the store to be at schema 7", || {
+    eventually("the store to be at the newest schema", || {
         let db = db.clone();
-        async move { (schema_version(&db).await == 7).then_some(()) }
+        async move { (schema_version(&db).await == NEWEST).then_some(()) }
     })
     .await;
-    for version in [6, 7] {
+    for version in [6, 7, 10] {
         let applied: i64 = sqlx::query(&format!(
             "SELECT COUNT(*) AS n FROM schema_migrations WHERE version = {version}"
         ))

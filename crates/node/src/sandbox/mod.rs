@@ -18,6 +18,7 @@
 
 mod adopt;
 pub mod files;
+mod logs;
 pub mod network;
 mod pause;
 pub mod state;
@@ -38,6 +39,8 @@ pub struct Event {
     pub sandbox_id: String,
     pub generation: u64,
     pub kind: EventKind,
+    /// A DELETE's: the sandbox's log at its end ([`crate::logs`]).
+    pub logs: Vec<warren_core::node_api::SandboxLogEntry>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +190,8 @@ pub struct RegistryConfig {
     pub envd_start_timeout: Duration,
     /// The most a sandbox may have (its template's values apply under these).
     pub caps: crate::config::Caps,
+    /// What each sandbox's log may hold.
+    pub log_bounds: crate::logs::Bounds,
 }
 
 /// See the module doc.
@@ -204,6 +209,8 @@ pub struct Registry {
     /// `--creating-timeout` (a template's layers being fetched) for one
     /// that died (see [`Registry::roster`]).
     starting: Mutex<std::collections::HashSet<(String, u64)>>,
+    /// Each hosted sandbox's log (`logs.rs`).
+    logs: crate::logs::LogBooks,
 }
 
 /// Removes a create from [`Registry::starting`] however it ends.
@@ -223,6 +230,7 @@ impl Registry {
         metrics: Metrics,
         events: mpsc::UnboundedSender<Event>,
     ) -> Arc<Registry> {
+        let cfg_log_bounds = cfg.log_bounds;
         Arc::new(Registry {
             sandboxes_dir: cfg.data_dir.join("sandboxes"),
             cfg,
@@ -232,6 +240,7 @@ impl Registry {
             events,
             metrics,
             starting: Mutex::new(std::collections::HashSet::new()),
+            logs: crate::logs::LogBooks::new(cfg_log_bounds),
         })
     }
 
@@ -459,6 +468,19 @@ impl Registry {
         } else {
             EventKind::Create
         };
+        self.log_lifecycle(
+            &info.sandbox_id,
+            if parent.is_some() {
+                "Sandbox forked"
+            } else {
+                "Sandbox created"
+            },
+            [
+                ("template", info.template_id.clone()),
+                ("generation", info.generation.to_string()),
+                ("node", self.cfg.node_id.clone()),
+            ],
+        );
         self.emit(&info.sandbox_id, info.generation, kind);
         Ok((true, info))
     }
@@ -727,12 +749,13 @@ impl Registry {
 
     /// Kills every process of the sandbox and removes its files.
     /// `generation: None` deletes whatever generation is hosted.
+    /// Answers its log at its end too (what its DELETE event carries).
     pub async fn delete(
         self: &Arc<Self>,
         id: &str,
         generation: Option<u64>,
         reason: &str,
-    ) -> Result<SandboxInfo, NodeError> {
+    ) -> Result<(SandboxInfo, Vec<warren_core::node_api::SandboxLogEntry>), NodeError> {
         let lock = self.lock_for(id);
         let result = {
             let _held = lock.lock().await;
@@ -747,7 +770,7 @@ impl Registry {
         id: &str,
         generation: Option<u64>,
         reason: &str,
-    ) -> Result<SandboxInfo, NodeError> {
+    ) -> Result<(SandboxInfo, Vec<warren_core::node_api::SandboxLogEntry>), NodeError> {
         let sandbox = self
             .hosted
             .read()
@@ -755,6 +778,8 @@ impl Registry {
             .and_then(|h| h.get(id).cloned())
             .filter(|s| generation.is_none_or(|g| g == s.info.generation))
             .ok_or_else(|| self.not_hosted(id, generation))?;
+        // envd's last entries, while it still runs.
+        self.last_log(&sandbox, reason).await;
         // Out of the roster first: from here on the data plane answers
         // not-found, and a heartbeat no longer claims it.
         if let Ok(mut h) = self.hosted.write() {
@@ -776,9 +801,15 @@ impl Registry {
             self.remove_layers(&sandbox.own_layers);
         }
         self.metrics.deletes.inc();
-        self.emit(id, sandbox.info.generation, EventKind::Delete);
+        let logs = self.end_log(id);
+        let _ = self.events.send(Event {
+            sandbox_id: id.to_string(),
+            generation: sandbox.info.generation,
+            kind: EventKind::Delete,
+            logs: logs.clone(),
+        });
         tracing::info!(sandbox_id = %id, generation = sandbox.info.generation, reason, "sandbox deleted");
-        Ok(sandbox.info.clone())
+        Ok((sandbox.info.clone(), logs))
     }
 
     fn emit(&self, id: &str, generation: u64, kind: EventKind) {
@@ -786,6 +817,7 @@ impl Registry {
             sandbox_id: id.to_string(),
             generation,
             kind,
+            logs: Vec::new(),
         });
     }
 

@@ -318,6 +318,7 @@ pub async fn event(
                 generation,
                 r#type: kind as i32,
                 paused_record: None,
+                logs: Vec::new(),
             }],
         })
         .await
