@@ -53,7 +53,10 @@ PATH_VALUES = {
 
 
 class Body:
-    """A request body the generated code serializes: `{}`."""
+    """A request body the generated code serializes: `{}` (or, for a file,
+    no bytes)."""
+
+    payload = b""
 
     def to_dict(self):
         return {}

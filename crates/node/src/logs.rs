@@ -232,7 +232,7 @@ impl LogBooks {
     pub fn entries(&self, id: &str) -> Vec<SandboxLogEntry> {
         let book = self.book(id);
         let b = book.lock().unwrap_or_else(|p| p.into_inner());
-        b.entries.iter().cloned().collect()
+        in_time_order(&b)
     }
 
     /// Forgets `id`'s log, answering it (the sandbox ended).
@@ -244,11 +244,20 @@ impl LogBooks {
         match book {
             Some(book) => {
                 let b = book.lock().unwrap_or_else(|p| p.into_inner());
-                b.entries.iter().cloned().collect()
+                in_time_order(&b)
             }
             None => Vec::new(),
         }
     }
+}
+
+/// A log's entries by time: envd's are read after the node wrote its own
+/// of the same moments (a create's, a pause's), so the book holds them out
+/// of order. Stable: entries of one millisecond keep their order.
+fn in_time_order(b: &Book) -> Vec<SandboxLogEntry> {
+    let mut out: Vec<SandboxLogEntry> = b.entries.iter().cloned().collect();
+    out.sort_by_key(|e| e.at_ms);
+    out
 }
 
 #[cfg(test)]
