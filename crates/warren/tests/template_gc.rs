@@ -24,15 +24,8 @@ const KEY: &str = "e2b_5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f";
 const GONE_KEY: &str = "e2b_6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a";
 
 async fn api(c: &Cluster, key: &str, method: Method, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
-    let body = body.map(|b| b.to_string().into_bytes());
     let a = Http::new(Duration::from_secs(120))
-        .send(
-            method.clone(),
-            &c.gateway(0),
-            path,
-            &[("x-api-key", key), ("content-type", "application/json")],
-            body.as_deref(),
-        )
+        .send(method.clone(), &c.gateway(0), path, &[("x-api-key", key)], body)
         .await
         .expect("the gateway answers");
     assert!(
