@@ -45,6 +45,7 @@ from e2b.api.client.client import AuthenticatedClient
 from e2b.api.client.models import (
     AssignTemplateTagsRequest,
     DeleteTemplateTagsRequest,
+    GetTemplatesTemplateIDTagsGroupsSort,
     LogLevel,
     LogsDirection,
     SandboxRefreshRequest,
@@ -249,7 +250,9 @@ def manage():
     yes = tags_exists.sync_detailed(name, client=c, tag="v2").parsed
     assert yes.exists is True and yes.normalized_tag == "v2", yes
     assert tags_exists.sync_detailed(name, client=c, tag="nope").parsed.exists is False
-    groups = tags_groups.sync_detailed(name, client=c, sort="name_asc").parsed
+    groups = tags_groups.sync_detailed(
+        name, client=c, sort=GetTemplatesTemplateIDTagsGroupsSort.NAME_ASC
+    ).parsed
     assert [g.tag for g in groups.tags] == ["default", "v2"], groups
     assert groups.next_cursor is None
     one = tags_groups.sync_detailed(name, client=c, tags_limit=1).parsed

@@ -307,7 +307,9 @@ mod tests {
             .expect("inside");
         assert_eq!(r.client, "/root/hello.txt");
         assert!(r.host.ends_with("root/hello.txt"));
-        let r = j.resolve_for("~/x", Follow::All, Some(&root)).expect("inside");
+        let r = j
+            .resolve_for("~/x", Follow::All, Some(&root))
+            .expect("inside");
         assert_eq!(r.client, "/root/x");
         let r = j.resolve_for("x", Follow::All, None).expect("inside");
         assert_eq!(r.client, "/home/user/x");

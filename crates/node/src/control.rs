@@ -102,9 +102,7 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
         (Method::GET, false, [id, "logs"]) => {
             let generation = match query_generation(req.uri().query()) {
                 Ok(Some(g)) => g,
-                Ok(None) => {
-                    return error(StatusCode::BAD_REQUEST, "logs need ?generation=")
-                }
+                Ok(None) => return error(StatusCode::BAD_REQUEST, "logs need ?generation="),
                 Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
             };
             match shared.registry.logs(id, generation).await {

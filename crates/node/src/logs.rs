@@ -156,7 +156,8 @@ impl LogBooks {
             b.envd_next
         };
         let path = format!("/warren/logs?after={after}");
-        let answer = tokio::time::timeout(within, envd::get_bounded(sock, &path, token, MAX_ANSWER));
+        let answer =
+            tokio::time::timeout(within, envd::get_bounded(sock, &path, token, MAX_ANSWER));
         let page = match answer.await {
             Ok(Ok((status, body))) if status.is_success() => {
                 match serde_json::from_slice::<Page>(&body) {
@@ -176,7 +177,11 @@ impl LogBooks {
                 return;
             }
             Err(_) => {
-                tracing::debug!(sandbox_id = id, ?within, "envd's log did not answer in time");
+                tracing::debug!(
+                    sandbox_id = id,
+                    ?within,
+                    "envd's log did not answer in time"
+                );
                 return;
             }
         };

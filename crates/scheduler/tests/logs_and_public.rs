@@ -49,7 +49,11 @@ async fn delete_with_log(
     .remove(0)
 }
 
-async fn read(c: &mut Client, sandbox: &str, team: &str) -> Result<Vec<pb::SandboxLogEntry>, tonic::Status> {
+async fn read(
+    c: &mut Client,
+    sandbox: &str,
+    team: &str,
+) -> Result<Vec<pb::SandboxLogEntry>, tonic::Status> {
     c.read_sandbox_logs(pb::ReadSandboxLogsRequest {
         sandbox_id: sandbox.into(),
         team_id: team.into(),
@@ -128,9 +132,11 @@ async fn an_ended_sandboxs_log_is_kept_for_its_team(store: TestStore) {
     register(&mut c, "node-b", 10).await;
     let r = running(&mut c, "team-3").await;
     let node = r.binding.as_ref().unwrap().node_id.clone();
-    assert!(delete_with_log(&mut c, &node, &r, vec![line(1, "short-lived")])
-        .await
-        .applied);
+    assert!(
+        delete_with_log(&mut c, &node, &r, vec![line(1, "short-lived")])
+            .await
+            .applied
+    );
     eventually("the log to pass its retention", || {
         let mut c = c.clone();
         let id = id_of(&r);
@@ -163,7 +169,11 @@ fn built(name: &str, team: &str, called: &str, public: bool) -> pb::TemplateReco
     }
 }
 
-async fn put(c: &mut Client, r: pb::TemplateRecord, expected: u64) -> Result<pb::TemplateRecord, tonic::Status> {
+async fn put(
+    c: &mut Client,
+    r: pb::TemplateRecord,
+    expected: u64,
+) -> Result<pb::TemplateRecord, tonic::Status> {
     c.put_template_records(pb::PutTemplateRecordsRequest {
         puts: vec![pb::RecordPut {
             record: Some(r),
@@ -193,11 +203,17 @@ async fn public_names(c: &mut Client) -> Vec<String> {
 async fn one_name_is_public_once_across_teams(store: TestStore) {
     let s = Sched::start(&store, &[]).await;
     let mut c = s.client().await;
-    let a = put(&mut c, built("snap-a", "team-a", "app", false), 0).await.unwrap();
-    put(&mut c, built("snap-b", "team-b", "app", false), 0).await.unwrap();
+    let a = put(&mut c, built("snap-a", "team-a", "app", false), 0)
+        .await
+        .unwrap();
+    put(&mut c, built("snap-b", "team-b", "app", false), 0)
+        .await
+        .unwrap();
     assert!(public_names(&mut c).await.is_empty());
     // team-a publishes "app": listed to all, its flag kept on read.
-    let a = put(&mut c, built("snap-a", "team-a", "app", true), a.version).await.unwrap();
+    let a = put(&mut c, built("snap-a", "team-a", "app", true), a.version)
+        .await
+        .unwrap();
     assert!(a.snapshot.as_ref().unwrap().public);
     assert_eq!(public_names(&mut c).await, ["app"]);
     // team-b cannot publish the same name, nor insert one public under it.
@@ -221,9 +237,13 @@ async fn one_name_is_public_once_across_teams(store: TestStore) {
     let r = put(&mut c, built("snap-d", "team-b", "", true), 0).await;
     assert_status(r, Code::InvalidArgument, "public is only for");
     // Unpublished, the name is free again.
-    put(&mut c, built("snap-a", "team-a", "app", false), a.version).await.unwrap();
+    put(&mut c, built("snap-a", "team-a", "app", false), a.version)
+        .await
+        .unwrap();
     assert!(public_names(&mut c).await.is_empty());
-    put(&mut c, built("snap-b", "team-b", "app", true), b.version).await.unwrap();
+    put(&mut c, built("snap-b", "team-b", "app", true), b.version)
+        .await
+        .unwrap();
     assert_eq!(public_names(&mut c).await, ["app"]);
     s.stop().await;
 }

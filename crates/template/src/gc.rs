@@ -66,7 +66,11 @@ pub struct GcReport {
 impl GcReport {
     /// Bytes removed (blobs, trees, scratch).
     pub fn bytes(&self) -> u64 {
-        self.layers.iter().chain(&self.scratch).map(|g| g.bytes).sum()
+        self.layers
+            .iter()
+            .chain(&self.scratch)
+            .map(|g| g.bytes)
+            .sum()
     }
 }
 
@@ -139,9 +143,9 @@ impl Store {
         &self,
         digest: &str,
     ) -> Result<Option<Result<Flock<File>, ()>>, TemplateError> {
-        Ok(self.tree_handle(digest)?.map(|f| {
-            Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|_| ())
-        }))
+        Ok(self
+            .tree_handle(digest)?
+            .map(|f| Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|_| ())))
     }
 
     /// Whether a sandbox of this host holds a lease on `digest`.
@@ -367,7 +371,12 @@ mod tests {
         let leased = blob(&store, scratch.path(), "leased");
         store.put(&record("base", &root, &[], None)).unwrap();
         store
-            .put(&record("snap-a", &root, &[kept_layer.clone()], Some("alive")))
+            .put(&record(
+                "snap-a",
+                &root,
+                &[kept_layer.clone()],
+                Some("alive"),
+            ))
             .unwrap();
         store
             .put(&record(
@@ -409,11 +418,12 @@ mod tests {
         assert_eq!(dry.scratch.len(), 1);
         assert!(store.get("snap-b").is_ok() && store.rootfs(&orphan).is_ok());
 
-        let done = store.gc(&GcOptions {
-            dry_run: false,
-            ..all.clone()
-        })
-        .unwrap();
+        let done = store
+            .gc(&GcOptions {
+                dry_run: false,
+                ..all.clone()
+            })
+            .unwrap();
         assert_eq!(done.layers.len(), 2);
         assert!(done.bytes() > 0);
         assert!(store.get("snap-b").is_err());

@@ -51,7 +51,8 @@ pub fn private_store_all(dir: &Path) {
         if !t["snapshot"].is_null() {
             continue;
         }
-        let digests = std::iter::once(&t["digest"]).chain(t["layers"].as_array().into_iter().flatten());
+        let digests =
+            std::iter::once(&t["digest"]).chain(t["layers"].as_array().into_iter().flatten());
         for d in digests.filter_map(|d| d.as_str()) {
             let hex = d.trim_start_matches("sha256-");
             let link = dir.join("rootfs").join(hex);

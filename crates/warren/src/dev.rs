@@ -223,7 +223,9 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
             let (m, o) = (machine.clone(), own.clone());
             match tokio::task::spawn_blocking(move || crate::dev_store::sync(&m, &o)).await {
                 Ok(Ok(())) => {}
-                Ok(Err(e)) => eprintln!("warren dev: cannot bring the run's templates up to date: {e}"),
+                Ok(Err(e)) => {
+                    eprintln!("warren dev: cannot bring the run's templates up to date: {e}")
+                }
                 Err(_) => {}
             }
         }

@@ -159,7 +159,12 @@ mod tests {
         let (a, b) = ("a".repeat(64), "b".repeat(64));
         tree(machine.path(), &a);
         record(machine.path(), "base", &format!("sha256-{a}"), None);
-        record(machine.path(), "snap-x", &format!("sha256-{a}"), Some("dev"));
+        record(
+            machine.path(),
+            "snap-x",
+            &format!("sha256-{a}"),
+            Some("dev"),
+        );
         // A build in progress: its root is not unpacked yet.
         record(machine.path(), "half", &format!("sha256-{b}"), None);
         prepare(machine.path(), own.path()).unwrap();

@@ -114,12 +114,7 @@ async fn interactive_create(gateway: &str, dir: &Path) -> String {
     let mut reader = master.reader();
     let mut seen = Vec::new();
     // Reads until `needle` shows, or fails with what the terminal showed.
-    async fn until(
-        reader: &mut pty::Reader,
-        seen: &mut Vec<u8>,
-        needle: &str,
-        within: Duration,
-    ) {
+    async fn until(reader: &mut pty::Reader, seen: &mut Vec<u8>, needle: &str, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         while !String::from_utf8_lossy(seen).contains(needle) {
             let mut buf = [0u8; 4096];
@@ -146,7 +141,13 @@ async fn interactive_create(gateway: &str, dir: &Path) -> String {
         .write_all(b"echo typed-in-$((6*7))\r")
         .await
         .expect("typed");
-    until(&mut reader, &mut seen, "typed-in-42", Duration::from_secs(30)).await;
+    until(
+        &mut reader,
+        &mut seen,
+        "typed-in-42",
+        Duration::from_secs(30),
+    )
+    .await;
     master.write_all(b"exit\r").await.expect("typed");
     let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
         .await
@@ -154,7 +155,9 @@ async fn interactive_create(gateway: &str, dir: &Path) -> String {
         .expect("waited");
     // What is left of its output.
     let mut rest = [0u8; 65536];
-    if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(200), reader.read(&mut rest)).await {
+    if let Ok(Ok(n)) =
+        tokio::time::timeout(Duration::from_millis(200), reader.read(&mut rest)).await
+    {
         seen.extend_from_slice(&rest[..n]);
     }
     let shown = String::from_utf8_lossy(&seen).into_owned();
@@ -190,23 +193,45 @@ async fn the_e2b_cli_drives_sandboxes_and_templates() {
 
     // The interactive terminal, through a PTY.
     let shown = interactive_create(&gw, d).await;
+    println!("$ e2b sandbox create base (on a terminal)\n{shown}");
     assert!(shown.contains("typed-in-42"), "{shown}");
 
     // Sandboxes.
     let id = last_line(&ok(&gw, KEY, d, &["sandbox", "create", "-d", "base"]).await);
     assert!(!id.is_empty() && !id.contains(' '), "{id:?}");
-    let out = ok(&gw, KEY, d, &["sandbox", "exec", &id, "sh", "-c", "echo exec-$((2+3))"]).await;
+    let out = ok(
+        &gw,
+        KEY,
+        d,
+        &["sandbox", "exec", &id, "sh", "-c", "echo exec-$((2+3))"],
+    )
+    .await;
     assert!(out.contains("exec-5"), "{out}");
     let out = ok(&gw, KEY, d, &["sandbox", "logs", "--format", "json", &id]).await;
     assert!(out.contains("Process started"), "{out}");
-    assert!(out.contains("echo exec-$((2+3))"), "the command in its entry: {out}");
+    assert!(
+        out.contains("echo exec-$((2+3))"),
+        "the command in its entry: {out}"
+    );
     ok(&gw, KEY, d, &["sandbox", "metrics", &id]).await;
-    let out = ok(&gw, KEY, d, &["sandbox", "snapshot", "create", &id, "-n", "cli-snap"]).await;
+    let out = ok(
+        &gw,
+        KEY,
+        d,
+        &["sandbox", "snapshot", "create", &id, "-n", "cli-snap"],
+    )
+    .await;
     assert!(out.contains("Created snapshot"), "{out}");
     let out = ok(&gw, KEY, d, &["sandbox", "snapshot", "delete", "cli-snap"]).await;
     assert!(out.contains("has been deleted"), "{out}");
     ok(&gw, KEY, d, &["sandbox", "pause", &id]).await;
-    let out = ok(&gw, KEY, d, &["sandbox", "list", "--format", "json", "--state", "paused"]).await;
+    let out = ok(
+        &gw,
+        KEY,
+        d,
+        &["sandbox", "list", "--format", "json", "--state", "paused"],
+    )
+    .await;
     assert!(out.contains(&id), "{out}");
     ok(&gw, KEY, d, &["sandbox", "resume", &id]).await;
     let out = ok(&gw, KEY, d, &["sandbox", "exec", &id, "echo", "back"]).await;
@@ -225,7 +250,13 @@ async fn the_e2b_cli_drives_sandboxes_and_templates() {
         "FROM e2bdev/base\nRUN echo cli-step-output && echo built-by-cli > /home/user/cli.txt\n",
     )
     .expect("a Dockerfile");
-    let out = ok(&gw, KEY, d, &["template", "create", &name, "--memory-mb", "512"]).await;
+    let out = ok(
+        &gw,
+        KEY,
+        d,
+        &["template", "create", &name, "--memory-mb", "512"],
+    )
+    .await;
     assert!(out.contains("finished"), "{out}");
     let out = ok(&gw, KEY, d, &["template", "list", "--format", "json"]).await;
     assert!(out.contains(&name), "{out}");
@@ -247,15 +278,29 @@ async fn the_e2b_cli_drives_sandboxes_and_templates() {
     let out = ok(&gw, OTHER_KEY, d, &["template", "list", "--format", "json"]).await;
     assert!(out.contains(&name), "another team lists it: {out}");
     let theirs = last_line(&ok(&gw, OTHER_KEY, d, &["sandbox", "create", "-d", &name]).await);
-    let out = ok(&gw, OTHER_KEY, d, &["sandbox", "exec", &theirs, "cat", "/home/user/cli.txt"]).await;
+    let out = ok(
+        &gw,
+        OTHER_KEY,
+        d,
+        &["sandbox", "exec", &theirs, "cat", "/home/user/cli.txt"],
+    )
+    .await;
     assert!(out.contains("built-by-cli"), "{out}");
     ok(&gw, OTHER_KEY, d, &["sandbox", "kill", &theirs]).await;
     let refused = e2b(&gw, OTHER_KEY, d, &["template", "delete", &name, "-y"]).await;
-    assert!(!refused.ok && refused.out.contains("403"), "{}", refused.out);
+    assert!(
+        !refused.ok && refused.out.contains("403"),
+        "{}",
+        refused.out
+    );
 
     ok(&gw, KEY, d, &["template", "unpublish", &name, "-y"]).await;
     let refused = e2b(&gw, OTHER_KEY, d, &["sandbox", "create", "-d", &name]).await;
-    assert!(!refused.ok, "unpublished, another team cannot use it:\n{}", refused.out);
+    assert!(
+        !refused.ok,
+        "unpublished, another team cannot use it:\n{}",
+        refused.out
+    );
     ok(&gw, KEY, d, &["template", "delete", &name, "-y"]).await;
     let out = ok(&gw, KEY, d, &["template", "list", "--format", "json"]).await;
     assert!(!out.contains(&name), "{out}");

@@ -24,7 +24,11 @@ fn exported_domain(dev: &Dev) -> String {
     dev.proc
         .lines()
         .iter()
-        .find_map(|l| l.trim().strip_prefix("export E2B_DOMAIN=").map(str::to_string))
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("export E2B_DOMAIN=")
+                .map(str::to_string)
+        })
         .unwrap_or_else(|| panic!("warren dev printed no E2B_DOMAIN: {:?}", dev.proc.lines()))
 }
 
@@ -99,7 +103,10 @@ async fn a_get_host_url_opens_with_curl_and_in_a_browser() {
     let port = dev.gateway.rsplit(':').next().expect("a port").to_string();
     assert_eq!(domain, format!("localhost:{port}"));
     let (host, marker) = web_server(&dev).await;
-    assert!(host.starts_with("8080-") && host.ends_with(&format!(".localhost:{port}")), "{host}");
+    assert!(
+        host.starts_with("8080-") && host.ends_with(&format!(".localhost:{port}")),
+        "{host}"
+    );
     assert!(curl(&host).await.contains(&marker));
     assert!(browser(&host).await.contains(&marker));
     drop(dev);
@@ -109,7 +116,10 @@ async fn a_get_host_url_opens_with_curl_and_in_a_browser() {
     let dev = Dev::start_with(bin.as_ref(), &ports, &keys, "warren dev").await;
     assert_eq!(exported_domain(&dev), "localhost");
     let (host, marker) = web_server(&dev).await;
-    assert!(host.starts_with("8080-") && host.ends_with(".localhost"), "{host}");
+    assert!(
+        host.starts_with("8080-") && host.ends_with(".localhost"),
+        "{host}"
+    );
     let page = curl(&host).await;
     assert!(page.contains(&marker), "{page}");
     let dom = browser(&host).await;

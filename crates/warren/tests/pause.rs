@@ -184,12 +184,18 @@ async fn a_node_restarted_before_the_resume_removes_the_paused_layer() {
     let made = step(&c, 0, "create", &[]).await;
     let id = made["sandbox"].as_str().expect("a sandbox id").to_string();
     step(&c, 0, "pause", &[("SANDBOX", id.clone())]).await;
-    let record = c.template_dir().expect("a private store").join(format!("templates/paused-{id}.json"));
+    let record = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("templates/paused-{id}.json"));
     let packed: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&record).expect("the paused record"))
             .expect("the paused record is JSON");
     let layer = packed["layers"][0].as_str().expect("its layer").to_string();
-    let blob = c.template_dir().expect("a private store").join(format!("blobs/{layer}.tar"));
+    let blob = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("blobs/{layer}.tar"));
     assert!(std::path::Path::new(&blob).is_file(), "{}", blob.display());
     c.kill_node(1).await;
     c.restart_node(1).await.expect("the node restarts");
@@ -236,7 +242,10 @@ async fn moves(lost: bool) {
     step(&c, 1, "use", &env(&[])).await;
     step(&c, 0, "pause", &env(&[])).await;
     let (home, generation) = placed(&c, &id).await;
-    let record = c.template_dir().expect("a private store").join(format!("templates/paused-{id}.json"));
+    let record = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("templates/paused-{id}.json"));
     let packed: serde_json::Value = serde_json::from_slice(
         &std::fs::read(&record).expect("the pause recorded the sandbox's layer"),
     )
@@ -248,7 +257,10 @@ async fn moves(lost: bool) {
         .expect("the paused record names its layer")
         .to_string();
     assert_eq!(packed["snapshot"]["team"], "", "no team's record: {packed}");
-    let blob = c.template_dir().expect("a private store").join(format!("blobs/{layer}.tar"));
+    let blob = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("blobs/{layer}.tar"));
     assert!(std::path::Path::new(&blob).is_file(), "{}", blob.display());
 
     // Its node dies; connect boots it on the other one.

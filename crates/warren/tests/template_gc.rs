@@ -23,9 +23,21 @@ use warren_test_support::templates::{machine_store, private_store_all};
 const KEY: &str = "e2b_5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f";
 const GONE_KEY: &str = "e2b_6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a";
 
-async fn api(c: &Cluster, key: &str, method: Method, path: &str, body: Option<serde_json::Value>) -> serde_json::Value {
+async fn api(
+    c: &Cluster,
+    key: &str,
+    method: Method,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> serde_json::Value {
     let a = Http::new(Duration::from_secs(120))
-        .send(method.clone(), &c.gateway(0), path, &[("x-api-key", key)], body)
+        .send(
+            method.clone(),
+            &c.gateway(0),
+            path,
+            &[("x-api-key", key)],
+            body,
+        )
         .await
         .expect("the gateway answers");
     assert!(
@@ -55,7 +67,10 @@ async fn sandbox(c: &Cluster, key: &str, template: &str) -> String {
 
 /// The top layer of the snapshot record `name` (by its team-given name).
 fn snapshot_layer(store: &Path, called: &str) -> (String, String) {
-    for e in std::fs::read_dir(store.join("templates")).expect("records").flatten() {
+    for e in std::fs::read_dir(store.join("templates"))
+        .expect("records")
+        .flatten()
+    {
         let t: serde_json::Value =
             serde_json::from_slice(&std::fs::read(e.path()).expect("a record")).expect("JSON");
         if t["snapshot"]["name"] == called {
@@ -94,7 +109,11 @@ fn listing(store: &Path) -> Vec<String> {
     let mut out = Vec::new();
     for sub in ["templates", "blobs", "rootfs"] {
         if let Ok(entries) = std::fs::read_dir(store.join(sub)) {
-            out.extend(entries.flatten().map(|e| format!("{sub}/{}", e.file_name().to_string_lossy())));
+            out.extend(
+                entries
+                    .flatten()
+                    .map(|e| format!("{sub}/{}", e.file_name().to_string_lossy())),
+            );
         }
     }
     out.sort();
@@ -125,7 +144,14 @@ async fn collecting_a_store_keeps_what_sandboxes_stack_and_drops_gone_teams() {
 
     // A snapshot, a sandbox stacking its layer, the snapshot deleted.
     let a = sandbox(&c, KEY, "base").await;
-    api(&c, KEY, Method::POST, &format!("/sandboxes/{a}/snapshots"), Some(serde_json::json!({"name": "gc-snap"}))).await;
+    api(
+        &c,
+        KEY,
+        Method::POST,
+        &format!("/sandboxes/{a}/snapshots"),
+        Some(serde_json::json!({"name": "gc-snap"})),
+    )
+    .await;
     let (_, layer) = snapshot_layer(&store, "gc-snap");
     let b = sandbox(&c, KEY, "gc-snap").await;
     api(&c, KEY, Method::DELETE, "/templates/gc-snap", None).await;
@@ -134,21 +160,47 @@ async fn collecting_a_store_keeps_what_sandboxes_stack_and_drops_gone_teams() {
 
     // Another team's snapshot, of a team that is then gone.
     let g = sandbox(&c, GONE_KEY, "base").await;
-    api(&c, GONE_KEY, Method::POST, &format!("/sandboxes/{g}/snapshots"), Some(serde_json::json!({"name": "theirs"}))).await;
+    api(
+        &c,
+        GONE_KEY,
+        Method::POST,
+        &format!("/sandboxes/{g}/snapshots"),
+        Some(serde_json::json!({"name": "theirs"})),
+    )
+    .await;
     let (theirs, their_layer) = snapshot_layer(&store, "theirs");
-    api(&c, GONE_KEY, Method::DELETE, &format!("/sandboxes/{g}"), None).await;
+    api(
+        &c,
+        GONE_KEY,
+        Method::DELETE,
+        &format!("/sandboxes/{g}"),
+        None,
+    )
+    .await;
 
     // Stacked by b: kept, however old.
     let out = gc(&store, &["--grace", "0s"]);
-    assert!(out.contains(&format!("kept {layer}")) && out.contains("stacks it"), "{out}");
+    assert!(
+        out.contains(&format!("kept {layer}")) && out.contains("stacks it"),
+        "{out}"
+    );
     assert!(blob.is_file());
-    assert!(store.join(format!("templates/{theirs}.json")).is_file(), "no team list: records stay");
+    assert!(
+        store.join(format!("templates/{theirs}.json")).is_file(),
+        "no team list: records stay"
+    );
 
     // b gone: a dry run says the layer would go, and nothing changes.
     api(&c, KEY, Method::DELETE, &format!("/sandboxes/{b}"), None).await;
-    let out = gc(&store, &["--grace", "0s", "--dry-run", "--keep-team", "team-a"]);
+    let out = gc(
+        &store,
+        &["--grace", "0s", "--dry-run", "--keep-team", "team-a"],
+    );
     assert!(out.contains(&format!("would remove {layer}")), "{out}");
-    assert!(out.contains(&format!("would remove record {theirs}")), "{out}");
+    assert!(
+        out.contains(&format!("would remove record {theirs}")),
+        "{out}"
+    );
     assert!(blob.is_file() && store.join(format!("templates/{theirs}.json")).is_file());
 
     // And it goes; the gone team's record and layer too; a is untouched.
@@ -159,11 +211,21 @@ async fn collecting_a_store_keeps_what_sandboxes_stack_and_drops_gone_teams() {
     assert!(!store.join(format!("blobs/{their_layer}.tar")).exists());
     assert!(store.join("templates/base.json").is_file());
     let alive = Http::default()
-        .send(Method::GET, &c.gateway(0), &format!("/sandboxes/{a}"), &[("x-api-key", KEY)], None)
+        .send(
+            Method::GET,
+            &c.gateway(0),
+            &format!("/sandboxes/{a}"),
+            &[("x-api-key", KEY)],
+            None,
+        )
         .await
         .expect("answers");
     assert_eq!(alive.status, StatusCode::OK);
 
     drop(c);
-    assert_eq!(listing(&machine_store()), machine_before, "the machine's store is as it was");
+    assert_eq!(
+        listing(&machine_store()),
+        machine_before,
+        "the machine's store is as it was"
+    );
 }

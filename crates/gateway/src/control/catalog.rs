@@ -222,8 +222,7 @@ pub(super) async fn put_all(app: &App, puts: &[(Template, bool, u64)]) -> Result
     }
     // The layers' sizes as recorded (a blob store is not asked again).
     for (put, (t, _, _)) in batch.iter_mut().zip(puts) {
-        if let (Some(r), Some((old, _))) = (put.record.as_mut(), get_record(app, &t.name).await?)
-        {
+        if let (Some(r), Some((old, _))) = (put.record.as_mut(), get_record(app, &t.name).await?) {
             r.layers = old.layers;
         }
     }

@@ -219,12 +219,18 @@ impl V2 {
                     q.forward = match v.as_ref() {
                         "forward" => true,
                         "backward" => false,
-                        _ => return Err(bad(format!("direction {v:?} is not forward or backward"))),
+                        _ => {
+                            return Err(bad(format!("direction {v:?} is not forward or backward")))
+                        }
                     }
                 }
                 "level" => match v.as_ref() {
                     "debug" | "info" | "warn" | "error" => q.min_level = rank(&v),
-                    _ => return Err(bad(format!("level {v:?} is not debug, info, warn or error"))),
+                    _ => {
+                        return Err(bad(format!(
+                            "level {v:?} is not debug, info, warn or error"
+                        )))
+                    }
                 },
                 "search" => {
                     if v.chars().count() > MAX_SEARCH {

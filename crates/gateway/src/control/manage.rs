@@ -47,9 +47,14 @@ fn name_of(id: &str) -> &str {
 /// Whether a team record is one of template `name`'s: a tag of it, or the
 /// named snapshot itself.
 fn of_template(t: &Template, name: &str) -> bool {
-    t.snapshot.as_ref().and_then(|s| s.name.as_deref()).is_some_and(|n| {
-        n == name || n.strip_prefix(name).is_some_and(|rest| rest.starts_with(':'))
-    })
+    t.snapshot
+        .as_ref()
+        .and_then(|s| s.name.as_deref())
+        .is_some_and(|n| {
+            n == name
+                || n.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(':'))
+        })
 }
 
 /// `team`'s records of template `name` (each tag; or its named snapshot),
@@ -90,9 +95,10 @@ async fn public_records(app: &App, name: &str) -> Result<Vec<Versioned>, ApiErro
 pub(super) async fn find_public(app: &App, id: &str) -> Result<Option<Versioned>, ApiError> {
     let called = id.rsplit('/').next().unwrap_or(id);
     let called = called.strip_suffix(":default").unwrap_or(called);
-    Ok(catalog::list_public(app).await?.into_iter().find(|(t, _)| {
-        t.snapshot.as_ref().and_then(|s| s.name.as_deref()) == Some(called)
-    }))
+    Ok(catalog::list_public(app)
+        .await?
+        .into_iter()
+        .find(|(t, _)| t.snapshot.as_ref().and_then(|s| s.name.as_deref()) == Some(called)))
 }
 
 /// Whether `team`'s template `name` is public (a new build or tag of it
@@ -221,7 +227,10 @@ pub(super) async fn visible(app: &App, team: &Team) -> Result<Vec<Described>, Ap
         for t in catalog::list(app, Some(&team.0), &[RecordKind::Built]).await? {
             if let Some(s) = t.snapshot.as_ref().filter(|s| s.team == team.0) {
                 if super::builds::is_built(&t) {
-                    out.push(describe(&s.name.clone().unwrap_or_else(|| t.name.clone()), &t));
+                    out.push(describe(
+                        &s.name.clone().unwrap_or_else(|| t.name.clone()),
+                        &t,
+                    ));
                 }
             }
         }

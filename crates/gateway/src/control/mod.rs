@@ -126,7 +126,10 @@ enum Endpoint {
     /// `/sandboxes/{id}/refreshes`: keep a sandbox alive.
     Refresh(String),
     /// `/sandboxes/{id}/logs` (v1) or `/v2/sandboxes/{id}/logs`.
-    SandboxLogs { id: String, v2: bool },
+    SandboxLogs {
+        id: String,
+        v2: bool,
+    },
     /// `/v2/templates`: the templates, paged.
     TemplatesV2,
     /// `/default-templates`: the operator's templates.
@@ -173,8 +176,14 @@ impl Endpoint {
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
             ["sandboxes", s, "network"] => Endpoint::Network(id(s)),
             ["sandboxes", s, "refreshes"] => Endpoint::Refresh(id(s)),
-            ["sandboxes", s, "logs"] => Endpoint::SandboxLogs { id: id(s), v2: false },
-            ["v2", "sandboxes", s, "logs"] => Endpoint::SandboxLogs { id: id(s), v2: true },
+            ["sandboxes", s, "logs"] => Endpoint::SandboxLogs {
+                id: id(s),
+                v2: false,
+            },
+            ["v2", "sandboxes", s, "logs"] => Endpoint::SandboxLogs {
+                id: id(s),
+                v2: true,
+            },
             ["v2", "templates"] => Endpoint::TemplatesV2,
             ["default-templates"] => Endpoint::DefaultTemplates,
             ["v2", "templates", t] => Endpoint::TemplateV2(id(t)),

@@ -36,7 +36,9 @@ struct Tag {
 async fn tags_of(app: &App, team: &Team, raw: &str) -> Result<(String, Vec<Tag>), ApiError> {
     let id = percent_encoding::percent_decode_str(raw)
         .decode_utf8()
-        .map_err(|_| ApiError::bad_request("invalid_template_id", "the template id is not UTF-8"))?;
+        .map_err(|_| {
+            ApiError::bad_request("invalid_template_id", "the template id is not UTF-8")
+        })?;
     let id = id.rsplit('/').next().unwrap_or(&id).to_string();
     let name = id.split(':').next().unwrap_or_default().to_string();
     super::snapshots::validate_name(&name)?;
@@ -101,8 +103,8 @@ async fn assignment(app: &App, team: &Team, t: &Tag) -> serde_json::Value {
         Err(_) => (t.assigned_ms, Some(t.assigned_ms)),
     };
     serde_json::json!({
-        "assignmentID": uuid_of(&format!("{}@{}", t.record.0.name, t.assigned_ms)),
-        "buildID": t.build_id,
+        "assignmentId": uuid_of(&format!("{}@{}", t.record.0.name, t.assigned_ms)),
+        "buildId": t.build_id,
         "assignedAt": rfc3339_ms(t.assigned_ms),
         "buildCreatedAt": rfc3339_ms(created),
         "buildFinishedAt": finished.map(rfc3339_ms),
@@ -176,8 +178,13 @@ pub(super) async fn groups(
     query: &str,
 ) -> Result<Response<Body>, ApiError> {
     let bad = |m: String| ApiError::bad_request("invalid_query", m);
-    let (mut assignments, mut page, mut from, mut search, mut sort) =
-        (6usize, 25usize, 0usize, None::<String>, "latest_desc".to_string());
+    let (mut assignments, mut page, mut from, mut search, mut sort) = (
+        6usize,
+        25usize,
+        0usize,
+        None::<String>,
+        "latest_desc".to_string(),
+    );
     for (k, v) in form_urlencoded::parse(query.as_bytes()) {
         match k.as_ref() {
             "assignmentLimit" => assignments = limit("assignmentLimit", &v, MAX_TAGS)?,

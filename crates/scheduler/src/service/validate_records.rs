@@ -292,7 +292,11 @@ fn snapshot(
             "{field}.public is only for a team's snapshot or built record with a name, not \
              a {} one{}",
             kind.as_str(),
-            if s.name.is_empty() { " without a name" } else { "" }
+            if s.name.is_empty() {
+                " without a name"
+            } else {
+                ""
+            }
         )));
     }
     Ok(Some(SnapshotMeta {

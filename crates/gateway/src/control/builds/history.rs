@@ -105,12 +105,18 @@ impl LogQuery {
                     q.forward = match v.as_ref() {
                         "forward" => true,
                         "backward" => false,
-                        _ => return Err(bad(format!("direction {v:?} is not forward or backward"))),
+                        _ => {
+                            return Err(bad(format!("direction {v:?} is not forward or backward")))
+                        }
                     }
                 }
                 "level" => match v.as_ref() {
                     "debug" | "info" | "warn" | "error" => q.min_level = rank(&v),
-                    _ => return Err(bad(format!("level {v:?} is not debug, info, warn or error"))),
+                    _ => {
+                        return Err(bad(format!(
+                            "level {v:?} is not debug, info, warn or error"
+                        )))
+                    }
                 },
                 // One log here: what the build wrote while it ran is what
                 // is kept.
@@ -251,8 +257,17 @@ mod tests {
         );
         let q = LogQuery::parse("cursor=5&limit=3&direction=backward&level=warn&source=persistent")
             .unwrap();
-        assert_eq!((q.cursor, q.limit, q.forward, q.min_level), (Some(5), 3, false, 2));
-        for bad in ["limit=101", "cursor=-1", "direction=x", "level=x", "source=x"] {
+        assert_eq!(
+            (q.cursor, q.limit, q.forward, q.min_level),
+            (Some(5), 3, false, 2)
+        );
+        for bad in [
+            "limit=101",
+            "cursor=-1",
+            "direction=x",
+            "level=x",
+            "source=x",
+        ] {
             assert!(LogQuery::parse(bad).is_err(), "{bad}");
         }
     }

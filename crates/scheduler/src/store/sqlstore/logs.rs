@@ -98,13 +98,12 @@ pub(super) async fn read(
     team: &str,
 ) -> Result<Vec<SandboxLogLine>> {
     let now = store.clock_ms().await?;
-    let rows: Vec<(i64, String, String, String, String)> =
-        sqlx::query_as(sql::READ_SANDBOX_LOG)
-            .bind(sandbox_id)
-            .bind(team)
-            .bind(now)
-            .fetch_all(&store.reader)
-            .await?;
+    let rows: Vec<(i64, String, String, String, String)> = sqlx::query_as(sql::READ_SANDBOX_LOG)
+        .bind(sandbox_id)
+        .bind(team)
+        .bind(now)
+        .fetch_all(&store.reader)
+        .await?;
     if rows.is_empty() {
         return Err(Error::NotFound(format!(
             "no logs of sandbox {sandbox_id} are kept for team {team}"
