@@ -374,7 +374,7 @@ mod tests {
             .put(&record(
                 "snap-a",
                 &root,
-                &[kept_layer.clone()],
+                std::slice::from_ref(&kept_layer),
                 Some("alive"),
             ))
             .unwrap();
@@ -382,7 +382,7 @@ mod tests {
             .put(&record(
                 "snap-b",
                 &root,
-                &[gone_team_layer.clone()],
+                std::slice::from_ref(&gone_team_layer),
                 Some("gone"),
             ))
             .unwrap();

@@ -120,8 +120,6 @@ async fn on_timeout_pause_without_auto_resume_stays_paused_on_requests() {
     run(&c, "paused_at_timeout_stays_paused").await;
 }
 
-/// The template store the test cluster's nodes and gateways share.
-
 /// A `tests/e2b/move.py` step through gateway `g` (0-based).
 async fn step(c: &Cluster, g: usize, name: &str, env: &[(&str, String)]) -> serde_json::Value {
     let gateway = format!("http://{}", c.gateway(g));

@@ -114,7 +114,7 @@ pub(super) async fn is_public(app: &App, team: &str, name: &str) -> Result<bool,
 /// another team's public one.
 enum Found {
     Own(Vec<Versioned>),
-    Operator(Template),
+    Operator(Box<Template>),
     Public(Vec<Versioned>),
 }
 
@@ -130,7 +130,7 @@ async fn find(app: &App, team: &Team, id: &str) -> Result<Found, ApiError> {
     }
     if let Some((t, _)) = catalog::get(app, name).await? {
         if t.snapshot.is_none() {
-            return Ok(Found::Operator(t));
+            return Ok(Found::Operator(Box::new(t)));
         }
     }
     let public = public_records(app, name).await?;
