@@ -461,8 +461,21 @@ async fn start_all(
 /// Whether the space-separated `args` name `flag` (`--flag V` or
 /// `--flag=V`).
 fn names(args: &str, flag: &str) -> bool {
-    args.split_whitespace()
-        .any(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    value_of(args, flag).is_some()
+}
+
+/// The value the space-separated `args` give `flag`, if they name it.
+fn value_of(args: &str, flag: &str) -> Option<String> {
+    let mut words = args.split_whitespace();
+    while let Some(a) = words.next() {
+        if a == flag {
+            return Some(words.next().unwrap_or_default().to_string());
+        }
+        if let Some(v) = a.strip_prefix(&format!("{flag}=")) {
+            return Some(v.to_string());
+        }
+    }
+    None
 }
 
 /// Starts `exe args` as `name`, and waits until it announced every
@@ -591,12 +604,14 @@ fn print_summary(
     println!("  export E2B_API_URL=http://{gw}");
     println!("  export E2B_SANDBOX_URL=http://{gw}");
     println!("  export E2B_API_KEY={api_key}");
-    println!("  export E2B_DOMAIN={}", sandbox_http.domain);
+    // The gateways' --domain, theirs when --gateway-args names one.
+    let domain =
+        value_of(&config.gateway_args, "--domain").unwrap_or_else(|| sandbox_http.domain.clone());
+    println!("  export E2B_DOMAIN={domain}");
     println!();
     println!(
         "A sandbox's ports open in a browser or with curl at get_host(port): \
-         http://8080-<sandbox id>.{}/",
-        sandbox_http.domain
+         http://8080-<sandbox id>.{domain}/"
     );
     if let Some(why) = &sandbox_http.why_not_80 {
         println!("  (not on port 80: {why}; the URLs carry the gateway's port)");
