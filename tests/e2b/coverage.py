@@ -27,13 +27,9 @@ import e2b.api.client.api as api_ops
 import e2b.volume.client.api as volume_ops
 from e2b.api.client.client import AuthenticatedClient
 
-# Operations whose issues have not landed (volumes, secrets): module paths
-# under e2b, by prefix.
-PENDING = (
-    "api.client.api.volumes.",
-    "api.client.api.secrets.",
-    "volume.client.api.",
-)
+# Operations whose issues have not landed (secrets): module paths under
+# e2b, by prefix.
+PENDING = ("api.client.api.secrets.",)
 
 API_URL = os.environ["E2B_API_URL"]
 API_KEY = os.environ["E2B_API_KEY"]

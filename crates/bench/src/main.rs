@@ -381,6 +381,7 @@ async fn create(c: Create) -> anyhow::Result<()> {
                     incarnation,
                     roster: Vec::new(),
                     cached_layers: vec![],
+                    ..Default::default()
                 })
                 .await
             }

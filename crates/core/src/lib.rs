@@ -19,6 +19,7 @@
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.
+//! - [`volume`]: volume ids, names and mount paths, checked alike everywhere.
 
 pub mod admin;
 pub mod backoff;
@@ -35,6 +36,7 @@ pub mod server;
 pub mod shutdown;
 pub mod time;
 pub mod upgrade;
+pub mod volume;
 
 /// Prints `"{component} {name} listening on {addr}"` to stdout and flushes.
 ///

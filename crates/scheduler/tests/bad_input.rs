@@ -215,6 +215,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation: 9,
         roster: vec![],
         cached_layers: vec![],
+        ..Default::default()
     };
     let cases: Vec<(pb::RegisterNodeRequest, &str)> = vec![
         (

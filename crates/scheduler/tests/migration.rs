@@ -32,13 +32,17 @@ async fn schema_version(db: &sqlx::AnyPool) -> i64 {
         .get::<i64, _>("v")
 }
 
+/// What schema 8 (`0008_volumes.sql`) added: its tables.
+const SCHEMA_8_TABLES: &[&str] = &["volumes", "volume_mounts"];
+
 /// The newest schema this scheduler knows.
 const NEWEST: i64 = 10;
 
 /// Takes a store this scheduler made back to schema 5. Migration 6 only
-/// adds tables and a counter, migration 7 a column, migration 10 a column
-/// with its index and a table, so what is left is what a scheduler of
-/// schema 5 would have written: its bindings, nodes, trust and quotas.
+/// adds tables and a counter, migration 7 a column, migration 8 tables and
+/// columns, migration 10 a column with its index and a table, so what is
+/// left is what a scheduler of schema 5 would have written: its bindings,
+/// nodes, trust and quotas.
 async fn back_to_schema_5(store: &TestStore) {
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
     assert_eq!(schema_version(&db).await, NEWEST);
@@ -48,7 +52,7 @@ async fn back_to_schema_5(store: &TestStore) {
     ] {
         sqlx::query(q).execute(&db).await.unwrap();
     }
-    for t in SCHEMA_6_TABLES {
+    for t in SCHEMA_6_TABLES.iter().chain(SCHEMA_8_TABLES) {
         sqlx::query(&format!("DROP TABLE {t}"))
             .execute(&db)
             .await
@@ -57,6 +61,8 @@ async fn back_to_schema_5(store: &TestStore) {
     for q in [
         "DELETE FROM counters WHERE name = 'record_version'",
         "ALTER TABLE nodes DROP COLUMN cached_layers",
+        "ALTER TABLE nodes DROP COLUMN volume_store",
+        "ALTER TABLE nodes DROP COLUMN volume_max_bytes",
         "DELETE FROM schema_migrations WHERE version >= 6",
     ] {
         sqlx::query(q).execute(&db).await.unwrap();
@@ -85,7 +91,7 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
         async move { (schema_version(&db).await == NEWEST).then_some(()) }
     })
     .await;
-    for version in [6, 7, 10] {
+    for version in [6, 7, 8, 10] {
         let applied: i64 = sqlx::query(&format!(
             "SELECT COUNT(*) AS n FROM schema_migrations WHERE version = {version}"
         ))
@@ -104,6 +110,7 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
         incarnation: 1,
         roster: vec![],
         cached_layers: vec![layer.clone()],
+        ..Default::default()
     })
     .await
     .unwrap();

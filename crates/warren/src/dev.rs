@@ -603,6 +603,7 @@ fn print_summary(
     println!();
     println!("  export E2B_API_URL=http://{gw}");
     println!("  export E2B_SANDBOX_URL=http://{gw}");
+    println!("  export E2B_VOLUME_API_URL=http://{gw}");
     println!("  export E2B_API_KEY={api_key}");
     // The gateways' --domain, theirs when --gateway-args names one.
     let domain =

@@ -54,15 +54,15 @@ async fn case(c: &Cluster, script: &str, name: &str) -> serde_json::Value {
 
 /// Each of the SDK's REST operations is served: none answers the gateway's
 /// unknown-route 404 (or a 405), and each answer parses as the SDK parses
-/// it. Only the volume and secret operations may be pending (their issues
-/// are open); one of those that is served fails the walk too.
+/// it. Only the secret operations may be pending (their issue is open);
+/// one of those that is served fails the walk too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_operation_of_the_sdks_rest_clients_is_served() {
     let c = cluster().await;
     let facts = case(&c, "coverage.py", "all").await;
     assert_eq!(facts["failed"], serde_json::json!([]), "{facts}");
-    // e2b 2.63.0's generated clients hold 56 operations; 16 are the
-    // volumes' and secrets' (pending until their issues land).
+    // e2b 2.63.0's generated clients hold 56 operations; 5 are the
+    // secrets' (pending until their issue lands).
     assert_eq!(facts["total"], 56, "the pinned SDK's operations: {facts}");
     assert_eq!(
         facts["served"].as_u64().unwrap_or(0) + facts["pending"].as_u64().unwrap_or(0),

@@ -437,6 +437,7 @@ async fn a_black_holed_node_costs_a_request_about_the_connect_timeout() {
             incarnation: 7,
             roster: vec![],
             cached_layers: vec![],
+            ..Default::default()
         })
         .await
         .expect("RegisterNode");

@@ -97,6 +97,7 @@ async fn register(c: &mut Client, node_id: &str) -> u64 {
         incarnation,
         roster: vec![],
         cached_layers: vec![],
+        ..Default::default()
     })
     .await
     .unwrap();

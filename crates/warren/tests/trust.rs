@@ -85,6 +85,7 @@ async fn register(
             incarnation: 7,
             roster: vec![],
             cached_layers: vec![],
+            ..Default::default()
         })
         .await
     })

@@ -195,6 +195,10 @@ pub struct NodeRegistration {
     pub roster: Vec<SandboxRef>,
     /// The layers its cache holds (see `nodes.cached_layers`).
     pub cached_layers: Vec<String>,
+    /// Its volume store: '' none, `local` or `shared`.
+    pub volume_store: String,
+    /// The size limit of each new volume in that store (0: none).
+    pub volume_max_bytes: u64,
 }
 
 /// How registrations and heartbeats judge a node, from the configuration.
@@ -246,6 +250,9 @@ pub struct PlaceSpec {
     pub lifecycle: Lifecycle,
     /// The team's quotas, checked in the same transaction as the insert.
     pub quota: Quota,
+    /// Volumes to mount (see `PlaceRequest.volume_mounts`); a fork's are
+    /// its parent's.
+    pub volume_mounts: Vec<super::MountRequest>,
 }
 
 /// A team's limits on new sandboxes; 0 means no limit.
@@ -263,6 +270,8 @@ pub struct Placed {
     pub binding: BindingRow,
     /// The idempotency key matched an earlier placement.
     pub existing: bool,
+    /// The volumes it mounts.
+    pub mounts: Vec<super::MountRow>,
 }
 
 /// A node-reported lifecycle event.

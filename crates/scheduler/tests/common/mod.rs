@@ -240,6 +240,7 @@ pub async fn register_with(
         incarnation,
         roster,
         cached_layers: vec![],
+        ..Default::default()
     })
     .await
     .unwrap()
