@@ -39,7 +39,7 @@ trap 'exit 130' INT TERM
 
 PORT="$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 KEY="bench_$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
-WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" "$BIN" dev --data-dir "$WORK/dev" --nodes 1 --runtime isolated \
+WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" "$BIN" dev --sandbox-http off --data-dir "$WORK/dev" --nodes 1 --runtime isolated \
   --listen "127.0.0.1:$PORT" >"$WORK/dev.out" 2>"$WORK/dev.err" &
 PID="$!"
 for _ in $(seq 1 1200); do

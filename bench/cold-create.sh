@@ -100,7 +100,7 @@ rm -f "$WORK/big.tar"
 KEY="bench_$(hex 8)"
 start_dev() {
   WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" WARREN_TEMPLATE_DIR="$STORE" "$BIN" dev \
-    --data-dir "$WORK/dev" --nodes 1 --runtime isolated --listen "127.0.0.1:0" \
+    --sandbox-http off --data-dir "$WORK/dev" --nodes 1 --runtime isolated --listen "127.0.0.1:0" \
     --gateway-args "$OPTS" --node-args "$OPTS --cache-dir $WORK/cache" \
     >"$WORK/dev.out" 2>"$WORK/dev.err" &
   DEV="$!"

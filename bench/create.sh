@@ -82,7 +82,7 @@ KEY="bench_$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 # description (create.py's --cluster) to $WORK/NAME.json.
 start() {
   local name="$1" node_args="$2"; shift 2
-  WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" "$BIN" dev --data-dir "$WORK/$name" --nodes 1 \
+  WARREN_LOG=warn WARREN_DEV_API_KEY="$KEY" "$BIN" dev --sandbox-http off --data-dir "$WORK/$name" --nodes 1 \
     --listen "127.0.0.1:$(free_port)" --node-args "$node_args" \
     --scheduler-args "--quota-sandboxes 100000" "$@" \
     >"$WORK/$name.out" 2>"$WORK/$name.err" &

@@ -57,8 +57,14 @@ def killed_is_gone():
     status, headers, body = health(sbx.sandbox_id)
     assert status == 502, (status, body)
     answer = json.loads(body)
-    assert "The sandbox was not found" in answer["message"], answer
+    # Exactly E2B's proxy's answer: clients compare the message.
+    gone = {"message": "The sandbox was not found", "sandboxId": sbx.sandbox_id, "code": 502}
+    assert answer == gone, answer
     assert headers.get("Should-Retry", headers.get("should-retry")) == "false", headers
+    # Host-routed, as a browser or `get_host()` reaches it: the same answer.
+    status, _, body = http("GET", "/health",
+                           {"Host": f"49983-{sbx.sandbox_id}.{sbx.sandbox_domain}"})
+    assert status == 502 and json.loads(body) == gone, (status, body)
 
     # A sandbox that never existed reads the same on the data plane; the
     # control plane still says 404.

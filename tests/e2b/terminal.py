@@ -119,7 +119,7 @@ def terminal():
     pid, master = pty.fork()
     if pid == 0:
         os.execv(warren, [warren, "dev", "--data-dir", data, "--listen", "127.0.0.1:0",
-                          "--nodes", "1", "--runtime", "isolated"])
+                          "--nodes", "1", "--runtime", "isolated", "--sandbox-http", "off"])
     term = Terminal(master)
     try:
         term.wait_for("Ctrl-C stops everything.", 240)

@@ -167,6 +167,40 @@ def malformed_sandbox_id_is_400_on_both_planes():
 
 
 @check
+def signed_upload_as_root_lands_in_roots_home():
+    # What E2B's docs show: a signed upload URL for `root`, a relative path,
+    # and a plain multipart POST to it. The URL's query is sent host-routed
+    # (`49983-<id>.<domain>`), as it is when no E2B_SANDBOX_URL is set.
+    sbx = STATE["sbx"]
+    url = sbx.upload_url("hello.txt", user="root", use_signature_expiration=60)
+    query = url[url.index("/files?"):]
+    boundary = "warren-check-boundary"
+    body = (
+        f"--{boundary}\r\n"
+        'Content-Disposition: form-data; name="file"; filename="hello.txt"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+        "hello from root's upload\r\n"
+        f"--{boundary}--\r\n"
+    ).encode()
+    status, answer = http(
+        "POST",
+        query,
+        {
+            "Host": f"49983-{sbx.sandbox_id}.{sbx.sandbox_domain}",
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+        },
+        body,
+    )
+    assert status == 200, (status, answer)
+    assert answer == [{"name": "hello.txt", "path": "/root/hello.txt", "type": "file"}], answer
+    got = sbx.files.read("/root/hello.txt", user="root")
+    assert got == "hello from root's upload", got
+    # The same relative path for `user` is in user's home.
+    sbx.files.write("hello.txt", "user's", user="user")
+    assert sbx.files.read("/home/user/hello.txt") == "user's"
+
+
+@check
 def kill_then_gone_on_both_planes():
     sbx = STATE["sbx"]
     assert sbx.kill() is True
@@ -182,7 +216,11 @@ def kill_then_gone_on_both_planes():
     # E2B's answer for a gone sandbox on the data plane, which the SDK reads
     # as "not running".
     assert status == 502, (status, body)
-    assert body["message"].startswith("The sandbox was not found"), body
+    assert body == {
+        "message": "The sandbox was not found",
+        "sandboxId": sbx.sandbox_id,
+        "code": 502,
+    }, body
     assert sbx.is_running() is False
     try:
         sbx.commands.run("echo still here")

@@ -28,9 +28,14 @@ impl ApiError {
     pub fn from_body(status: StatusCode, body: &[u8]) -> ApiError {
         let json: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
         let field = |k: &str| json.get(k).and_then(|v| v.as_str()).map(str::to_string);
+        // E2B's proxy's answer for a sandbox that is gone carries no
+        // `error_code`, only `sandboxId`: it is the same cause.
+        let gone = status == StatusCode::BAD_GATEWAY && json.get("sandboxId").is_some();
         ApiError {
             status,
-            error_code: field("error_code").unwrap_or_default(),
+            error_code: field("error_code")
+                .or_else(|| gone.then(|| "sandbox_not_found".to_string()))
+                .unwrap_or_default(),
             message: field("message")
                 .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(200).collect()),
         }

@@ -46,6 +46,37 @@ pub fn freeze_path(id: &str, action: &str, generation: u64) -> String {
     format!("{SANDBOXES}/{id}/{action}?generation={generation}")
 }
 
+/// `GET` a sandbox's log (answer [`SandboxLogs`]):
+/// `/_warren/v1/sandboxes/{id}/logs?generation=g`. The node reads what
+/// envd has written since it last asked first (bounded in time), then
+/// answers what it holds. A `DELETE` of the sandbox answers its log too.
+pub fn logs_path(id: &str, generation: u64) -> String {
+    format!("{SANDBOXES}/{id}/logs?generation={generation}")
+}
+
+/// One entry of a sandbox's log (E2B's `SandboxLogEntry`): envd's own
+/// events, its processes' starts and exits, the node's lifecycle events.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxLogEntry {
+    /// Milliseconds since the epoch.
+    pub at_ms: i64,
+    /// debug, info, warn or error.
+    pub level: String,
+    /// `envd`, `process`, `node`.
+    pub logger: String,
+    pub message: String,
+    #[serde(default)]
+    pub fields: BTreeMap<String, String>,
+}
+
+/// A sandbox's log as its node holds it, oldest first: the answer to
+/// `GET .../{id}/logs` and to a `DELETE` (what the sandbox's end leaves).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxLogs {
+    #[serde(default)]
+    pub entries: Vec<SandboxLogEntry>,
+}
+
 /// `POST` a snapshot of a sandbox (body [`CreateSnapshot`], answer
 /// [`SnapshotMade`]): `/_warren/v1/sandboxes/{id}/snapshot`.
 pub fn snapshot_path(id: &str) -> String {

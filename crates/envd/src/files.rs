@@ -176,7 +176,11 @@ async fn download(jail: &Jail, query: &Query, head: bool) -> Response<Body> {
             "the path query parameter is required",
         );
     };
-    let r = match jail.resolve(path, Follow::All) {
+    let user = match owner_of(jail, query) {
+        Ok(u) => u,
+        Err(e) => return unknown_user(e),
+    };
+    let r = match jail.resolve_for(path, Follow::All, user.as_ref()) {
         Ok(r) => r,
         Err(e) => return resolve_error(e),
     };
@@ -449,7 +453,9 @@ impl Sink {
         owner: Option<&crate::users::Identity>,
         metadata: &BTreeMap<String, String>,
     ) -> Result<Sink, Response<Body>> {
-        let r = jail.resolve(path, Follow::All).map_err(resolve_error)?;
+        let r = jail
+            .resolve_for(path, Follow::All, owner)
+            .map_err(resolve_error)?;
         if let Ok(meta) = tokio::fs::metadata(&r.host).await {
             if meta.is_dir() {
                 return Err(reply::error(

@@ -69,12 +69,13 @@ impl FilesystemService {
     async fn watch(
         &self,
         path: String,
+        user: Option<String>,
         recursive: bool,
         include_entry: bool,
     ) -> Result<Arc<Watcher>, ConnectError> {
         let shared = self.jail.clone();
         self.blocking(move |jail| {
-            let dir = resolve(jail, &path, Follow::All)?;
+            let dir = resolve(jail, &path, Follow::All, user.as_deref())?;
             let meta = std::fs::metadata(&dir.host).map_err(|e| io_error(&dir.client, e))?;
             if !meta.is_dir() {
                 return Err(ConnectError::invalid_argument(format!(
@@ -107,8 +108,17 @@ fn watch_error(e: WatchError) -> ConnectError {
     }
 }
 
-fn resolve(jail: &Jail, path: &str, follow: Follow) -> Result<Resolved, ConnectError> {
-    jail.resolve(path, follow).map_err(path_error)
+/// `path` as the request's `user` names it: relative paths and `~` start
+/// at that user's home (see [`Jail::resolve_for`]).
+fn resolve(
+    jail: &Jail,
+    path: &str,
+    follow: Follow,
+    user: Option<&str>,
+) -> Result<Resolved, ConnectError> {
+    let who = owner_of(jail, user)?;
+    jail.resolve_for(path, follow, who.as_ref())
+        .map_err(path_error)
 }
 
 /// The user a request creates files as (see [`crate::users`]).
@@ -130,12 +140,18 @@ fn stat(jail: &Jail, r: &Resolved) -> Result<EntryInfo, ConnectError> {
 impl Filesystem for FilesystemService {
     async fn stat(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         request: ServiceRequest<'_, StatRequest>,
     ) -> ServiceResult<StatResponse> {
         let path = request.path.to_string();
+        let user = crate::process::basic_user(&ctx);
         let entry = self
-            .blocking(move |jail| stat(jail, &resolve(jail, &path, Follow::NotLast)?))
+            .blocking(move |jail| {
+                stat(
+                    jail,
+                    &resolve(jail, &path, Follow::NotLast, user.as_deref())?,
+                )
+            })
             .await?;
         Response::ok(StatResponse {
             entry: entry.into(),
@@ -152,7 +168,7 @@ impl Filesystem for FilesystemService {
         let user = crate::process::basic_user(&ctx);
         let entry = self
             .blocking(move |jail| {
-                let r = resolve(jail, &path, Follow::All)?;
+                let r = resolve(jail, &path, Follow::All, user.as_deref())?;
                 match std::fs::metadata(&r.host) {
                     Ok(m) if m.is_dir() => {
                         return Err(ConnectError::already_exists(format!(
@@ -189,8 +205,8 @@ impl Filesystem for FilesystemService {
         let user = crate::process::basic_user(&ctx);
         let entry = self
             .blocking(move |jail| {
-                let from = resolve(jail, &source, Follow::NotLast)?;
-                let to = resolve(jail, &destination, Follow::NotLast)?;
+                let from = resolve(jail, &source, Follow::NotLast, user.as_deref())?;
+                let to = resolve(jail, &destination, Follow::NotLast, user.as_deref())?;
                 if from.client == "/" || to.client == "/" {
                     return Err(ConnectError::invalid_argument(
                         "cannot move the sandbox root",
@@ -216,15 +232,16 @@ impl Filesystem for FilesystemService {
 
     async fn list_dir(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         request: ServiceRequest<'_, ListDirRequest>,
     ) -> ServiceResult<ListDirResponse> {
         let path = request.path.to_string();
+        let user = crate::process::basic_user(&ctx);
         // E2B treats 0 (unset) as 1: the directory's own entries.
         let depth = request.depth.clamp(1, MAX_DEPTH);
         let entries = self
             .blocking(move |jail| {
-                let dir = resolve(jail, &path, Follow::All)?;
+                let dir = resolve(jail, &path, Follow::All, user.as_deref())?;
                 let meta = std::fs::metadata(&dir.host).map_err(|e| io_error(&dir.client, e))?;
                 if !meta.is_dir() {
                     return Err(ConnectError::invalid_argument(format!(
@@ -245,12 +262,13 @@ impl Filesystem for FilesystemService {
 
     async fn remove(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         request: ServiceRequest<'_, RemoveRequest>,
     ) -> ServiceResult<RemoveResponse> {
         let path = request.path.to_string();
+        let user = crate::process::basic_user(&ctx);
         self.blocking(move |jail| {
-            let r = resolve(jail, &path, Follow::NotLast)?;
+            let r = resolve(jail, &path, Follow::NotLast, user.as_deref())?;
             if r.client == "/" {
                 return Err(ConnectError::invalid_argument(
                     "refusing to remove the sandbox root",
@@ -286,7 +304,12 @@ impl Filesystem for FilesystemService {
         // `allow_network_mounts` needs nothing: warren's sandboxes have no
         // network file systems to refuse.
         let watcher = self
-            .watch(req.path, req.recursive, req.include_entry)
+            .watch(
+                req.path,
+                crate::process::basic_user(&ctx),
+                req.recursive,
+                req.include_entry,
+            )
             .await?;
         let keepalive = crate::process::keepalive_of(&ctx).unwrap_or(self.keepalive);
         let (tx, rx) = tokio::sync::mpsc::channel(16);
@@ -296,7 +319,7 @@ impl Filesystem for FilesystemService {
 
     async fn create_watcher(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         request: ServiceRequest<'_, CreateWatcherRequest>,
     ) -> ServiceResult<CreateWatcherResponse> {
         let req = request.to_owned_message();
@@ -306,7 +329,12 @@ impl Filesystem for FilesystemService {
             )));
         }
         let watcher = self
-            .watch(req.path, req.recursive, req.include_entry)
+            .watch(
+                req.path,
+                crate::process::basic_user(&ctx),
+                req.recursive,
+                req.include_entry,
+            )
             .await?;
         let id = format!("w{:016x}", rand_id());
         let pump = tokio::spawn(watcher.clone().pump()).abort_handle();

@@ -26,6 +26,8 @@
 //! - [`identity`]: the sandbox's hostname, given with its settings.
 //! - [`start`]: the template's start command and its readiness
 //!   (`GET /warren/start`).
+//! - [`events`]: envd's own log (its start, processes started and ended),
+//!   which the node reads for the sandbox's logs (`GET /warren/logs`).
 //! - [`trust`]: the sandbox's egress CA installed in its trust store.
 //! - [`rpc_error`]: errors as Connect codes (E2B's HTTP JSON errors are
 //!   `warren_core::body::error`).
@@ -36,6 +38,7 @@
 pub mod config;
 pub mod drain;
 pub mod entry;
+pub mod events;
 pub mod files;
 pub mod filesystem;
 pub mod identity;

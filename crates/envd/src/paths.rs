@@ -134,26 +134,41 @@ impl Jail {
     }
 
     /// The client's path made absolute and normalized: `~` and relative
-    /// paths start at home, `.` and empty components vanish, `..` climbs.
-    fn normalize(&self, path: &str) -> Result<String, PathError> {
+    /// paths start at `home`, `.` and empty components vanish, `..` climbs.
+    fn normalize(&self, path: &str, home: &str) -> Result<String, PathError> {
         if path.contains('\0') {
             return Err(PathError::Nul(path.to_string()));
         }
         let full = if path.is_empty() || path == "~" {
-            self.home.clone()
+            home.to_string()
         } else if let Some(rest) = path.strip_prefix("~/") {
-            format!("{}/{rest}", self.home)
+            format!("{home}/{rest}")
         } else if path.starts_with('/') {
             path.to_string()
         } else {
-            format!("{}/{path}", self.home)
+            format!("{home}/{path}")
         };
         normalize_absolute(&full).map_err(|_| PathError::Escape(path.to_string()))
     }
 
-    /// Resolves a client path to a host path inside the root.
+    /// Resolves a client path to a host path inside the root; relative
+    /// paths start at the jail's home (`--home`).
     pub fn resolve(&self, path: &str, follow: Follow) -> Result<Resolved, PathError> {
-        let client = self.normalize(path)?;
+        self.resolve_for(path, follow, None)
+    }
+
+    /// [`Jail::resolve`] for a request acting as `user`: its relative
+    /// paths and `~` start at that user's home, as E2B's envd resolves
+    /// them (`root`'s `hello.txt` is `/root/hello.txt`); without one (envd
+    /// does not switch users), at the jail's home.
+    pub fn resolve_for(
+        &self,
+        path: &str,
+        follow: Follow,
+        user: Option<&crate::users::Identity>,
+    ) -> Result<Resolved, PathError> {
+        let home = user.map_or(self.home.as_str(), |u| u.home.as_str());
+        let client = self.normalize(path, home)?;
         let mut todo: VecDeque<String> = components(&client).map(str::to_string).collect();
         let mut cur = self.root.clone();
         let mut links = 0;
@@ -260,19 +275,44 @@ mod tests {
     #[test]
     fn relative_and_tilde_paths_start_at_home() {
         let (_d, j) = jail();
+        let home = "/home/user";
         assert_eq!(
-            j.normalize("a.txt").ok().as_deref(),
+            j.normalize("a.txt", home).ok().as_deref(),
             Some("/home/user/a.txt")
         );
         assert_eq!(
-            j.normalize("~/a/./b").ok().as_deref(),
+            j.normalize("~/a/./b", home).ok().as_deref(),
             Some("/home/user/a/b")
         );
-        assert_eq!(j.normalize("").ok().as_deref(), Some("/home/user"));
+        assert_eq!(j.normalize("", home).ok().as_deref(), Some("/home/user"));
         assert_eq!(
-            j.normalize("/tmp/../etc//x").ok().as_deref(),
+            j.normalize("/tmp/../etc//x", home).ok().as_deref(),
             Some("/etc/x")
         );
+    }
+
+    /// A request acting as a user resolves relative paths in that user's
+    /// home (`root`'s `hello.txt` is `/root/hello.txt`), as E2B's envd.
+    #[test]
+    fn relative_paths_start_at_the_requesting_users_home() {
+        let (_d, j) = jail();
+        let root = crate::users::Identity {
+            name: "root".into(),
+            uid: 0,
+            gid: 0,
+            home: "/root".into(),
+        };
+        let r = j
+            .resolve_for("hello.txt", Follow::All, Some(&root))
+            .expect("inside");
+        assert_eq!(r.client, "/root/hello.txt");
+        assert!(r.host.ends_with("root/hello.txt"));
+        let r = j
+            .resolve_for("~/x", Follow::All, Some(&root))
+            .expect("inside");
+        assert_eq!(r.client, "/root/x");
+        let r = j.resolve_for("x", Follow::All, None).expect("inside");
+        assert_eq!(r.client, "/home/user/x");
     }
 
     #[test]

@@ -38,6 +38,9 @@ const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Where the template's start command is (`GET`).
 pub const START_PATH: &str = "/warren/start";
+/// envd's own log from a sequence number (`?after=N`; token required):
+/// [`crate::events::Page`].
+pub const LOGS_PATH: &str = "/warren/logs";
 
 /// A bound listener for the envd API.
 #[derive(Debug)]
@@ -70,6 +73,8 @@ struct App {
     connect: ConnectRpcService<Router>,
     /// Where the template's start command is.
     start: tokio::sync::watch::Receiver<crate::start::StartState>,
+    /// envd's own log (`GET /warren/logs`).
+    events: Arc<crate::events::EventLog>,
 }
 
 /// Serves the envd API on `listener` until `shutdown` resolves, then kills
@@ -122,11 +127,18 @@ pub async fn serve(
         // process itself keeps running and stays reattachable). Without
         // the header a stream runs until it ends.
         .with_deadline_policy(DeadlinePolicy::new().with_enforce_on_streams(true));
+    manager.events().record(
+        "info",
+        "envd",
+        "envd started",
+        [("envd_version", crate::ENVD_VERSION.to_string())],
+    );
     let app = Arc::new(App {
         jail,
         token: settings.access_token.clone(),
         connect,
         start,
+        events: manager.events().clone(),
     });
 
     // A Unix socket's path outlives the listener; it is removed at the end.
@@ -199,6 +211,15 @@ async fn route(app: &App, req: Request<Incoming>) -> Response<Body> {
     if path == START_PATH && req.method() == Method::GET {
         let state = app.start.borrow().clone();
         return reply::json(StatusCode::OK, &state);
+    }
+    if path == LOGS_PATH && req.method() == Method::GET {
+        let after = req
+            .uri()
+            .query()
+            .and_then(|q| q.split('&').find_map(|p| p.strip_prefix("after=")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        return reply::json(StatusCode::OK, &app.events.page(after));
     }
     if let Some(answer) = oversized_unary(&req) {
         drain::discard(req.into_body());

@@ -96,9 +96,23 @@ pub fn spawn(
         let end = run(&manager, &start, digest, &tx).await;
         match &end {
             StartState::Failed { message } => {
-                tracing::error!(%message, "the start command failed")
+                tracing::error!(%message, "the start command failed");
+                manager.events().record(
+                    "error",
+                    "envd",
+                    "Start command failed",
+                    [("error", message.clone())],
+                );
             }
-            _ => tracing::info!("the start command is ready"),
+            _ => {
+                tracing::info!("the start command is ready");
+                manager.events().record(
+                    "info",
+                    "envd",
+                    "Start command ready",
+                    [("cmd", start.cmd.clone())],
+                );
+            }
         }
         let _ = tx.send(end);
     });

@@ -44,7 +44,11 @@ pub struct Config {
     pub scheduler: Vec<String>,
 
     /// Sandbox domain: returned to the SDK as `domain` and used for host
-    /// routing `{port}-{sandboxId}.{domain}`.
+    /// routing `{port}-{sandboxId}.{domain}`. It may end in `:PORT` when
+    /// clients reach the gateway's sandbox traffic on a port other than
+    /// their scheme's (`localhost:3000`: the SDK's `get_host(8080)` is then
+    /// `8080-<id>.localhost:3000`, a URL a browser opens); routing matches
+    /// the name only.
     #[arg(long, env = "WARREN_GATEWAY_DOMAIN", default_value = "localhost")]
     pub domain: String,
 
@@ -210,6 +214,17 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 
+    /// More plain-HTTP listeners serving exactly what --listen serves
+    /// (e.g. loopback port 80, where a browser sends
+    /// `http://{port}-{id}.localhost/`: `warren dev` binds it where it can).
+    /// Comma-separated; none by default.
+    #[arg(
+        long = "http-listen",
+        env = "WARREN_GATEWAY_HTTP_LISTEN",
+        value_delimiter = ','
+    )]
+    pub http_listen: Vec<SocketAddr>,
+
     /// Addresses for public TLS listeners (HTTPS, HTTP/1.1 and h2 by
     /// ALPN): the same API and sandbox traffic as --listen, with TLS ended
     /// here, so a sandbox is reachable at `https://{port}-{id}.{domain}`.
@@ -286,8 +301,13 @@ pub struct Config {
 pub struct Settings {
     /// Scheduler endpoints in failover order (each with a scheme).
     pub schedulers: Vec<String>,
-    /// Lower-cased sandbox domain.
+    /// Lower-cased sandbox domain, the name host routing matches.
     pub domain: String,
+    /// What SDKs are told the domain is (`domain`, with `:PORT` when
+    /// `--domain` named one).
+    pub advertised_domain: String,
+    /// More plain-HTTP listeners (`--http-listen`).
+    pub http_listen: Vec<SocketAddr>,
     /// API key → team.
     pub api_keys: ApiKeys,
     /// TCP connect timeout towards nodes and schedulers.
@@ -367,11 +387,24 @@ impl Config {
         let schedulers = warren_proto::client::parse_urls(&self.scheduler)
             .map_err(|e| invalid(format!("--scheduler: {e}")))?;
 
-        let domain = self
-            .domain
-            .trim()
-            .trim_end_matches('.')
-            .to_ascii_lowercase();
+        let full = self.domain.trim().to_ascii_lowercase();
+        let (name, port) = match full.rsplit_once(':') {
+            Some((n, p)) => match p.parse::<u16>() {
+                Ok(p) if p > 0 => (n.to_string(), Some(p)),
+                _ => {
+                    return Err(invalid(format!(
+                        "--domain {:?}: {p:?} is not a port (1 to 65535)",
+                        self.domain
+                    )))
+                }
+            },
+            None => (full.clone(), None),
+        };
+        let domain = name.trim_end_matches('.').to_string();
+        let advertised_domain = match port {
+            Some(p) => format!("{domain}:{p}"),
+            None => domain.clone(),
+        };
         let domain_ok = !domain.is_empty()
             && domain.split('.').all(|label| {
                 !label.is_empty()
@@ -381,7 +414,8 @@ impl Config {
             });
         if !domain_ok {
             return Err(invalid(format!(
-                "--domain {:?} is not a DNS name (labels of [a-z0-9-] separated by dots)",
+                "--domain {:?} is not a DNS name (labels of [a-z0-9-] separated by dots, \
+                 optionally :PORT)",
                 self.domain
             )));
         }
@@ -533,6 +567,8 @@ impl Config {
             public_tls,
             schedulers,
             domain,
+            advertised_domain,
+            http_listen: self.http_listen.clone(),
             api_keys,
             connect_timeout: self.connect_timeout,
             dead_node_timeout: self.dead_node_timeout,

@@ -30,6 +30,10 @@ pub struct ApiError {
     /// Sent as `Should-Retry` when set: the e2b SDK retries 502/503/504
     /// unless told not to.
     pub should_retry: Option<bool>,
+    /// Set on [`ApiError::sandbox_gone`] only: the body is then exactly
+    /// E2B's proxy's, `{"message", "sandboxId", "code"}` (clients compare
+    /// the message), without `error_code`.
+    pub gone_sandbox: Option<String>,
 }
 
 #[derive(serde::Serialize)]
@@ -38,6 +42,18 @@ struct ErrorBody<'a> {
     error_code: &'a str,
     message: &'a str,
 }
+
+/// E2B's proxy's answer for a sandbox that is not there (any more).
+#[derive(serde::Serialize)]
+struct GoneBody<'a> {
+    message: &'a str,
+    #[serde(rename = "sandboxId")]
+    sandbox_id: &'a str,
+    code: u16,
+}
+
+/// The message of [`ApiError::sandbox_gone`], exactly E2B's.
+pub const SANDBOX_GONE_MESSAGE: &str = "The sandbox was not found";
 
 impl ApiError {
     /// An error with this status, stable code and message.
@@ -48,6 +64,7 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
             should_retry: None,
+            gone_sandbox: None,
         }
     }
 
@@ -86,17 +103,17 @@ impl ApiError {
     /// The SDKs read a `502` whose message has "was not found" as "gone"
     /// (`is_running()` is false, a cut stream says the sandbox "was killed
     /// or reached its end of life"); a `404` would be the sandbox's own.
-    /// `Should-Retry: false`: the SDK retries other 502s.
+    /// `Should-Retry: false`: the SDK retries other 502s. The body is
+    /// exactly E2B's: `{"message": "The sandbox was not found",
+    /// "sandboxId": "<id>", "code": 502}`.
     pub fn sandbox_gone(id: &str) -> Self {
         let mut e = Self::new(
             StatusCode::BAD_GATEWAY,
             "sandbox_not_found",
-            format!(
-                "The sandbox was not found: sandbox {id} does not exist (it was killed, \
-                 or reached its timeout)"
-            ),
+            SANDBOX_GONE_MESSAGE,
         );
         e.should_retry = Some(false);
+        e.gone_sandbox = Some(id.to_string());
         e
     }
 
@@ -257,14 +274,24 @@ impl ApiError {
 
     /// The JSON response.
     pub fn into_response(self) -> Response<Body> {
-        let mut r = json(
-            self.status,
-            &ErrorBody {
-                code: self.status.as_u16(),
-                error_code: self.error_code,
-                message: &self.message,
-            },
-        );
+        let mut r = match &self.gone_sandbox {
+            Some(id) => json(
+                self.status,
+                &GoneBody {
+                    message: &self.message,
+                    sandbox_id: id,
+                    code: self.status.as_u16(),
+                },
+            ),
+            None => json(
+                self.status,
+                &ErrorBody {
+                    code: self.status.as_u16(),
+                    error_code: self.error_code,
+                    message: &self.message,
+                },
+            ),
+        };
         if let Some(secs) = self.retry_after {
             r.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -284,6 +311,15 @@ impl ApiError {
 mod tests {
     use super::*;
 
+    fn futures_body(r: Response<Body>) -> serde_json::Value {
+        use http_body_util::BodyExt;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let bytes = rt.block_on(r.into_body().collect()).unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
     #[test]
     fn classifies_scheduler_statuses() {
         let mut st = tonic::Status::failed_precondition("lost");
@@ -302,9 +338,14 @@ mod tests {
         let gone = ApiError::from_scheduler(&tonic::Status::not_found("x"), Some("abc"))
             .on_data_plane("abc");
         assert_eq!(gone.status, StatusCode::BAD_GATEWAY);
-        assert!(gone.message.starts_with("The sandbox was not found"));
+        assert_eq!(gone.message, "The sandbox was not found");
         let r = gone.into_response();
         assert_eq!(r.headers()["should-retry"], "false");
+        let body = futures_body(r);
+        assert_eq!(
+            body,
+            serde_json::json!({"message": "The sandbox was not found", "sandboxId": "abc", "code": 502})
+        );
 
         let e = ApiError::from_scheduler(&tonic::Status::unavailable("down"), Some("abc"));
         assert_eq!(e.status, StatusCode::SERVICE_UNAVAILABLE);

@@ -90,6 +90,16 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let mut http_listeners = Vec::new();
+    for addr in &settings.http_listen {
+        let tcp = TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "cannot listen on {addr} (--http-listen; ports below 1024 need root or \
+                 CAP_NET_BIND_SERVICE)"
+            )
+        })?;
+        http_listeners.push(tcp);
+    }
     let mut tls_listeners = Vec::new();
     for addr in settings.public_tls.iter().flat_map(|t| &t.listen) {
         let tcp = TcpListener::bind(addr).await.with_context(|| {
@@ -106,7 +116,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     run_trusted(
         settings,
         trust,
-        listener,
+        std::iter::once(listener).chain(http_listeners).collect(),
         tls_listeners,
         admin,
         warren_core::shutdown::signal(),
@@ -117,11 +127,12 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
 /// Runs a gateway on already-bound listeners until `shutdown` resolves, then
 /// turns readiness off, stops accepting, and drains in-flight requests for
 /// up to `settings.drain_timeout`. Announces the listeners on stdout.
-/// `tls_listeners` are served with `settings.public_tls`'s certificate
-/// (none when it is off).
+/// `listeners` are plain HTTP (the first is `--listen`, announced `http`;
+/// the others `http-2`, ...); `tls_listeners` are served with
+/// `settings.public_tls`'s certificate (none when it is off).
 pub async fn run(
     settings: Settings,
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     tls_listeners: Vec<TcpListener>,
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
@@ -130,7 +141,7 @@ pub async fn run(
     run_trusted(
         settings,
         trust,
-        listener,
+        listeners,
         tls_listeners,
         admin_listener,
         shutdown,
@@ -142,7 +153,7 @@ pub async fn run(
 async fn run_trusted(
     settings: Settings,
     trust: Option<Arc<warren_trust::Trust>>,
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     tls_listeners: Vec<TcpListener>,
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
@@ -189,6 +200,10 @@ async fn run_trusted(
         })?,
     );
 
+    let mut listeners = listeners.into_iter();
+    let listener = listeners
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("the gateway needs a listener"))?;
     {
         let mut at = listener.local_addr()?;
         if at.ip().is_unspecified() {
@@ -203,6 +218,10 @@ async fn run_trusted(
     warren_core::announce("gateway", "http", listener.local_addr()?);
     // Metrics label every TLS listener `https`.
     let mut publics = vec![(server::Public::plain(listener), "http")];
+    for (i, tcp) in listeners.enumerate() {
+        warren_core::announce("gateway", &format!("http-{}", i + 2), tcp.local_addr()?);
+        publics.push((server::Public::plain(tcp), "http"));
+    }
     for (i, tcp) in tls_listeners.into_iter().enumerate() {
         // The first is `https`, any others `https-2`, `https-3`, ...
         let name = match i {

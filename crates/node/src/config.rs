@@ -216,6 +216,15 @@ pub struct Config {
     /// 5 s; 56 bytes each, so about 40 KiB per sandbox).
     #[arg(long, env = "WARREN_NODE_METRICS_SAMPLES", default_value_t = 720)]
     pub metrics_samples: usize,
+    /// Most entries of a sandbox's log (envd's events, its processes'
+    /// starts and exits, the node's lifecycle events) kept on this node
+    /// while it runs, the oldest dropped first; what is left at its end
+    /// goes to the scheduler with its DELETE (which keeps at most 1000).
+    #[arg(long, env = "WARREN_NODE_SANDBOX_LOG_ENTRIES", default_value_t = 1000)]
+    pub sandbox_log_entries: usize,
+    /// Most bytes of a sandbox's log kept on this node (text and fields).
+    #[arg(long, env = "WARREN_NODE_SANDBOX_LOG_BYTES", default_value_t = 512 * 1024)]
+    pub sandbox_log_bytes: usize,
     /// Output each process keeps for reattaching clients (passed to envd).
     #[arg(long, env = "WARREN_NODE_MAX_OUTPUT_BYTES", default_value_t = 16 << 20)]
     pub max_output_bytes: u64,
@@ -313,6 +322,8 @@ pub struct Settings {
     pub metrics_interval: Duration,
     /// Most metrics samples kept per sandbox.
     pub metrics_samples: usize,
+    /// What each sandbox's log may hold.
+    pub log_bounds: crate::logs::Bounds,
     pub envd_start_timeout: Duration,
     pub drain_timeout: Duration,
     pub shutdown_delay: Duration,
@@ -438,6 +449,16 @@ impl Config {
         }
         if !(1..=1_000_000).contains(&self.metrics_samples) {
             return Err(invalid("--metrics-samples must be between 1 and 1000000"));
+        }
+        if !(1..=100_000).contains(&self.sandbox_log_entries) {
+            return Err(invalid(
+                "--sandbox-log-entries must be between 1 and 100000",
+            ));
+        }
+        if !(4096..=(64 << 20)).contains(&self.sandbox_log_bytes) {
+            return Err(invalid(
+                "--sandbox-log-bytes must be between 4096 and 67108864",
+            ));
         }
         if self.envd_start_timeout < Duration::from_millis(100) {
             return Err(invalid("--envd-start-timeout must be at least 100ms"));
@@ -581,6 +602,10 @@ impl Config {
             max_output_bytes: self.max_output_bytes,
             metrics_interval: self.metrics_interval,
             metrics_samples: self.metrics_samples,
+            log_bounds: crate::logs::Bounds {
+                entries: self.sandbox_log_entries,
+                bytes: self.sandbox_log_bytes,
+            },
             envd_start_timeout: self.envd_start_timeout,
             drain_timeout: self.drain_timeout,
             shutdown_delay: self.shutdown_delay,

@@ -1,6 +1,9 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
 //! create, fork, pause, resume, snapshot, network update, delete, list under `/_warren/v1/sandboxes`,
-//! a sandbox's metrics (`GET .../{id}/metrics`, [`crate::samples`]), `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed), and volumes under `/_warren/v1/volumes` ([`crate::volumes::http`]).
+//! a sandbox's metrics (`GET .../{id}/metrics`, [`crate::samples`]), its
+//! log (`GET .../{id}/logs`, [`crate::logs`]; a delete answers it too),
+//! `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed),
+//! and volumes under `/_warren/v1/volumes` ([`crate::volumes::http`]).
 
 use crate::http::{not_found_marker, Shared};
 use crate::sandbox::state::{CreateSandbox, ForkSandbox};
@@ -101,6 +104,20 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
                 Err(e) => node_error(e),
             }
         }
+        (Method::GET, false, [id, "logs"]) => {
+            let generation = match query_generation(req.uri().query()) {
+                Ok(Some(g)) => g,
+                Ok(None) => return error(StatusCode::BAD_REQUEST, "logs need ?generation="),
+                Err(msg) => return error(StatusCode::BAD_REQUEST, msg),
+            };
+            match shared.registry.logs(id, generation).await {
+                Ok(entries) => json(
+                    StatusCode::OK,
+                    &warren_core::node_api::SandboxLogs { entries },
+                ),
+                Err(e) => node_error(e),
+            }
+        }
         (Method::GET, false, [id, "metrics"]) => {
             shared
                 .samples
@@ -140,7 +157,11 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
                 .delete(id, generation, "deleted by the API")
                 .await
             {
-                Ok(_) => warren_core::body::status(StatusCode::NO_CONTENT),
+                // Its log at its end, for the gateway's DELETE report.
+                Ok((_, entries)) => json(
+                    StatusCode::OK,
+                    &warren_core::node_api::SandboxLogs { entries },
+                ),
                 Err(e) => node_error(e),
             }
         }

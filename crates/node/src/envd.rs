@@ -72,6 +72,16 @@ async fn get(
     path: &str,
     token: Option<&str>,
 ) -> Result<(http::StatusCode, Bytes), String> {
+    get_bounded(sock, path, token, 64 << 10).await
+}
+
+/// [`get`] with an answer of at most `max` bytes.
+pub async fn get_bounded(
+    sock: &Path,
+    path: &str,
+    token: Option<&str>,
+    max: usize,
+) -> Result<(http::StatusCode, Bytes), String> {
     let stream = connect_api(sock)
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", sock.display()))?;
@@ -90,7 +100,7 @@ async fn get(
             .await
             .map_err(|e| format!("envd {path} failed: {e}"))?;
         let status = resp.status();
-        let body = http_body_util::Limited::new(resp.into_body(), 64 << 10)
+        let body = http_body_util::Limited::new(resp.into_body(), max)
             .collect()
             .await
             .map_err(|e| format!("envd {path}: reading the answer: {e}"))?

@@ -25,6 +25,8 @@
 //! - [`metrics`]: `warren_node_*` metrics.
 //! - [`samples`]: sandbox metrics (E2B's): the sampler and its bounded
 //!   per-sandbox rings.
+//! - [`logs`]: each sandbox's log (E2B's sandbox logs): envd's entries
+//!   and the node's, bounded, handed on with the sandbox's DELETE.
 //! - [`volumes`]: the volume store (`--volume-dir`): E2B's persistent
 //!   volumes, their content calls (confined to each volume) and what a
 //!   sandbox that mounts one is given.
@@ -58,6 +60,7 @@ pub mod control;
 pub mod envd;
 pub mod http;
 pub mod link;
+pub mod logs;
 pub mod metrics;
 pub mod proxy;
 pub mod runtime;
@@ -293,6 +296,7 @@ pub async fn run(
             caps: settings.caps,
             warm_pool: settings.warm_pool.clone(),
             warm_pool_beyond_capacity: settings.warm_pool_beyond_capacity,
+            log_bounds: settings.log_bounds,
         },
         runtime.clone(),
         metrics.clone(),

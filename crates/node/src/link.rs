@@ -213,6 +213,7 @@ impl Link {
                         generation: gen,
                         r#type: pb::EventType::Pause as i32,
                         paused_record,
+                        logs: Vec::new(),
                     }],
                 };
                 let result = match link.report(&req).await {
@@ -345,6 +346,17 @@ impl Link {
                             EventKind::Delete => pb::EventType::Delete,
                         } as i32,
                         paused_record: None,
+                        logs: e
+                            .logs
+                            .iter()
+                            .map(|l| pb::SandboxLogEntry {
+                                at_ms: l.at_ms,
+                                level: l.level.clone(),
+                                logger: l.logger.clone(),
+                                message: l.message.clone(),
+                                fields: l.fields.clone().into_iter().collect(),
+                            })
+                            .collect(),
                     })
                     .collect(),
             };

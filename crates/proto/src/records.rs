@@ -65,6 +65,7 @@ pub fn to_record(
                 settings_json: p.settings.to_string(),
                 own_layers: p.own_layers.clone(),
             }),
+            public: s.public,
         }),
         created_at_ms: i64::try_from(t.created_at_ms).unwrap_or(0),
         updated_at_ms: 0,
@@ -104,6 +105,7 @@ pub fn from_record(r: pb::TemplateRecord) -> Result<Template, String> {
                     own_layers: p.own_layers,
                 }),
             },
+            public: s.public,
         }),
     };
     Ok(Template {
@@ -144,6 +146,7 @@ mod tests {
                     settings: serde_json::json!({"private_ports": true}),
                     own_layers: vec![format!("sha256-{}", "b".repeat(64))],
                 }),
+                public: false,
             }),
             images: vec!["ubuntu:22.04".into()],
         };

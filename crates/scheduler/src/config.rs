@@ -93,6 +93,21 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_PAUSED_RETENTION", default_value = "0s", value_parser = parse_duration)]
     pub paused_retention: Duration,
 
+    /// How long an ended sandbox's logs (what its node held at its end)
+    /// are kept for `GET /sandboxes/{id}/logs`.
+    #[arg(long, env = "WARREN_SCHEDULER_SANDBOX_LOG_RETENTION", default_value = "168h", value_parser = parse_duration)]
+    pub sandbox_log_retention: Duration,
+
+    /// What one team's kept logs of ended sandboxes may take in the store
+    /// (each line its text plus 64 bytes); past it the team's oldest ended
+    /// sandboxes' logs go first. 0: no bound.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_SANDBOX_LOG_TEAM_BYTES",
+        default_value_t = 64 << 20
+    )]
+    pub sandbox_log_team_bytes: u64,
+
     /// How many binding changes are kept for WatchBindings resumes.
     #[arg(
         long,

@@ -320,6 +320,10 @@ async fn serve_store(
             },
             heartbeat_interval: config.heartbeat_interval(),
             secure: grpc.is_tls(),
+            logs: service::LogSettings {
+                retention: config.sandbox_log_retention,
+                team_max_bytes: config.sandbox_log_team_bytes,
+            },
         },
         config.quotas()?,
         metrics,

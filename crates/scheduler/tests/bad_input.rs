@@ -79,6 +79,7 @@ async fn malformed_sandbox_ids_are_rejected_everywhere(store: TestStore) {
                     generation: 1,
                     r#type: EventType::Delete as i32,
                     paused_record: None,
+                    logs: Vec::new(),
                 }],
             })
             .await;
@@ -154,6 +155,7 @@ async fn bad_generations_and_fences_change_nothing(store: TestStore) {
         generation: p.generation,
         r#type: EventType::Delete as i32,
         paused_record: None,
+        logs: Vec::new(),
     };
     let future = pb::SandboxEvent {
         generation: p.generation + 1000,

@@ -1,6 +1,7 @@
-//! A store an older scheduler left (schema 5, before the records and the
-//! nodes' cached layers) is migrated by this one at start, on both
-//! backends: what it held is still there, and the records work in it.
+//! A store an older scheduler left (schema 5, before the records, the
+//! nodes' cached layers, public templates and ended sandboxes' logs) is
+//! migrated by this one at start, on both backends: what it held is still
+//! there, and the records work in it.
 // Each file under tests/ is its own crate and sees every dependency of the
 // package; the ones only the library or other test files use are not unused.
 #![allow(unused_crate_dependencies)]
@@ -32,23 +33,25 @@ async fn schema_version(db: &sqlx::AnyPool) -> i64 {
 }
 
 /// The newest schema this scheduler knows.
-const LATEST: i64 = 9;
+const LATEST: i64 = 10;
 /// The migrations past schema 5 it applies.
-const SINCE_5: &[i64] = &[6, 7, 8, 9];
+const SINCE_5: &[i64] = &[6, 7, 8, 9, 10];
 /// What schema 8 (`0008_volumes.sql`) added: its tables.
 const SCHEMA_8_TABLES: &[&str] = &["volumes", "volume_mounts"];
 
 /// Takes a store this scheduler made back to schema 5. Migration 6 only
 /// adds tables and a counter, migration 7 a column, migration 8 tables and
-/// columns, migration 9 a table and a column, so what is left is what a
-/// scheduler of schema 5 would have written: its bindings, nodes, trust and
-/// quotas.
+/// columns, migration 9 a table and a column, migration 10 a column with
+/// its index and a table, so what is left is what a scheduler of schema 5
+/// would have written: its bindings, nodes, trust and quotas.
 async fn back_to_schema_5(store: &TestStore) {
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
     assert_eq!(schema_version(&db).await, LATEST);
     for q in [
         "DROP TABLE secrets",
         "ALTER TABLE bindings DROP COLUMN egress_ca",
+        "DROP TABLE sandbox_logs",
+        "DROP INDEX template_records_public_name",
     ] {
         sqlx::query(q).execute(&db).await.unwrap();
     }

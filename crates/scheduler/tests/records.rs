@@ -64,6 +64,7 @@ fn teams(name: &str, kind: RecordKind, team: &str, layers: &[(u64, u64)]) -> pb:
             source_sandbox: "abc123".into(),
             node_id: "node-a".into(),
             paused: None,
+            public: false,
         }),
         ..Default::default()
     }
@@ -411,11 +412,12 @@ async fn two_replicas_racing_on_one_record_one_wins(store: TestStore) {
     assert_eq!(replaced.len(), 1, "exactly one replace wins");
     let now = get_record(&mut c, "snap-race", "").await.unwrap();
     assert_eq!(now, replaced[0]);
-    // Its layers are the winner's only: deleting it notes exactly those.
+    // Its layers are the winner's only: deleting it notes exactly those
+    // (and its root, which no record names any more).
     let notes = delete(&mut c, &[("snap-race", now.version)], "")
         .await
         .unwrap();
-    assert_eq!(notes, [now.layers[0].digest.clone()]);
+    assert_eq!(notes, [now.digest.clone(), now.layers[0].digest.clone()]);
 
     // Two tag batches racing to point {v1, v2} and {v2, v3} at two builds
     // (two layers): one wins whole, the other leaves nothing.
@@ -505,7 +507,9 @@ async fn two_gateways_racing_to_tag_and_delete_one_template_one_wins(store: Test
                 deleted += 1;
                 assert_eq!(e.code(), Code::Aborted, "{e}");
                 assert!(e.message().contains("another writer deleted it"), "{e}");
-                assert_eq!(notes, [blob(1000 + round)]);
+                // The layer; and the root when no other record names it.
+                let layers: Vec<&String> = notes.iter().filter(|d| **d != blob(1)).collect();
+                assert_eq!(layers, [&blob(1000 + round)]);
                 assert_status(now, Code::NotFound, "snap-app-v1");
             }
             other => panic!("exactly one of the tag and the delete must win: {other:?}"),
@@ -865,6 +869,7 @@ async fn report(
             generation: p.generation,
             r#type: kind as i32,
             paused_record: record,
+            logs: Vec::new(),
         }],
     })
     .await

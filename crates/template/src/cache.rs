@@ -83,6 +83,14 @@ impl Lease {
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    /// A lease on the tree at `path` held by `lock` (a shared `flock`).
+    pub(crate) fn new(path: PathBuf, lock: Flock<File>) -> Lease {
+        Lease {
+            path,
+            _lock: Arc::new(lock),
+        }
+    }
 }
 
 /// What an eviction pass did.

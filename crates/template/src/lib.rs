@@ -12,12 +12,15 @@
 //!   and importing a root filesystem tarball (what `docker export` writes).
 //! - [`unused`]: layers whose last record went, noted until whoever can
 //!   prove nothing stacks them removes them.
+//! - [`gc`]: collecting what no record names (after a grace period, never
+//!   what a sandbox of the host stacks), and the records of gone teams.
 
 // Tests may unwrap: a panic there is a test failure with a message.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod build;
 pub mod cache;
+pub mod gc;
 pub mod spec;
 pub mod store;
 pub mod unused;

@@ -83,6 +83,11 @@ pub struct Snapshot {
     /// call finds, lists or uses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<Paused>,
+    /// Published by its team (E2B's `public`, `PATCH /templates/{id}`):
+    /// every team lists and uses it by its `name`; only its team changes
+    /// or deletes it. At most one team's template is public under a name.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub public: bool,
 }
 
 /// What a filesystem-only pause recorded to boot the sandbox again on
@@ -209,10 +214,21 @@ impl Store {
         Ok(digest)
     }
 
-    /// Records `template` under its name (replacing an older record).
+    /// Records `template` under its name (replacing an older record). An
+    /// operator template built again notes its old root and layers
+    /// (`crate::unused`): they go once nothing names or stacks them.
     pub fn put(&self, template: &Template) -> Result<(), TemplateError> {
         crate::validate_name(&template.name)?;
         template.defaults.validate()?;
+        if template.snapshot.is_none() {
+            if let Ok(old) = self.get(&template.name) {
+                let gone: Vec<String> = std::iter::once(old.digest)
+                    .chain(old.layers)
+                    .filter(|d| *d != template.digest && !template.layers.contains(d))
+                    .collect();
+                self.note_unused(&gone)?;
+            }
+        }
         let path = self.record_path(&template.name);
         let tmp = self.scratch("record");
         let body = serde_json::to_vec_pretty(template)

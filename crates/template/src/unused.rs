@@ -11,8 +11,10 @@
 //! every node has said its sandboxes do not stack it). A noted layer that
 //! a record names again stays, noted, until no record does.
 //!
-//! Only layers are noted, never a template's root (`digest`): roots are
-//! the operator's (`warren template`).
+//! A record's end notes its layers; an operator template built again under
+//! its name notes its old root ([`Store::put`]). Whatever is noted goes
+//! only once no record names it and no sandbox of the host leases it
+//! ([`Store::lease`], `crate::gc`).
 
 use crate::{io, Store, TemplateError};
 use std::path::PathBuf;
@@ -27,6 +29,8 @@ pub enum Removal {
     Named,
     /// It was not in the store (any more); the note is gone.
     Gone,
+    /// A sandbox of this host stacks it (holds its lease): it stays, noted.
+    InUse,
 }
 
 impl Store {
@@ -97,6 +101,13 @@ impl Store {
         if named {
             return Ok(Removal::Named);
         }
+        // Held while it is removed: a sandbox leasing it waits, then finds
+        // it gone (and a leased one stays).
+        let _held = match self.tree_handle_locked(digest)? {
+            Some(Ok(held)) => Some(held),
+            Some(Err(())) => return Ok(Removal::InUse),
+            None => None,
+        };
         let had = self.remove_layer(digest)?;
         let note = self.unused_dir().join(digest);
         match std::fs::remove_file(&note) {

@@ -33,6 +33,12 @@ pub struct Spec {
     /// Each part's stderr appended to `<dir>/<name>.log` ([`Cluster::log`])
     /// instead of the test's own stderr.
     pub logs: bool,
+    /// The template store nodes and gateways use (`--template-dir`). None:
+    /// a private store in the cluster's directory with the machine's
+    /// operator templates linked in ([`crate::templates::private_store_all`]),
+    /// unless the part arguments name `--template-dir` or `--blob-store`
+    /// themselves: what the cluster makes never lands in the machine's.
+    pub template_dir: Option<PathBuf>,
 }
 
 impl Default for Spec {
@@ -49,6 +55,7 @@ impl Default for Spec {
             dead_scheduler_first: false,
             tls: true,
             logs: false,
+            template_dir: None,
         }
     }
 }
@@ -64,6 +71,23 @@ pub struct Cluster {
     dir: tempfile::TempDir,
 }
 
+/// The `--template-dir` the cluster's parts get (see [`Spec::template_dir`]),
+/// or none when their arguments decide.
+fn template_dir(spec: &Spec, dir: &Path) -> Option<PathBuf> {
+    let named = |args: &[String]| {
+        args.iter()
+            .any(|a| a.starts_with("--template-dir") || a.starts_with("--blob-store"))
+    };
+    if named(&spec.node_args) || named(&spec.gateway_args) {
+        return None;
+    }
+    Some(spec.template_dir.clone().unwrap_or_else(|| {
+        let store = dir.join("templates");
+        crate::templates::private_store_all(&store);
+        store
+    }))
+}
+
 impl Cluster {
     /// Starts the scheduler, then the nodes, then the gateways.
     pub async fn start(bin: &Path, spec: Spec) -> anyhow::Result<Cluster> {
@@ -77,6 +101,13 @@ impl Cluster {
             warren_trust::issue::local_cluster(&dir.path().join("certs"), &ids)?;
         }
         let scheduler = spawn_scheduler(bin, dir.path(), &spec, "127.0.0.1:0").await?;
+        let mut spec = spec;
+        if let Some(store) = template_dir(&spec, dir.path()) {
+            let flag = ["--template-dir".to_string(), store.display().to_string()];
+            spec.node_args.extend(flag.iter().cloned());
+            spec.gateway_args.extend(flag.iter().cloned());
+            spec.template_dir = Some(store);
+        }
         let mut cluster = Cluster {
             scheduler,
             nodes: Vec::new(),
@@ -179,6 +210,12 @@ impl Cluster {
         args.extend(self.spec.node_args.iter().cloned());
         let log = self.spec.logs.then(|| self.log(&id));
         launch(&self.bin, &args, &["node http", "node admin"], log).await
+    }
+
+    /// The template store the nodes and gateways use, when the cluster gave
+    /// them one (see [`Spec::template_dir`]).
+    pub fn template_dir(&self) -> Option<&Path> {
+        self.spec.template_dir.as_deref()
     }
 
     /// Where part `name` (`scheduler`, `node-1`, `gateway-1`, ...) logs

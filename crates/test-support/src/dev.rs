@@ -15,7 +15,9 @@ pub struct Dev {
 impl Dev {
     /// Starts `bin dev --data-dir <temp> --listen 127.0.0.1:0 <args>` and
     /// waits for its first gateway; `expect` says what a failure to start
-    /// usually means.
+    /// usually means. Loopback port 80 is left alone (`--sandbox-http
+    /// off`) unless `args` say otherwise: tests run side by side, and only
+    /// the one about it binds that port (under a lock).
     pub async fn start(bin: &Path, args: &[&str], expect: &str) -> Dev {
         Dev::start_with(bin, args, &[], expect).await
     }
@@ -26,6 +28,9 @@ impl Dev {
         let data = temp_dir();
         let dir = data.path().to_str().expect("utf-8 temp path");
         let mut all = vec!["dev", "--data-dir", dir, "--listen", "127.0.0.1:0"];
+        if !args.iter().any(|a| a.starts_with("--sandbox-http")) {
+            all.extend(["--sandbox-http", "off"]);
+        }
         all.extend_from_slice(args);
         let proc = crate::spawn(bin, &all, envs, &["dev gateway-1"])
             .await

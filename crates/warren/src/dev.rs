@@ -12,6 +12,21 @@
 //! account can read, never on a command line (`ps` shows those to every
 //! account).
 //!
+//! Templates: the machine's store (`--template-dir`) holds the operator's
+//! templates; the run's parts use a store of the run's own under its data
+//! dir, which holds those by reference and everything the run makes
+//! (snapshots, built templates, paused layers): see [`crate::dev_store`].
+//!
+//! Sandbox URLs (`get_host(port)` = `{port}-{id}.{domain}`): the first
+//! gateway also listens on loopback port 80 where it can bind it
+//! (`--sandbox-http auto`), so `http://8080-<id>.localhost/` opens in a
+//! browser and with curl (names under `.localhost` are loopback: browsers
+//! and curl know it, and libnss-myhostname makes every program know it);
+//! the domain the SDK is told is then `localhost`. Where port 80 cannot be
+//! bound (taken, or no root or CAP_NET_BIND_SERVICE) the domain carries the
+//! gateway's port, `localhost:3000`, and `get_host(8080)` is
+//! `8080-<id>.localhost:3000`, which opens the same way.
+//!
 //! On Ctrl-C or SIGTERM it stops gateways first (no new traffic), then nodes,
 //! then the scheduler, each with SIGTERM and a bounded wait, then SIGKILL.
 //! A child that dies on its own is reported and left dead.
@@ -97,6 +112,18 @@ pub struct Config {
         allow_hyphen_values = true
     )]
     pub scheduler_args: String,
+    /// The machine's template store, whose templates (the operator's,
+    /// `warren template build`) the run uses; what the run makes goes into
+    /// its own store, `<data-dir>/templates`, never here.
+    #[arg(long, env = "WARREN_TEMPLATE_DIR", default_value = crate::cli::template::DEFAULT_TEMPLATE_DIR)]
+    pub template_dir: PathBuf,
+    /// Where sandboxes' URLs (`get_host(port)`, `{port}-{id}.localhost`)
+    /// are served besides the first gateway's --listen: `auto` binds
+    /// loopback port 80 (127.0.0.1, and ::1 where there is one) when it
+    /// can, else none (the URLs then carry the gateway's port); `off`;
+    /// or addresses, comma-separated.
+    #[arg(long, env = "WARREN_DEV_SANDBOX_HTTP", default_value = "auto")]
+    pub sandbox_http: String,
     /// Run the parts without internal TLS (plain TCP, no authentication
     /// between them). By default `warren dev` makes a cluster CA and a
     /// certificate per part in `<data-dir>/certs` and uses mutual TLS.
@@ -114,14 +141,11 @@ type Part = Proc;
 /// any directory.
 const BASE_TEMPLATE: &str = include_str!("../../../templates/base.toml");
 
-/// Builds `base` into the template store (`WARREN_TEMPLATE_DIR`, default
-/// `/var/lib/warren/templates`) unless it is there and up to date: the first
-/// start takes a few minutes (Debian packages), later ones reuse it.
-fn ensure_base_template() -> anyhow::Result<()> {
-    let dir = std::env::var_os("WARREN_TEMPLATE_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| crate::cli::template::DEFAULT_TEMPLATE_DIR.into());
-    let store = warren_template::Store::open(&dir)?;
+/// Builds `base` into the machine's template store (`--template-dir`)
+/// unless it is there and up to date: the first start takes a few minutes
+/// (Debian packages), later ones reuse it.
+fn ensure_base_template(dir: &Path) -> anyhow::Result<()> {
+    let store = warren_template::Store::open(dir)?;
     let stamp = crate::cli::template::spec_stamp(BASE_TEMPLATE);
     if store.get("base").is_ok_and(|t| t.source.contains(&stamp)) {
         return Ok(());
@@ -165,8 +189,12 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot resolve {}", config.data_dir.display()))?;
     let exe = std::env::current_exe().context("cannot find the warren binary")?;
     if config.runtime != "process" && nix::unistd::geteuid().is_root() {
-        ensure_base_template()?;
+        ensure_base_template(&config.template_dir)?;
     }
+    // The run's own template store (see crate::dev_store).
+    let own_store = data_dir.join("templates");
+    crate::dev_store::prepare(&config.template_dir, &own_store)?;
+    let sandbox_http = sandbox_http(&config)?;
     // The gateways read the key from a file only this account can read.
     let keys_file = data_dir.join("gateway-api-keys");
     warren_core::private::write(&keys_file, format!("{api_key} {DEV_TEAM}\n").as_bytes())
@@ -174,12 +202,34 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
 
     let (exited_tx, mut exited_rx) = mpsc::unbounded_channel::<String>();
     let mut parts: Vec<Part> = Vec::new();
-    let started = start_all(&config, &exe, &data_dir, &keys_file, &mut parts).await;
+    let started = start_all(
+        &config,
+        &exe,
+        &data_dir,
+        &keys_file,
+        &sandbox_http,
+        &mut parts,
+    )
+    .await;
     if let Err(e) = started {
         stop_all(&mut parts, config.stop_timeout).await;
         return Err(e);
     }
-    print_summary(&config, &parts, &api_key, &data_dir);
+    print_summary(&config, &parts, &api_key, &data_dir, &sandbox_http);
+    let (machine, own) = (config.template_dir.clone(), own_store.clone());
+    let syncing = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(crate::dev_store::SYNC_EVERY).await;
+            let (m, o) = (machine.clone(), own.clone());
+            match tokio::task::spawn_blocking(move || crate::dev_store::sync(&m, &o)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    eprintln!("warren dev: cannot bring the run's templates up to date: {e}")
+                }
+                Err(_) => {}
+            }
+        }
+    });
 
     // Report children that die on their own, and leave them dead: that is the
     // point of running the parts as separate processes.
@@ -214,6 +264,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     for w in watchers {
         w.abort();
     }
+    syncing.abort();
     eprintln!("warren dev: stopping");
     stop_all(&mut parts, config.stop_timeout).await;
     eprintln!("warren dev: stopped");
@@ -283,8 +334,10 @@ async fn start_all(
     exe: &Path,
     data_dir: &Path,
     keys_file: &Path,
+    sandbox_http: &SandboxHttp,
     parts: &mut Vec<Part>,
 ) -> anyhow::Result<()> {
+    let own_store = data_dir.join("templates").display().to_string();
     use warren_trust::{Identity, Role, TlsArgs};
     let certs = data_dir.join("certs");
     let id = |role, name: &str| Identity::new(role, name).map_err(anyhow::Error::msg);
@@ -355,6 +408,9 @@ async fn start_all(
             "--runtime".into(),
             config.runtime.clone(),
         ];
+        if !names(&config.node_args, "--template-dir") {
+            args.extend(["--template-dir".into(), own_store.clone()]);
+        }
         args.extend(tls(&node_ids[usize::from(i) - 1]));
         args.extend(config.node_args.split_whitespace().map(String::from));
         parts.push(spawn_part(exe, &name, &args, &["node http", "node admin"]).await?);
@@ -362,7 +418,7 @@ async fn start_all(
 
     for i in 0..config.gateways {
         let name = format!("gateway-{}", i + 1);
-        let listen = SocketAddr::new(config.listen.ip(), config.listen.port() + i);
+        let listen = SocketAddr::new(sandbox_http.listen.ip(), sandbox_http.listen.port() + i);
         let mut args = vec![
             "gateway".to_string(),
             "--listen".into(),
@@ -377,11 +433,49 @@ async fn start_all(
             "--admin-team".into(),
             DEV_TEAM.into(),
         ];
+        // Flags the caller's --gateway-args give win (clap takes each once).
+        if !names(&config.gateway_args, "--template-dir") {
+            args.extend(["--template-dir".into(), own_store.clone()]);
+        }
+        if !names(&config.gateway_args, "--domain") {
+            args.extend(["--domain".into(), sandbox_http.domain.clone()]);
+        }
+        if i == 0 && !sandbox_http.also.is_empty() {
+            args.push("--http-listen".into());
+            args.push(
+                sandbox_http
+                    .also
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            );
+        }
         args.extend(tls(&gateway_ids[usize::from(i)]));
         args.extend(config.gateway_args.split_whitespace().map(String::from));
         parts.push(spawn_part(exe, &name, &args, &["gateway http", "gateway admin"]).await?);
     }
     Ok(())
+}
+
+/// Whether the space-separated `args` name `flag` (`--flag V` or
+/// `--flag=V`).
+fn names(args: &str, flag: &str) -> bool {
+    value_of(args, flag).is_some()
+}
+
+/// The value the space-separated `args` give `flag`, if they name it.
+fn value_of(args: &str, flag: &str) -> Option<String> {
+    let mut words = args.split_whitespace();
+    while let Some(a) = words.next() {
+        if a == flag {
+            return Some(words.next().unwrap_or_default().to_string());
+        }
+        if let Some(v) = a.strip_prefix(&format!("{flag}=")) {
+            return Some(v.to_string());
+        }
+    }
+    None
 }
 
 /// Starts `exe args` as `name`, and waits until it announced every
@@ -400,7 +494,97 @@ async fn spawn_part(
         .await
 }
 
-fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path) {
+/// Where sandboxes' URLs are served and what domain the SDK is told.
+#[derive(Debug, Clone)]
+struct SandboxHttp {
+    /// The first gateway's --listen (a concrete port when the URLs carry it).
+    listen: SocketAddr,
+    /// Its other plain-HTTP listeners (loopback port 80).
+    also: Vec<SocketAddr>,
+    /// `localhost`, or `localhost:PORT` when nothing serves port 80.
+    domain: String,
+    /// Why port 80 is not used, when it is not.
+    why_not_80: Option<String>,
+}
+
+/// Decides `--sandbox-http`: binds nothing itself (each address is tried
+/// and let go, for the gateway to bind at once).
+fn sandbox_http(config: &Config) -> Result<SandboxHttp, ConfigError> {
+    let try_bind = |a: SocketAddr| std::net::TcpListener::bind(a).map(drop);
+    let (also, why_not_80) = match config.sandbox_http.trim() {
+        "off" => (Vec::new(), Some("--sandbox-http off".to_string())),
+        "auto" => {
+            let v4: SocketAddr = (std::net::Ipv4Addr::LOCALHOST, 80).into();
+            let v6: SocketAddr = (std::net::Ipv6Addr::LOCALHOST, 80).into();
+            match try_bind(v4) {
+                Ok(()) => {
+                    let mut also = vec![v4];
+                    if try_bind(v6).is_ok() {
+                        also.push(v6);
+                    }
+                    (also, None)
+                }
+                Err(e) => (
+                    Vec::new(),
+                    Some(match e.kind() {
+                        std::io::ErrorKind::PermissionDenied => {
+                            "binding port 80 needs root or CAP_NET_BIND_SERVICE".to_string()
+                        }
+                        std::io::ErrorKind::AddrInUse => {
+                            "127.0.0.1:80 is in use (another warren dev, or a web server)"
+                                .to_string()
+                        }
+                        _ => format!("cannot bind 127.0.0.1:80: {e}"),
+                    }),
+                ),
+            }
+        }
+        list => {
+            let also = list
+                .split(',')
+                .map(|a| {
+                    a.trim().parse::<SocketAddr>().map_err(|e| {
+                        ConfigError::Invalid(format!(
+                            "--sandbox-http {a:?}: not auto, off or an address: {e}"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let on_80 = also.iter().any(|a| a.port() == 80);
+            (
+                also,
+                (!on_80).then(|| "--sandbox-http names no port 80".to_string()),
+            )
+        }
+    };
+    let mut listen = config.listen;
+    let domain = if why_not_80.is_none() {
+        "localhost".to_string()
+    } else {
+        // The URLs carry the first gateway's port: a concrete one.
+        if listen.port() == 0 {
+            let port = warren_harness::free_port().map_err(|e| {
+                ConfigError::Invalid(format!("--listen {listen}: cannot find a free port: {e}"))
+            })?;
+            listen.set_port(port);
+        }
+        format!("localhost:{}", listen.port())
+    };
+    Ok(SandboxHttp {
+        listen,
+        also,
+        domain,
+        why_not_80,
+    })
+}
+
+fn print_summary(
+    config: &Config,
+    parts: &[Part],
+    api_key: &str,
+    data_dir: &Path,
+    sandbox_http: &SandboxHttp,
+) {
     let gw = parts
         .iter()
         .find(|p| p.label == "gateway-1")
@@ -421,6 +605,23 @@ fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path
     println!("  export E2B_SANDBOX_URL=http://{gw}");
     println!("  export E2B_VOLUME_API_URL=http://{gw}");
     println!("  export E2B_API_KEY={api_key}");
+    // The gateways' --domain, theirs when --gateway-args names one.
+    let domain =
+        value_of(&config.gateway_args, "--domain").unwrap_or_else(|| sandbox_http.domain.clone());
+    println!("  export E2B_DOMAIN={domain}");
+    println!();
+    println!(
+        "A sandbox's ports open in a browser or with curl at get_host(port): \
+         http://8080-<sandbox id>.{domain}/"
+    );
+    if let Some(why) = &sandbox_http.why_not_80 {
+        println!("  (not on port 80: {why}; the URLs carry the gateway's port)");
+    }
+    println!(
+        "Templates: the machine's from {}; what this run makes is kept in {}.",
+        config.template_dir.display(),
+        data_dir.join("templates").display()
+    );
     println!();
     println!("Components (kill any of them to see what happens):");
     for p in parts {

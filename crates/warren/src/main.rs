@@ -12,6 +12,7 @@
 
 mod cli;
 mod dev;
+mod dev_store;
 
 /// mimalloc instead of glibc's malloc: a proxied request allocates a few
 /// dozen small blocks across hyper, rustls and the proxy, and glibc spent

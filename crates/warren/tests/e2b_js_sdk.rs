@@ -105,6 +105,8 @@ async fn warren_dev_takes_a_key_in_another_format_and_warns() {
             "1",
             "--runtime",
             "process",
+            "--sandbox-http",
+            "off",
         ],
     )
     .env("WARREN_DEV_API_KEY", key)

@@ -302,6 +302,7 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
                 generation: old.generation,
                 r#type: EventType::Delete as i32,
                 paused_record: None,
+                logs: Vec::new(),
             }],
         })
         .await

@@ -120,9 +120,6 @@ async fn on_timeout_pause_without_auto_resume_stays_paused_on_requests() {
     run(&c, "paused_at_timeout_stays_paused").await;
 }
 
-/// The template store the test cluster's nodes and gateways share.
-const STORE: &str = "/var/lib/warren/templates";
-
 /// A `tests/e2b/move.py` step through gateway `g` (0-based).
 async fn step(c: &Cluster, g: usize, name: &str, env: &[(&str, String)]) -> serde_json::Value {
     let gateway = format!("http://{}", c.gateway(g));
@@ -185,13 +182,19 @@ async fn a_node_restarted_before_the_resume_removes_the_paused_layer() {
     let made = step(&c, 0, "create", &[]).await;
     let id = made["sandbox"].as_str().expect("a sandbox id").to_string();
     step(&c, 0, "pause", &[("SANDBOX", id.clone())]).await;
-    let record = format!("{STORE}/templates/paused-{id}.json");
+    let record = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("templates/paused-{id}.json"));
     let packed: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&record).expect("the paused record"))
             .expect("the paused record is JSON");
     let layer = packed["layers"][0].as_str().expect("its layer").to_string();
-    let blob = format!("{STORE}/blobs/{layer}.tar");
-    assert!(std::path::Path::new(&blob).is_file(), "{blob}");
+    let blob = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("blobs/{layer}.tar"));
+    assert!(std::path::Path::new(&blob).is_file(), "{}", blob.display());
     c.kill_node(1).await;
     c.restart_node(1).await.expect("the node restarts");
     wait_until(
@@ -242,7 +245,10 @@ async fn moves(lost: bool) {
     step(&c, 1, "use", &env(&[])).await;
     step(&c, 0, "pause", &env(&[])).await;
     let (home, generation) = placed(&c, &id).await;
-    let record = format!("{STORE}/templates/paused-{id}.json");
+    let record = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("templates/paused-{id}.json"));
     let packed: serde_json::Value = serde_json::from_slice(
         &std::fs::read(&record).expect("the pause recorded the sandbox's layer"),
     )
@@ -254,8 +260,11 @@ async fn moves(lost: bool) {
         .expect("the paused record names its layer")
         .to_string();
     assert_eq!(packed["snapshot"]["team"], "", "no team's record: {packed}");
-    let blob = format!("{STORE}/blobs/{layer}.tar");
-    assert!(std::path::Path::new(&blob).is_file(), "{blob}");
+    let blob = c
+        .template_dir()
+        .expect("a private store")
+        .join(format!("blobs/{layer}.tar"));
+    assert!(std::path::Path::new(&blob).is_file(), "{}", blob.display());
 
     // Its node dies; connect boots it on the other one.
     let home_index: usize = home

@@ -202,6 +202,7 @@ async fn a_delete_through_replica_2_reaches_a_watch_on_replica_1() {
                 generation: p.generation,
                 r#type: EventType::Delete as i32,
                 paused_record: None,
+                logs: Vec::new(),
             }],
         })
         .await

@@ -17,18 +17,24 @@ use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::host_listener::HostListener;
 use warren_test_support::sdk::{run_case, try_run_case};
-use warren_test_support::templates::{TestTemplate, TEMPLATE_DIR};
+use warren_test_support::templates::{private_store_all, TestTemplate, TEMPLATE_DIR};
 
 /// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
 const KEY: &str = "e2b_1b3d5f7a9c2e4b6d8f0a2c4e6b8d0f1a3c5e7b9d";
 
 async fn cluster() -> Cluster {
+    cluster_with_store(None).await
+}
+
+/// [`cluster`] on the template store `store` (None: one of its own).
+async fn cluster_with_store(store: Option<PathBuf>) -> Cluster {
     Cluster::start(
         env!("CARGO_BIN_EXE_warren").as_ref(),
         Spec {
             nodes: 1,
             runtime: "isolated".into(),
             keys: vec![(KEY.into(), "team-a".into())],
+            template_dir: store,
             ..Spec::default()
         },
     )
@@ -198,9 +204,14 @@ async fn a_template_built_from_a_file_is_listed_and_used() {
     let name = TestTemplate::name();
     let marker = format!("marker-{:016x}", rand::random::<u64>());
     let dir = tempfile::tempdir().expect("tempdir");
+    // A store of the test's own (the machine's templates linked in), the
+    // cluster's too: the built template never lands in the machine's.
+    let store = dir.path().join("store");
+    private_store_all(&store);
     // Declared before the cluster: dropped (removed) after it.
     let _template = TestTemplate::build(
         env!("CARGO_BIN_EXE_warren").as_ref(),
+        &store,
         &name,
         &format!(
             "name = \"{name}\"\nfrom = \"base\"\nrun = [\"echo {marker} > /etc/warren-marker\"]\nmemory_mb = 384\n"
@@ -208,7 +219,7 @@ async fn a_template_built_from_a_file_is_listed_and_used() {
         dir.path(),
     )
     .await;
-    let c = cluster().await;
+    let c = cluster_with_store(Some(store)).await;
     let facts = run(
         &c,
         "custom_template",

@@ -482,10 +482,12 @@ async fn host_files_hold_nothing_another_account_can_use() {
             f.display()
         );
     }
-    // The template store: private where it holds tenants' files.
-    let store = std::path::PathBuf::from(
-        std::env::var("WARREN_TEMPLATE_DIR").unwrap_or_else(|_| "/var/lib/warren/templates".into()),
-    );
+    // The template store (the cluster's own, where its snapshot went):
+    // private where it holds tenants' files.
+    let store = c
+        .template_dir()
+        .expect("the cluster's template store")
+        .to_path_buf();
     for sub in ["blobs", "rootfs", "tmp"] {
         assert_eq!(mode(&store.join(sub)), 0o700, "{sub}");
     }

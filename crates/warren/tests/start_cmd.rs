@@ -13,7 +13,7 @@
 use std::time::Duration;
 use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::sdk::run_case;
-use warren_test_support::templates::TestTemplate;
+use warren_test_support::templates::{private_store_all, TestTemplate};
 
 /// In E2B's format (`e2b_` + 40 hex), as a user's SDK would send it.
 const KEY: &str = "e2b_5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b";
@@ -37,9 +37,14 @@ ready_cmd = "curl -fsS -o /dev/null http://127.0.0.1:8000/hello.txt"
 ready_timeout_secs = 120
 "#
     );
+    // A store of the test's own (the machine's templates linked in), the
+    // cluster's too: the built template never lands in the machine's.
+    let store = dir.path().join("store");
+    private_store_all(&store);
     // Declared before the cluster: dropped (removed) after it.
     let _template = TestTemplate::build(
         env!("CARGO_BIN_EXE_warren").as_ref(),
+        &store,
         &name,
         &spec,
         dir.path(),
@@ -55,6 +60,7 @@ ready_timeout_secs = 120
             // before the node got the create is never the last roster the
             // sweep reads for it (heartbeats come every 2 s).
             scheduler_args: vec!["--creating-timeout".into(), "3s".into()],
+            template_dir: Some(store.clone()),
             ..Spec::default()
         },
     )

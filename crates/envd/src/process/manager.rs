@@ -397,6 +397,8 @@ pub struct Manager {
     keep_finished: usize,
     table: Mutex<Table>,
     seq: AtomicU64,
+    /// envd's own log: process starts and ends (`crate::events`).
+    events: Arc<crate::events::EventLog>,
 }
 
 #[derive(Debug, Default)]
@@ -421,7 +423,13 @@ impl Manager {
             keep_finished,
             table: Mutex::new(Table::default()),
             seq: AtomicU64::new(0),
+            events: Arc::new(crate::events::EventLog::new()),
         })
+    }
+
+    /// envd's own log, which this table writes process starts and ends to.
+    pub fn events(&self) -> &Arc<crate::events::EventLog> {
+        &self.events
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -445,9 +453,11 @@ impl Manager {
             .default_cwd(spec.user.as_deref())
             .or(identity.as_ref().map(|i| i.home.as_str()))
             .unwrap_or("");
-        let cwd = self
-            .jail
-            .resolve(spec.cwd.as_deref().unwrap_or(default_cwd), Follow::All)?;
+        let cwd = self.jail.resolve_for(
+            spec.cwd.as_deref().unwrap_or(default_cwd),
+            Follow::All,
+            identity.as_ref(),
+        )?;
         if !cwd.host.is_dir() {
             return Err(ProcError::Cwd(cwd.client));
         }
@@ -498,6 +508,32 @@ impl Manager {
             cmd: spec.cmd.clone(),
             source: std::io::Error::other("process exited before its pid was known"),
         })?;
+        let mut fields = vec![
+            ("pid", pid.to_string()),
+            (
+                "cmd",
+                std::iter::once(spec.cmd.as_str())
+                    .chain(spec.args.iter().map(String::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            (
+                "user",
+                identity
+                    .as_ref()
+                    .map(|i| i.name.clone())
+                    .or_else(|| spec.user.clone())
+                    .unwrap_or_default(),
+            ),
+        ];
+        if let Some(tag) = &spec.tag {
+            fields.push(("tag", tag.clone()));
+        }
+        if spec.pty.is_some() {
+            fields.push(("pty", "true".into()));
+        }
+        self.events
+            .record("info", "process", "Process started", fields);
         let (changed, _) = watch::channel(());
         let (exited_tx, exited_rx) = watch::channel(false);
         let proc = Arc::new(Proc {
@@ -582,6 +618,22 @@ impl Manager {
             for reader in [out, err].into_iter().flatten() {
                 let _ = reader.await;
             }
+            let level = match (&exit.error, exit.exit_code) {
+                (Some(_), _) => "error",
+                (None, 0) => "info",
+                _ => "warn",
+            };
+            let mut fields = vec![
+                ("pid", p.pid.to_string()),
+                ("status", exit.status.clone()),
+                ("exit_code", exit.exit_code.to_string()),
+            ];
+            if let Some(e) = &exit.error {
+                fields.push(("error", e.clone()));
+            }
+            manager
+                .events
+                .record(level, "process", "Process exited", fields);
             p.state().exit = Some(exit);
             p.notify();
             manager.finished(p.pid);

@@ -126,6 +126,27 @@ pub(super) async fn list(
     team: Option<&str>,
     kinds: &[pb::RecordKind],
 ) -> Result<Vec<Template>, ApiError> {
+    Ok(list_versioned(app, team, kinds, false)
+        .await?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect())
+}
+
+/// Every public record (a team's template published under its name), of
+/// every team.
+pub(super) async fn list_public(app: &App) -> Result<Vec<Versioned>, ApiError> {
+    list_versioned(app, None, &[], true).await
+}
+
+/// [`list`] with each record's version (0: the shared store's); only
+/// public records with `public_only`.
+pub(super) async fn list_versioned(
+    app: &App,
+    team: Option<&str>,
+    kinds: &[pb::RecordKind],
+    public_only: bool,
+) -> Result<Vec<Versioned>, ApiError> {
     match &app.records {
         Records::Local(dir) => {
             let Some(store) = open(dir) else {
@@ -141,6 +162,8 @@ pub(super) async fn list(
                 .filter(|t| {
                     kinds.is_empty() || kinds.contains(&kind_of(t, super::builds::is_built(t)))
                 })
+                .filter(|t| !public_only || t.snapshot.as_ref().is_some_and(|s| s.public))
+                .map(|t| (t, 0))
                 .collect())
         }
         Records::Scheduler(_) => {
@@ -154,6 +177,7 @@ pub(super) async fn list(
                     order: pb::RecordOrder::Unspecified as i32,
                     page_size: 1000,
                     page_token: token.clone(),
+                    public_only,
                 };
                 let page = app
                     .scheduler
@@ -164,7 +188,8 @@ pub(super) async fn list(
                     .await
                     .map_err(|s| refused(&s, "listing templates"))?;
                 for r in page.records {
-                    out.push(from_record(r).map_err(internal)?);
+                    let version = r.version;
+                    out.push((from_record(r).map_err(internal)?, version));
                 }
                 if page.next_page_token.is_empty() {
                     return Ok(out);
@@ -172,6 +197,74 @@ pub(super) async fn list(
                 token = page.next_page_token;
             }
         }
+    }
+}
+
+/// Writes every record of `puts` (each `(record, built, version read)`,
+/// naming the layers it named when it was read: a flag changed, such as
+/// `public`): with the scheduler's records all or none in one batch (its
+/// fence: of two writers racing one wins whole), in the shared store one
+/// after the other (atomic renames, the last wins).
+pub(super) async fn put_all(app: &App, puts: &[(Template, bool, u64)]) -> Result<(), ApiError> {
+    if let Records::Local(dir) = &app.records {
+        let store = Store::open(dir).map_err(store_error)?;
+        for (t, _, _) in puts {
+            super::team_store::put(&store, t)?;
+        }
+        return Ok(());
+    }
+    let mut batch = Vec::with_capacity(puts.len());
+    for (t, built, version) in puts {
+        batch.push(pb::RecordPut {
+            record: Some(to_record(t, kind_of(t, *built), |_| 0)),
+            expected_version: *version,
+        });
+    }
+    // The layers' sizes as recorded (a blob store is not asked again).
+    for (put, (t, _, _)) in batch.iter_mut().zip(puts) {
+        if let (Some(r), Some((old, _))) = (put.record.as_mut(), get_record(app, &t.name).await?) {
+            r.layers = old.layers;
+        }
+    }
+    let limits = app.settings.limits.store;
+    let req = pb::PutTemplateRecordsRequest {
+        puts: batch,
+        bounds: Some(pb::RecordBounds {
+            max_snapshots: limits.snapshot_count as u64,
+            max_templates: limits.template_count as u64,
+            max_layer_bytes: limits.snapshot_bytes,
+        }),
+    };
+    app.scheduler
+        .call("PutTemplateRecords", |mut c| {
+            let req = req.clone();
+            async move { c.put_template_records(req).await }
+        })
+        .await
+        .map_err(|s| refused(&s, "updating templates"))?;
+    Ok(())
+}
+
+/// The scheduler's record `name` as it stores it (layer sizes included).
+async fn get_record(app: &App, name: &str) -> Result<Option<(pb::TemplateRecord, u64)>, ApiError> {
+    let req = pb::GetTemplateRecordRequest {
+        name: name.to_string(),
+        team_id: String::new(),
+    };
+    match app
+        .scheduler
+        .call("GetTemplateRecord", |mut c| {
+            let req = req.clone();
+            async move { c.get_template_record(req).await }
+        })
+        .await
+    {
+        Ok(r) => {
+            let v = r.version;
+            Ok(Some((r, v)))
+        }
+        Err(s) if s.code() == tonic::Code::NotFound => Ok(None),
+        Err(s) => Err(refused(&s, &format!("reading template {name:?}"))),
     }
 }
 

@@ -473,6 +473,7 @@ async fn forget(app: &App, placement: &Placement) {
                     generation: placement.generation,
                     r#type: EventType::Delete as i32,
                     paused_record: None,
+                    logs: Vec::new(),
                 }],
             })
             .await
@@ -536,6 +537,6 @@ fn sandbox_json(
         envd_version,
         envd_access_token: non_empty(&binding.access_token),
         traffic_access_token: None,
-        domain: app.settings.domain.clone(),
+        domain: app.settings.advertised_domain.clone(),
     }
 }

@@ -153,7 +153,7 @@ pub(crate) async fn sweep(app: &App) -> Result<usize, String> {
                     tracing::info!(%layer, "unused layer removed from the template store");
                     removed += 1;
                 }
-                Ok(Removal::Named | Removal::Gone) => {}
+                Ok(Removal::Named | Removal::Gone | Removal::InUse) => {}
                 Err(e) => tracing::warn!(%layer, error = %e, "cannot remove an unused layer"),
             }
         }

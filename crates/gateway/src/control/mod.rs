@@ -31,6 +31,12 @@
 //!   noted.
 //! - [`layers`]: the sweeps that remove noted layers no node's sandbox
 //!   stacks (the shared store) and blobs nothing names (the blob store).
+//! - [`logs`]: `GET /sandboxes/{id}/logs` and `/v2/...`: a sandbox's log,
+//!   from its node while it has one, from the scheduler's store once ended.
+//! - [`refresh`]: `POST /sandboxes/{id}/refreshes` (keep-alive).
+//! - [`manage`]: `GET`/`PATCH /templates/{id}`, `PATCH /v2/templates/{id}`
+//!   (publishing), `GET /v2/templates`, `GET /default-templates`.
+//! - [`tags`]: the tag queries under `/templates/{id}/tags`.
 //! - [`volumes`]: E2B's persistent volumes (`/volumes`) and their content
 //!   API (`/volumecontent/{id}/...`, its bearer token instead of an API
 //!   key), served by the node that holds each volume.
@@ -39,14 +45,18 @@ mod builds;
 mod catalog;
 mod create;
 pub(crate) mod layers;
+mod logs;
+mod manage;
 mod metrics;
 pub(crate) mod network;
 mod nodes;
 pub(crate) mod pause;
+mod refresh;
 mod route;
 mod sandboxes;
 mod secrets;
 mod snapshots;
+mod tags;
 mod team_store;
 mod templates;
 mod uploads;
@@ -122,6 +132,31 @@ enum Endpoint {
     /// `/_warren/v1/uploads/{hash}`: a COPY archive (the signed link is
     /// its credential, not an API key).
     Upload(String),
+    /// `/sandboxes/{id}/refreshes`: keep a sandbox alive.
+    Refresh(String),
+    /// `/sandboxes/{id}/logs` (v1) or `/v2/sandboxes/{id}/logs`.
+    SandboxLogs {
+        id: String,
+        v2: bool,
+    },
+    /// `/v2/templates`: the templates, paged.
+    TemplatesV2,
+    /// `/default-templates`: the operator's templates.
+    DefaultTemplates,
+    /// `/v2/templates/{id}`: publish or unpublish (PATCH).
+    TemplateV2(String),
+    /// `/templates/{id}/builds/{buildID}/logs`.
+    TemplateBuildLogs(String, String),
+    /// `/templates/{id}/tags`.
+    TemplateTagList(String),
+    /// `/templates/{id}/tags/count`.
+    TemplateTagCount(String),
+    /// `/templates/{id}/tags/exists?tag=`.
+    TemplateTagExists(String),
+    /// `/templates/{id}/tags/groups`.
+    TemplateTagGroups(String),
+    /// `/templates/{id}/tags/{tag}/assignments`.
+    TemplateTagAssignments(String, String),
     /// `/volumes`: the team's volumes.
     Volumes,
     /// `/volumes/{id}`.
@@ -159,6 +194,28 @@ impl Endpoint {
             ["sandboxes", s, "pause"] => Endpoint::Pause(id(s)),
             ["sandboxes", s, "resume"] => Endpoint::Resume(id(s)),
             ["sandboxes", s, "network"] => Endpoint::Network(id(s)),
+            ["sandboxes", s, "refreshes"] => Endpoint::Refresh(id(s)),
+            ["sandboxes", s, "logs"] => Endpoint::SandboxLogs {
+                id: id(s),
+                v2: false,
+            },
+            ["v2", "sandboxes", s, "logs"] => Endpoint::SandboxLogs {
+                id: id(s),
+                v2: true,
+            },
+            ["v2", "templates"] => Endpoint::TemplatesV2,
+            ["default-templates"] => Endpoint::DefaultTemplates,
+            ["v2", "templates", t] => Endpoint::TemplateV2(id(t)),
+            ["templates", t, "builds", b, "logs"] => Endpoint::TemplateBuildLogs(id(t), id(b)),
+            // Before `/templates/{id}/tags`: "aliases" is no template id.
+            ["templates", "aliases", a] => Endpoint::TemplateAlias(id(a)),
+            ["templates", t, "tags"] => Endpoint::TemplateTagList(id(t)),
+            ["templates", t, "tags", "count"] => Endpoint::TemplateTagCount(id(t)),
+            ["templates", t, "tags", "exists"] => Endpoint::TemplateTagExists(id(t)),
+            ["templates", t, "tags", "groups"] => Endpoint::TemplateTagGroups(id(t)),
+            ["templates", t, "tags", g, "assignments"] => {
+                Endpoint::TemplateTagAssignments(id(t), id(g))
+            }
             ["_warren", "v1", "routes", s] => Endpoint::Route(id(s)),
             ["_warren", "v1", "uploads", h] => Endpoint::Upload(id(h)),
             ["_warren", "v1", "templates"] => Endpoint::ImportTemplates,
@@ -169,7 +226,6 @@ impl Endpoint {
             // Before `/templates/{id}`: "tags" is no template id.
             ["templates", "tags"] => Endpoint::TemplateTags,
             ["templates", t] => Endpoint::Template(id(t)),
-            ["templates", "aliases", a] => Endpoint::TemplateAlias(id(a)),
             ["v3", "templates"] => Endpoint::TemplateBuilds,
             ["v2", "templates", t, "builds", b] => Endpoint::TemplateBuild(id(t), id(b)),
             ["templates", t, "builds", b, "status"] => Endpoint::TemplateBuildStatus(id(t), id(b)),
@@ -199,8 +255,18 @@ impl Endpoint {
             | Endpoint::Snapshots
             | Endpoint::TemplateAlias(_)
             | Endpoint::TemplateBuildStatus(..)
-            | Endpoint::TemplateFiles(..) => &[Method::GET],
-            Endpoint::Template(_) => &[Method::DELETE],
+            | Endpoint::TemplateFiles(..)
+            | Endpoint::SandboxLogs { .. }
+            | Endpoint::TemplatesV2
+            | Endpoint::DefaultTemplates
+            | Endpoint::TemplateBuildLogs(..)
+            | Endpoint::TemplateTagList(_)
+            | Endpoint::TemplateTagCount(_)
+            | Endpoint::TemplateTagExists(_)
+            | Endpoint::TemplateTagGroups(_)
+            | Endpoint::TemplateTagAssignments(..) => &[Method::GET],
+            Endpoint::Template(_) => &[Method::GET, Method::PATCH, Method::DELETE],
+            Endpoint::TemplateV2(_) => &[Method::PATCH],
             Endpoint::TemplateTags => &[Method::POST, Method::DELETE],
             Endpoint::Network(_) | Endpoint::Upload(_) => &[Method::PUT],
             Endpoint::Volumes => &[Method::GET, Method::POST],
@@ -231,6 +297,15 @@ impl Endpoint {
             | Endpoint::TemplateBuildStatus(..)
             | Endpoint::TemplateFiles(..)
             | Endpoint::Upload(_)
+            | Endpoint::TemplatesV2
+            | Endpoint::DefaultTemplates
+            | Endpoint::TemplateV2(_)
+            | Endpoint::TemplateBuildLogs(..)
+            | Endpoint::TemplateTagList(_)
+            | Endpoint::TemplateTagCount(_)
+            | Endpoint::TemplateTagExists(_)
+            | Endpoint::TemplateTagGroups(_)
+            | Endpoint::TemplateTagAssignments(..)
             | Endpoint::Volumes
             | Endpoint::Volume(_)
             | Endpoint::VolumeContent(..)
@@ -245,7 +320,9 @@ impl Endpoint {
             | Endpoint::Route(id)
             | Endpoint::Network(id)
             | Endpoint::Snapshot(id)
-            | Endpoint::Metrics(id) => Some(id),
+            | Endpoint::Metrics(id)
+            | Endpoint::Refresh(id)
+            | Endpoint::SandboxLogs { id, .. } => Some(id),
         }
     }
 }
@@ -342,7 +419,25 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Bod
         (Endpoint::SandboxesMetrics, _) => metrics::many(app, &team, query).await,
         (Endpoint::Snapshot(id), _) => snapshots::create(app, &team, &id, &body).await,
         (Endpoint::Snapshots, _) => snapshots::list(app, &team, query).await,
+        (Endpoint::Template(id), Method::GET) => manage::get(app, &team, &id, query).await,
+        (Endpoint::Template(id), Method::PATCH) => {
+            manage::update(app, &team, &id, &body, false).await
+        }
         (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id).await,
+        (Endpoint::TemplateV2(id), _) => manage::update(app, &team, &id, &body, true).await,
+        (Endpoint::TemplatesV2, _) => manage::list_v2(app, &team, query).await,
+        (Endpoint::DefaultTemplates, _) => manage::defaults(app).await,
+        (Endpoint::TemplateBuildLogs(t, b), _) => builds::logs(app, &team, &t, &b, query).await,
+        (Endpoint::TemplateTagList(t), _) => tags::list(app, &team, &t).await,
+        (Endpoint::TemplateTagCount(t), _) => tags::count(app, &team, &t).await,
+        (Endpoint::TemplateTagExists(t), _) => tags::exists(app, &team, &t, query).await,
+        (Endpoint::TemplateTagGroups(t), _) => tags::groups(app, &team, &t, query).await,
+        (Endpoint::TemplateTagAssignments(t, g), _) => {
+            tags::assignments(app, &team, &t, &g, query).await
+        }
+        (Endpoint::Refresh(id), _) => refresh::refresh(app, &team, &id, &body).await,
+        (Endpoint::SandboxLogs { id, v2: false }, _) => logs::v1(app, &team, &id, query).await,
+        (Endpoint::SandboxLogs { id, v2: true }, _) => logs::v2(app, &team, &id, query).await,
         (Endpoint::TemplateAlias(alias), _) => snapshots::alias(app, &team, &alias).await,
         (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
         (Endpoint::Volumes, Method::POST) => volumes::create(app, &team, &body).await,

@@ -563,6 +563,7 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
                         generation: b.generation,
                         r#type: kind as i32,
                         paused_record,
+                        logs: Vec::new(),
                     }],
                 })
                 .await

@@ -58,7 +58,7 @@ fn detail(app: &App, b: &Binding, envd_version: String, full: bool) -> SandboxDe
         state: state_name(b.state),
         metadata: b.metadata.clone(),
         envd_access_token: (full && !b.access_token.is_empty()).then(|| b.access_token.clone()),
-        domain: full.then(|| app.settings.domain.clone()),
+        domain: full.then(|| app.settings.advertised_domain.clone()),
         lifecycle: full.then(|| {
             let l = b.lifecycle.unwrap_or_default();
             SandboxLifecycle {
@@ -303,10 +303,14 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
         deleted = Some(b.generation);
         // A lost node cannot be asked; an unreachable one will kill the
         // sandbox as an orphan when it comes back (its roster no longer
-        // matches the scheduler). Either way the binding goes.
+        // matches the scheduler). Either way the binding goes. The node's
+        // answer is the sandbox's log at its end: this DELETE report
+        // carries it (the node's own report does too; whichever applies
+        // first keeps it).
+        let mut logs = Vec::new();
         if b.state != BindingState::Lost as i32 {
             match app.nodes.delete(&b.endpoint, id, b.generation).await {
-                Ok(()) => {}
+                Ok(entries) => logs = super::logs::to_event(entries),
                 Err(NodeError::Status {
                     not_hosted: true, ..
                 }) => {}
@@ -318,7 +322,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
         let resp = app
             .scheduler
             .call("ReportSandboxEvent", |mut c| {
-                let b = &b;
+                let (b, logs) = (&b, logs.clone());
                 async move {
                     c.report_sandbox_event(ReportSandboxEventRequest {
                         node_id: b.node_id.clone(),
@@ -327,6 +331,7 @@ pub(super) async fn kill(app: &App, team: &Team, id: &str) -> Result<Response<Bo
                             generation: b.generation,
                             r#type: EventType::Delete as i32,
                             paused_record: None,
+                            logs,
                         }],
                     })
                     .await
@@ -463,7 +468,7 @@ pub(super) async fn describe(
         envd_version,
         envd_access_token: (!token.is_empty()).then_some(token),
         traffic_access_token: traffic,
-        domain: app.settings.domain.clone(),
+        domain: app.settings.advertised_domain.clone(),
     };
     let mut r = warren_core::body::json(status, &json);
     r.headers_mut()

@@ -216,9 +216,29 @@ pub(super) async fn resolve(app: &App, team: &Team, template_id: &str) -> Result
                 record: Some(t),
             });
         }
-        if matches!(catalog::get(app, template_id).await?, Some((t, _)) if t.snapshot.is_some()) {
-            // Someone else's.
-            return Err(super::templates::not_found(template_id));
+        match catalog::get(app, template_id).await? {
+            // Someone else's (by its record's name).
+            Some((t, _)) if t.snapshot.is_some() => {
+                return Err(super::templates::not_found(template_id))
+            }
+            Some(_) => {}
+            // Another team's template, published under this name.
+            None => {
+                if let Some((t, _)) = super::manage::find_public(app, template_id).await? {
+                    let mut defaults = t.defaults.clone();
+                    app.settings.limits.sandbox.bound(&mut defaults);
+                    let node_id = match (&t.snapshot, shared) {
+                        (Some(s), true) => s.node_id.clone(),
+                        _ => String::new(),
+                    };
+                    return Ok(Target {
+                        node_id,
+                        template_id: t.name.clone(),
+                        defaults: Some(defaults),
+                        record: Some(t),
+                    });
+                }
+            }
         }
     }
     let record = super::templates::resolve(app, template_id).await?;
@@ -492,6 +512,11 @@ pub(super) async fn delete(app: &App, team: &Team, raw: &str) -> Result<Response
             ApiError::bad_request("invalid_template_id", "the template id is not UTF-8")
         })?;
     records_ready(app)?;
+    // A built template by its name: every tag of it (another team's
+    // public one: 403).
+    if let Some(done) = super::manage::delete(app, team, &id).await? {
+        return Ok(done);
+    }
     let Some((t, version)) = find(app, team, &id).await? else {
         if matches!(catalog::get(app, bare(&id)).await?, Some((t, _)) if t.snapshot.is_none()) {
             return Err(ApiError::new(
@@ -559,6 +584,14 @@ pub(super) async fn alias(app: &App, team: &Team, raw: &str) -> Result<Response<
             StatusCode::OK,
             &AliasInfo {
                 template_id: t.name,
+                public: true,
+            },
+        ),
+        // Another team's template, published under this name.
+        None if super::manage::find_public(app, name).await?.is_some() => reply(
+            StatusCode::OK,
+            &AliasInfo {
+                template_id: name.to_string(),
                 public: true,
             },
         ),

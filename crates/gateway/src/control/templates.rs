@@ -7,81 +7,12 @@ use crate::error::ApiError;
 use crate::state::App;
 use http::{Response, StatusCode};
 use warren_core::body::Body;
-use warren_proto::scheduler::v1::RecordKind;
 
-/// E2B's `Template`, with the fields warren has.
-#[derive(Debug, serde::Serialize)]
-struct Template {
-    #[serde(rename = "templateID")]
-    template_id: String,
-    #[serde(rename = "buildID")]
-    build_id: String,
-    #[serde(rename = "cpuCount")]
-    cpu_count: u32,
-    #[serde(rename = "memoryMB")]
-    memory_mb: u64,
-    #[serde(rename = "diskSizeMB")]
-    disk_size_mb: u64,
-    public: bool,
-    aliases: Vec<String>,
-    names: Vec<String>,
-    #[serde(rename = "createdAt")]
-    created_at: String,
-    #[serde(rename = "updatedAt")]
-    updated_at: String,
-    #[serde(rename = "createdBy")]
-    created_by: Option<()>,
-    #[serde(rename = "lastSpawnedAt")]
-    last_spawned_at: Option<String>,
-    #[serde(rename = "spawnCount")]
-    spawn_count: u64,
-    #[serde(rename = "buildCount")]
-    build_count: u32,
-    #[serde(rename = "envdVersion")]
-    envd_version: &'static str,
-    #[serde(rename = "buildStatus")]
-    build_status: &'static str,
-}
-
-/// `GET /templates`: the operator's templates (public) and the ones the
-/// team built through the API (its own).
+/// `GET /templates`: the operator's templates (public), the ones the team
+/// built through the API (its own), and other teams' public ones
+/// (`super::manage::visible`).
 pub async fn list(app: &App, team: &Team) -> Result<Response<Body>, ApiError> {
-    let mut templates = super::catalog::list(app, None, &[RecordKind::Operator]).await?;
-    templates.extend(super::catalog::list(app, Some(&team.0), &[RecordKind::Built]).await?);
-    templates.sort_by(|a, b| a.name.cmp(&b.name));
-    // Snapshots are their teams' own, listed by `GET /snapshots`.
-    let out: Vec<Template> = templates
-        .into_iter()
-        .filter_map(|t| match &t.snapshot {
-            None => Some((t.name.clone(), true, t)),
-            Some(s) if s.team == team.0 && super::builds::is_built(&t) => {
-                Some((s.name.clone().unwrap_or_else(|| t.name.clone()), false, t))
-            }
-            Some(_) => None,
-        })
-        .map(|(name, public, t)| {
-            let at = warren_core::time::rfc3339_ms(t.created_at_ms as i64);
-            Template {
-                template_id: name.clone(),
-                build_id: t.digest.clone(),
-                cpu_count: t.defaults.cpu_count,
-                memory_mb: t.defaults.memory_mb,
-                disk_size_mb: t.defaults.disk_mb,
-                public,
-                aliases: vec![name.clone()],
-                names: vec![name],
-                created_at: at.clone(),
-                updated_at: at,
-                created_by: None,
-                last_spawned_at: None,
-                spawn_count: 0,
-                build_count: 1,
-                envd_version: warren_core::node_api::ENVD_VERSION,
-                build_status: "ready",
-            }
-        })
-        .collect();
-    reply(StatusCode::OK, &out)
+    reply(StatusCode::OK, &super::manage::visible(app, team).await?)
 }
 
 /// The record of the template a create names; `None` when there is none

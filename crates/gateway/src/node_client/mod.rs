@@ -173,11 +173,35 @@ impl NodeClient {
     }
 
     /// `DELETE /_warren/v1/sandboxes/{id}?generation=g`.
-    pub async fn delete(&self, endpoint: &str, id: &str, generation: u64) -> Result<(), NodeError> {
+    /// Answers the sandbox's log at its end (empty from a node that
+    /// answers none), for the DELETE report.
+    pub async fn delete(
+        &self,
+        endpoint: &str,
+        id: &str,
+        generation: u64,
+    ) -> Result<Vec<node_api::SandboxLogEntry>, NodeError> {
         let path = format!("{}?generation={generation}", node_api::sandbox_path(id));
-        self.send(endpoint, Method::DELETE, path, None)
-            .await
-            .map(|_| ())
+        let (_, bytes) = self.send(endpoint, Method::DELETE, path, None).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Vec::new());
+        }
+        Ok(serde_json::from_slice::<node_api::SandboxLogs>(&bytes)
+            .map(|l| l.entries)
+            .unwrap_or_default())
+    }
+
+    /// `GET /_warren/v1/sandboxes/{id}/logs?generation=g`: the sandbox's
+    /// log as its node holds it, oldest first.
+    pub async fn logs(
+        &self,
+        endpoint: &str,
+        id: &str,
+        generation: u64,
+    ) -> Result<Vec<node_api::SandboxLogEntry>, NodeError> {
+        let path = node_api::logs_path(id, generation);
+        let (_, bytes) = self.send(endpoint, Method::GET, path, None).await?;
+        parse::<node_api::SandboxLogs>(endpoint, &bytes).map(|l| l.entries)
     }
 
     /// `POST /_warren/v1/heartbeat`: the node heartbeats now.

@@ -81,18 +81,24 @@ impl Layers {
         digests: &[String],
     ) -> Result<(Vec<PathBuf>, Vec<Lease>), RuntimeError> {
         match self {
+            // Leased too: a collection of the shared store
+            // (`warren template gc`) never removes a tree a sandbox of
+            // this host stacks.
             Layers::Shared(store) => {
                 let (store, digests) = (store.clone(), digests.to_vec());
-                let roots = tokio::task::spawn_blocking(move || {
+                let leases = tokio::task::spawn_blocking(move || {
                     digests
                         .iter()
-                        .map(|d| store.rootfs(d))
-                        .collect::<Result<Vec<PathBuf>, _>>()
+                        .map(|d| store.lease(d))
+                        .collect::<Result<Vec<Lease>, _>>()
                 })
                 .await
                 .map_err(|e| RuntimeError::Template(e.to_string()))?
                 .map_err(|e| RuntimeError::Template(e.to_string()))?;
-                Ok((roots, Vec::new()))
+                Ok((
+                    leases.iter().map(|l| l.path().to_path_buf()).collect(),
+                    leases,
+                ))
             }
             Layers::Fetched(f) => {
                 let mut leases = Vec::with_capacity(digests.len());

@@ -19,6 +19,7 @@
 
 mod adopt;
 pub mod files;
+mod logs;
 pub mod network;
 mod pause;
 pub mod pool;
@@ -40,6 +41,8 @@ pub struct Event {
     pub sandbox_id: String,
     pub generation: u64,
     pub kind: EventKind,
+    /// A DELETE's: the sandbox's log at its end ([`crate::logs`]).
+    pub logs: Vec<warren_core::node_api::SandboxLogEntry>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,6 +199,8 @@ pub struct RegistryConfig {
     pub warm_pool: Vec<(String, u32)>,
     /// Pooled sandboxes come on top of `capacity`.
     pub warm_pool_beyond_capacity: bool,
+    /// What each sandbox's log may hold.
+    pub log_bounds: crate::logs::Bounds,
 }
 
 /// See the module doc.
@@ -213,6 +218,8 @@ pub struct Registry {
     /// `--creating-timeout` (a template's layers being fetched) for one
     /// that died (see [`Registry::roster`]).
     starting: Mutex<std::collections::HashSet<(String, u64)>>,
+    /// Each hosted sandbox's log (`logs.rs`).
+    logs: crate::logs::LogBooks,
     /// This node's volume store, when it has one (`crate::volumes`).
     volumes: Option<Arc<crate::volumes::VolumeStore>>,
     /// The warm pools (isolated runtime, `--warm-pool`).
@@ -256,6 +263,7 @@ impl Registry {
                 None
             }
         };
+        let cfg_log_bounds = cfg.log_bounds;
         Arc::new(Registry {
             volumes,
             pool,
@@ -267,6 +275,7 @@ impl Registry {
             events,
             metrics,
             starting: Mutex::new(std::collections::HashSet::new()),
+            logs: crate::logs::LogBooks::new(cfg_log_bounds),
         })
     }
 
@@ -520,6 +529,19 @@ impl Registry {
         } else {
             EventKind::Create
         };
+        self.log_lifecycle(
+            &info.sandbox_id,
+            if parent.is_some() {
+                "Sandbox forked"
+            } else {
+                "Sandbox created"
+            },
+            [
+                ("template", info.template_id.clone()),
+                ("generation", info.generation.to_string()),
+                ("node", self.cfg.node_id.clone()),
+            ],
+        );
         self.emit(&info.sandbox_id, info.generation, kind);
         Ok((true, info))
     }
@@ -857,12 +879,13 @@ impl Registry {
 
     /// Kills every process of the sandbox and removes its files.
     /// `generation: None` deletes whatever generation is hosted.
+    /// Answers its log at its end too (what its DELETE event carries).
     pub async fn delete(
         self: &Arc<Self>,
         id: &str,
         generation: Option<u64>,
         reason: &str,
-    ) -> Result<SandboxInfo, NodeError> {
+    ) -> Result<(SandboxInfo, Vec<warren_core::node_api::SandboxLogEntry>), NodeError> {
         let lock = self.lock_for(id);
         let result = {
             let _held = lock.lock().await;
@@ -877,7 +900,7 @@ impl Registry {
         id: &str,
         generation: Option<u64>,
         reason: &str,
-    ) -> Result<SandboxInfo, NodeError> {
+    ) -> Result<(SandboxInfo, Vec<warren_core::node_api::SandboxLogEntry>), NodeError> {
         let sandbox = self
             .hosted
             .read()
@@ -885,6 +908,8 @@ impl Registry {
             .and_then(|h| h.get(id).cloned())
             .filter(|s| generation.is_none_or(|g| g == s.info.generation))
             .ok_or_else(|| self.not_hosted(id, generation))?;
+        // envd's last entries, while it still runs.
+        self.last_log(&sandbox, reason).await;
         // Out of the roster first: from here on the data plane answers
         // not-found, and a heartbeat no longer claims it.
         if let Ok(mut h) = self.hosted.write() {
@@ -906,9 +931,15 @@ impl Registry {
             self.remove_layers(&sandbox.own_layers);
         }
         self.metrics.deletes.inc();
-        self.emit(id, sandbox.info.generation, EventKind::Delete);
+        let logs = self.end_log(id);
+        let _ = self.events.send(Event {
+            sandbox_id: id.to_string(),
+            generation: sandbox.info.generation,
+            kind: EventKind::Delete,
+            logs: logs.clone(),
+        });
         tracing::info!(sandbox_id = %id, generation = sandbox.info.generation, reason, "sandbox deleted");
-        Ok(sandbox.info.clone())
+        Ok((sandbox.info.clone(), logs))
     }
 
     fn emit(&self, id: &str, generation: u64, kind: EventKind) {
@@ -916,6 +947,7 @@ impl Registry {
             sandbox_id: id.to_string(),
             generation,
             kind,
+            logs: Vec::new(),
         });
     }
 

@@ -24,8 +24,19 @@ impl Registry {
                 None => Err(self.not_hosted(id, Some(generation))),
                 Some(sb) if sb.is_paused() == pause => Ok(sb.info.clone()),
                 Some(sb) if sb.halted && !cold_boot => Err(NodeError::NotResumable(id.into())),
-                Some(sb) if sb.halted => self.reboot_locked(&sb).await,
+                Some(sb) if sb.halted => {
+                    let booted = self.reboot_locked(&sb).await;
+                    if booted.is_ok() {
+                        self.log_lifecycle(id, "Sandbox resumed (booted again from its files)", []);
+                    }
+                    booted
+                }
                 Some(sb) => {
+                    if pause {
+                        // What envd wrote before it is frozen, readable
+                        // while it is.
+                        self.read_envd_log(&sb, Duration::from_secs(1)).await;
+                    }
                     let rt = self.runtime.clone();
                     let handle = sb.handle.clone();
                     let done =
@@ -37,6 +48,15 @@ impl Registry {
                                 sb.frozen.notify_waiters();
                             }
                             tracing::info!(sandbox_id = %id, generation, paused = pause, "sandbox frozen state changed");
+                            self.log_lifecycle(
+                                id,
+                                if pause {
+                                    "Sandbox paused"
+                                } else {
+                                    "Sandbox resumed"
+                                },
+                                [],
+                            );
                             Ok(sb.info.clone())
                         }
                         Ok(Err(runtime::RuntimeError::Unsupported(m))) => {
@@ -99,6 +119,8 @@ impl Registry {
                  again; pause it with its memory kept"
             )));
         };
+        self.read_envd_log(&sb, Duration::from_secs(1)).await;
+        self.log_lifecycle(id, "Sandbox paused (filesystem only)", []);
         sb.paused.store(true, std::sync::atomic::Ordering::SeqCst);
         sb.frozen.notify_waiters();
         let egress = sb.egress.lock().ok().and_then(|mut e| e.take());
@@ -229,6 +251,7 @@ impl Registry {
                             source_sandbox: id.to_string(),
                             node_id: self.cfg.node_id.clone(),
                             paused: None,
+                            public: false,
                         },
                         template_id: sb.info.template_id.clone(),
                     };
@@ -316,6 +339,7 @@ impl Registry {
                     settings: serde_json::to_value(&settings).map_err(|e| e.to_string())?,
                     own_layers: Vec::new(),
                 }),
+                public: false,
             },
             template_id: sb.info.template_id.clone(),
         };

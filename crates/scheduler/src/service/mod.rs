@@ -38,6 +38,26 @@ pub struct ServiceSettings {
     /// Callers are authenticated by their certificates (mutual TLS). When
     /// false (`--insecure-internal`) every caller may call everything.
     pub secure: bool,
+    /// How ended sandboxes' logs are kept.
+    pub logs: LogSettings,
+}
+
+/// How ended sandboxes' logs are kept (`--sandbox-log-*`).
+#[derive(Debug, Clone, Copy)]
+pub struct LogSettings {
+    /// How long after its end a sandbox's log is kept.
+    pub retention: Duration,
+    /// What a team's kept logs may cost in all (0: no bound).
+    pub team_max_bytes: u64,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            retention: Duration::from_secs(7 * 24 * 3600),
+            team_max_bytes: 64 << 20,
+        }
+    }
 }
 
 /// Who may call an RPC.
@@ -345,13 +365,17 @@ impl SchedulerService {
                 let checked = validate::sandbox_id(&e.sandbox_id)
                     .and_then(|()| validate::generation(e.generation))
                     .and_then(|()| validate::event_type(e.r#type))
-                    .and_then(|kind| Ok((kind, paused_record(e, kind)?)));
+                    .and_then(|kind| Ok((kind, paused_record(e, kind)?)))
+                    .and_then(|(kind, record)| {
+                        Ok((kind, record, ended_log(e, kind, self.settings.logs)?))
+                    });
                 match checked {
-                    Ok((kind, paused_record)) => Ok(NodeEvent {
+                    Ok((kind, paused_record, logs)) => Ok(NodeEvent {
                         sandbox_id: e.sandbox_id.clone(),
                         generation: e.generation,
                         kind,
                         paused_record,
+                        logs,
                     }),
                     Err(err) => Err(Error::invalid(format!("event {i}: {err}"))),
                 }
@@ -421,6 +445,30 @@ impl SchedulerService {
         }
         Ok(pb::AccessToken {
             access_token: b.access_token,
+        })
+    }
+
+    async fn read_sandbox_logs(
+        &self,
+        r: pb::ReadSandboxLogsRequest,
+    ) -> Result<pb::ReadSandboxLogsResponse> {
+        validate::sandbox_id(&r.sandbox_id)?;
+        validate::label("team_id", &r.team_id)?;
+        let lines = self
+            .store
+            .read_sandbox_log(&r.sandbox_id, &r.team_id)
+            .await?;
+        Ok(pb::ReadSandboxLogsResponse {
+            entries: lines
+                .into_iter()
+                .map(|l| pb::SandboxLogEntry {
+                    at_ms: l.at_ms,
+                    level: l.level,
+                    logger: l.logger,
+                    message: l.message,
+                    fields: l.fields.into_iter().collect(),
+                })
+                .collect(),
         })
     }
 
@@ -497,6 +545,64 @@ fn paused_record(
             e.sandbox_id, e.generation
         ))),
     }
+}
+
+/// Most log lines one DELETE report keeps of a sandbox (the newest).
+pub const MAX_SANDBOX_LOG_ENTRIES: usize = 1000;
+/// Most bytes of a kept line's message; the rest is cut.
+const MAX_LOG_MESSAGE: usize = 4096;
+/// Most fields of a kept line, and bytes of each name and value.
+const MAX_LOG_FIELDS: usize = 32;
+const MAX_LOG_FIELD: usize = 256;
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn cut(s: &str, max: usize) -> String {
+    let mut at = s.len().min(max);
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    s[..at].to_string()
+}
+
+/// A DELETE's log, trimmed to what the store keeps: the newest
+/// [`MAX_SANDBOX_LOG_ENTRIES`] lines, each cut to its bounds, an unknown
+/// level read as `info`. Never refused (a DELETE must not fail on its
+/// log); logs on any other event are.
+fn ended_log(
+    e: &pb::SandboxEvent,
+    kind: crate::store::EventType,
+    settings: LogSettings,
+) -> Result<Option<crate::store::EndedLog>> {
+    if e.logs.is_empty() {
+        return Ok(None);
+    }
+    if kind != crate::store::EventType::Delete {
+        return Err(Error::invalid("logs are only for a DELETE event"));
+    }
+    let skip = e.logs.len().saturating_sub(MAX_SANDBOX_LOG_ENTRIES);
+    let lines = e.logs[skip..]
+        .iter()
+        .map(|l| crate::store::SandboxLogLine {
+            at_ms: l.at_ms.max(0),
+            level: match l.level.as_str() {
+                "debug" | "info" | "warn" | "error" => l.level.clone(),
+                _ => "info".into(),
+            },
+            logger: cut(&l.logger, 64),
+            message: cut(&l.message, MAX_LOG_MESSAGE),
+            fields: l
+                .fields
+                .iter()
+                .take(MAX_LOG_FIELDS)
+                .map(|(k, v)| (cut(k, MAX_LOG_FIELD), cut(v, MAX_LOG_FIELD)))
+                .collect(),
+        })
+        .collect();
+    Ok(Some(crate::store::EndedLog {
+        lines,
+        retention_ms: i64::try_from(settings.retention.as_millis()).unwrap_or(i64::MAX),
+        team_max_bytes: settings.team_max_bytes,
+    }))
 }
 
 /// A node's certificate must name the node it speaks for.
@@ -607,6 +713,14 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
         rpc!(self, req, "ReportNodeUnreachable", Gateways, |r, caller| {
             self.report_node_unreachable(r)
         })
+    }
+
+    async fn read_sandbox_logs(
+        &self,
+        req: Request<pb::ReadSandboxLogsRequest>,
+    ) -> Result<Response<pb::ReadSandboxLogsResponse>, Status> {
+        rpc!(self, req, "ReadSandboxLogs", Gateways, |r, caller| self
+            .read_sandbox_logs(r))
     }
 
     async fn list_sandboxes(

@@ -55,6 +55,7 @@ fn record_pb(r: &TemplateRecord) -> pb::TemplateRecord {
                 settings_json: p.settings_json.clone(),
                 own_layers: p.own_layers.clone(),
             }),
+            public: s.public,
         }),
         created_at_ms: r.created_at_ms,
         updated_at_ms: r.updated_at_ms,
@@ -172,6 +173,7 @@ impl SchedulerService {
             order,
             after: v::record_token(&r.page_token, order)?,
             limit: page_size(r.page_size),
+            public_only: r.public_only,
         };
         let (rows, next) = self.store.list_records(&filter).await?;
         Ok(pb::ListTemplateRecordsResponse {

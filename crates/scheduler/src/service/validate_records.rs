@@ -289,11 +289,24 @@ fn snapshot(
         }
         (_, None) => None,
     };
+    if s.public && (!kind.is_teams() || s.name.is_empty()) {
+        return Err(bad(format!(
+            "{field}.public is only for a team's snapshot or built record with a name, not \
+             a {} one{}",
+            kind.as_str(),
+            if s.name.is_empty() {
+                " without a name"
+            } else {
+                ""
+            }
+        )));
+    }
     Ok(Some(SnapshotMeta {
         name: s.name,
         source_sandbox: s.source_sandbox,
         node_id: s.node_id,
         paused,
+        public: s.public,
     }))
 }
 

@@ -27,6 +27,10 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (7, include_str!("../../migrations/0007_cached_layers.sql")),
     (8, include_str!("../../migrations/0008_volumes.sql")),
     (9, include_str!("../../migrations/0009_secrets.sql")),
+    (
+        10,
+        include_str!("../../migrations/0010_logs_and_public.sql"),
+    ),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

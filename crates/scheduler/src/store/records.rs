@@ -78,6 +78,9 @@ pub struct SnapshotMeta {
     pub node_id: String,
     /// Set on a paused sandbox's own record only.
     pub paused: Option<PausedMeta>,
+    /// Published by its team under `name` (at most one record per name).
+    #[serde(default)]
+    pub public: bool,
 }
 
 /// What a filesystem-only pause recorded to boot the sandbox again.
@@ -163,6 +166,8 @@ pub struct RecordFilter {
     pub order: RecordOrder,
     pub after: Option<RecordCursor>,
     pub limit: u32,
+    /// Only public records (of every team).
+    pub public_only: bool,
 }
 
 /// What a team keeps, as the bounds count it.
@@ -337,4 +342,30 @@ pub struct NewUpload {
     /// 0: no bound.
     pub max_team_bytes: u64,
     pub max_total_bytes: u64,
+}
+
+/// One line of a sandbox's log (E2B's `SandboxLogEntry`), as kept once
+/// the sandbox ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxLogLine {
+    pub at_ms: i64,
+    /// debug, info, warn or error.
+    pub level: String,
+    /// `envd`, `process`, `node`, ...
+    pub logger: String,
+    pub message: String,
+    pub fields: BTreeMap<String, String>,
+}
+
+/// An ended sandbox's log, as its DELETE report carries it, with how long
+/// and within what the store keeps it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EndedLog {
+    /// Oldest first.
+    pub lines: Vec<SandboxLogLine>,
+    /// Kept this long after the end.
+    pub retention_ms: i64,
+    /// What a team's kept logs may cost in all (0: no bound); the oldest
+    /// ended sandboxes' logs go first.
+    pub team_max_bytes: u64,
 }

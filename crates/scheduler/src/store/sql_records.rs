@@ -48,18 +48,24 @@ pub const RECORD_BY_NAME: &str = concat!(
     record_columns!(),
     " FROM template_records WHERE name = $1"
 );
-/// **fenced** Insert-if-absent: 0 rows when the name is taken.
+/// **fenced** Insert-if-absent: 0 rows when the name is taken. `$14` is
+/// the name it is public under (NULL: not public).
 pub const INSERT_RECORD: &str = concat!(
     "INSERT INTO template_records (",
     record_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) \
+    ", public_name) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) \
      ON CONFLICT (name) DO NOTHING"
 );
-/// **fenced** Replaces exactly version `$14` of the team `$3` owns.
+/// **fenced** Replaces exactly version `$14` of the team `$3` owns; `$15`
+/// the name it is public under.
 pub const REPLACE_RECORD: &str = "UPDATE template_records SET kind = $2, digest = $4, \
      layers = $5, defaults = $6, source = $7, images = $8, snapshot = $9, source_sandbox = $10, \
-     created_at_ms = $11, updated_at_ms = $12, version = $13 \
+     created_at_ms = $11, updated_at_ms = $12, version = $13, public_name = $15 \
      WHERE name = $1 AND team_id = $3 AND version = $14";
+pub const RECORDS_WITH_ROOT: &str = "SELECT COUNT(*) FROM template_records WHERE digest = $1";
+/// The record (other than `$2`) public under the name `$1`.
+pub const PUBLIC_NAME_HOLDER: &str =
+    "SELECT name FROM template_records WHERE public_name = $1 AND name <> $2";
 /// **fenced** Removes exactly version `$2`.
 pub const DELETE_RECORD: &str = "DELETE FROM template_records WHERE name = $1 AND version = $2";
 pub const DELETE_RECORD_LAYERS: &str = "DELETE FROM record_layers WHERE record_name = $1";
@@ -229,3 +235,24 @@ pub const UPLOADS_PAST_EXPIRY: &str = "SELECT team_id, files_hash, blob_digest F
 /// **fenced**
 pub const DELETE_EXPIRED_UPLOAD: &str =
     "DELETE FROM uploads WHERE team_id = $1 AND files_hash = $2 AND expires_at_ms <= $3";
+
+// ---- ended sandboxes' logs ----
+
+pub const DELETE_SANDBOX_LOG: &str = "DELETE FROM sandbox_logs WHERE sandbox_id = $1";
+pub const INSERT_SANDBOX_LOG_LINE: &str = "INSERT INTO sandbox_logs (sandbox_id, seq, \
+     team_id, at_ms, level, logger, message, fields, bytes, ended_at_ms, expires_at_ms) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
+pub const TEAM_SANDBOX_LOG_BYTES: &str =
+    "SELECT CAST(COALESCE(SUM(bytes), 0) AS BIGINT) FROM sandbox_logs WHERE team_id = $1";
+/// The team's oldest ended sandbox with kept lines, but `$2`.
+pub const OLDEST_SANDBOX_LOG: &str = "SELECT sandbox_id FROM sandbox_logs \
+     WHERE team_id = $1 AND sandbox_id <> $2 ORDER BY ended_at_ms, sandbox_id LIMIT 1";
+pub const DROP_OLDEST_SANDBOX_LOG_LINE: &str = "DELETE FROM sandbox_logs WHERE sandbox_id = $1 \
+     AND seq = (SELECT MIN(seq) FROM sandbox_logs WHERE sandbox_id = $1)";
+pub const READ_SANDBOX_LOG: &str = "SELECT at_ms, level, logger, message, fields \
+     FROM sandbox_logs WHERE sandbox_id = $1 AND team_id = $2 AND expires_at_ms > $3 \
+     ORDER BY seq";
+pub const SANDBOX_LOGS_PAST_RETENTION: &str = "SELECT DISTINCT sandbox_id FROM sandbox_logs \
+     WHERE expires_at_ms <= $1";
+pub const DELETE_SANDBOX_LOGS_PAST_RETENTION: &str =
+    "DELETE FROM sandbox_logs WHERE expires_at_ms <= $1";

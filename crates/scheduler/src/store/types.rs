@@ -296,6 +296,8 @@ pub struct NodeEvent {
     /// A PAUSE's paused record of the sandbox (a node's filesystem-only
     /// auto-pause with a blob store), written when the PAUSE applies.
     pub paused_record: Option<super::records::TemplateRecord>,
+    /// A DELETE's log of the sandbox, kept when the DELETE applies.
+    pub logs: Option<super::records::EndedLog>,
 }
 
 /// The result of one event.
@@ -375,6 +377,8 @@ pub struct SweepReport {
     pub builds_lost: u64,
     /// Uploads past their expiry (their archives' blobs noted).
     pub uploads_expired: u64,
+    /// Ended sandboxes whose kept logs passed their retention.
+    pub logs_expired: u64,
 }
 
 impl SweepReport {

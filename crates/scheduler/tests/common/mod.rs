@@ -319,6 +319,7 @@ pub async fn event(
                 generation,
                 r#type: kind as i32,
                 paused_record: None,
+                logs: Vec::new(),
             }],
         })
         .await

@@ -1,8 +1,10 @@
 //! `warren template build FILE | import TARBALL --name N | ls | push --to
-//! URL [--import]`: templates in a template store (`--template-dir`, the
-//! directory every node and gateway of the machine reads), and copying its
+//! URL [--import] | gc`: templates in a template store (`--template-dir`,
+//! the directory every node and gateway of the machine reads), copying its
 //! blobs to a blob store (`warren-blob`) and its records to the
-//! scheduler's, through a gateway (docs/blobs.md).
+//! scheduler's, through a gateway (docs/blobs.md), and collecting what no
+//! record names (`warren_template::gc`; docs/sandboxes.md, "Collecting a
+//! template store").
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -56,6 +58,29 @@ enum Cmd {
     },
     /// Lists the templates in the store.
     Ls,
+    /// Removes what no record names: blobs and unpacked trees unnamed for
+    /// --grace that no sandbox of this host stacks, scratch older than
+    /// --grace, and, given the teams that still exist, every other team's
+    /// snapshots and templates. Prints what it removed (with --dry-run:
+    /// what it would) and the store's size before and after.
+    Gc {
+        /// How long a blob or tree must have been unnamed (a record's end,
+        /// a rebuild) before it goes: room for creates that resolved a
+        /// record just before it went.
+        #[arg(long, default_value = "1h", value_parser = warren_core::config::parse_duration)]
+        grace: std::time::Duration,
+        /// A team that still exists (repeat it); with any --keep-team or
+        /// --api-keys-file, every other team's snapshots and templates go.
+        #[arg(long = "keep-team", value_name = "TEAM")]
+        keep_teams: Vec<String>,
+        /// The gateways' API keys file (`KEY TEAM` a line): its teams are
+        /// the ones that still exist.
+        #[arg(long)]
+        api_keys_file: Option<PathBuf>,
+        /// Say what would go; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Copies every blob of the store (the layers of its templates,
     /// snapshots and paused sandboxes) to a blob store, verified, skipping
     /// what is there already; prints how many and how large.
@@ -133,6 +158,12 @@ fn execute(cli: Cli) -> Result<(), String> {
             import,
             api,
         } => push(&store, &to, &options, import.then_some(&api))?,
+        Cmd::Gc {
+            grace,
+            keep_teams,
+            api_keys_file,
+            dry_run,
+        } => gc(&store, grace, keep_teams, api_keys_file, dry_run)?,
         Cmd::Ls => {
             for t in store.list().map_err(|e| e.to_string())? {
                 println!(
@@ -146,6 +177,65 @@ fn execute(cli: Cli) -> Result<(), String> {
                 );
             }
         }
+    }
+    Ok(())
+}
+
+/// `warren template gc`: see [`Cmd::Gc`].
+fn gc(
+    store: &Store,
+    grace: std::time::Duration,
+    mut keep: Vec<String>,
+    api_keys_file: Option<PathBuf>,
+    dry_run: bool,
+) -> Result<(), String> {
+    if let Some(file) = &api_keys_file {
+        let text = warren_gateway::config::read_private(file, "--api-keys-file")
+            .map_err(|e| e.to_string())?;
+        for line in text.lines() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if let Some((_, team)) = line.split_once(char::is_whitespace) {
+                keep.push(team.trim().to_string());
+            }
+        }
+    }
+    let keep_teams =
+        (!keep.is_empty() || api_keys_file.is_some()).then(|| keep.into_iter().collect());
+    let before = store.usage().map_err(|e| e.to_string())?;
+    let report = store
+        .gc(&warren_template::gc::GcOptions {
+            grace,
+            keep_teams,
+            dry_run,
+        })
+        .map_err(|e| e.to_string())?;
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for g in &report.records {
+        println!("{verb} record {} ({})", g.what, g.why);
+    }
+    for g in report.layers.iter().chain(&report.scratch) {
+        println!("{verb} {} ({} bytes: {})", g.what, g.bytes, g.why);
+    }
+    for g in &report.kept {
+        println!("kept {} ({} bytes: {})", g.what, g.bytes, g.why);
+    }
+    let after = store.usage().map_err(|e| e.to_string())?;
+    let show = |u: &warren_template::gc::Usage| {
+        format!(
+            "{} records, {} blobs ({} bytes), {} unpacked trees ({} bytes)",
+            u.records, u.blobs, u.blob_bytes, u.trees, u.tree_bytes
+        )
+    };
+    println!("{}: before: {}", store.path().display(), show(&before));
+    if dry_run {
+        println!(
+            "{}: {verb} {} records and {} bytes (dry run: nothing changed)",
+            store.path().display(),
+            report.records.len(),
+            report.bytes()
+        );
+    } else {
+        println!("{}: after:  {}", store.path().display(), show(&after));
     }
     Ok(())
 }

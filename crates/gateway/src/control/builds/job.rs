@@ -518,6 +518,10 @@ impl Job {
                     .map(|s| s.node_id.clone())
                     .unwrap_or_default(),
                 paused: None,
+                // A build of a published template is published too.
+                public: super::super::manage::is_public(&self.app, &self.team, &self.name)
+                    .await
+                    .unwrap_or(false),
             }),
             images: Vec::new(),
         };

@@ -45,7 +45,7 @@ const FLUSH: Duration = Duration::from_millis(250);
 const BATCH: usize = 1000;
 
 /// What a request asked for, kept with the build (its `request_json`).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(super) struct Asked {
     pub name: String,
     pub tags: Vec<String>,
@@ -429,6 +429,74 @@ impl Builds {
                 reason,
             },
         )
+    }
+
+    /// The team's build `build_id` (404 for any other).
+    pub(in crate::control) async fn get(
+        &self,
+        build_id: &str,
+        team: &str,
+    ) -> Result<pb::Build, ApiError> {
+        let get = pb::GetBuildRequest {
+            build_id: build_id.to_string(),
+            team_id: team.to_string(),
+        };
+        self.scheduler
+            .call("GetBuild", |mut c| {
+                let req = get.clone();
+                async move { c.get_build(req).await }
+            })
+            .await
+            .map_err(|s| refused(&s, build_id))
+    }
+
+    /// A page of `team`'s builds of template `name`, newest first, and the
+    /// next page's token (empty: none).
+    pub(super) async fn list(
+        &self,
+        team: &str,
+        name: &str,
+        token: &str,
+        limit: u32,
+    ) -> Result<(Vec<pb::Build>, String), ApiError> {
+        let req = pb::ListBuildsRequest {
+            team_id: team.to_string(),
+            template_name: name.to_string(),
+            page_size: limit,
+            page_token: token.to_string(),
+        };
+        let page = self
+            .scheduler
+            .call("ListBuilds", |mut c| {
+                let req = req.clone();
+                async move { c.list_builds(req).await }
+            })
+            .await
+            .map_err(|s| match s.code() {
+                tonic::Code::InvalidArgument => ApiError::bad_request(
+                    "invalid_query",
+                    format!("nextToken is not one this API gave: {}", s.message()),
+                ),
+                _ => ApiError::from_scheduler(&s, None),
+            })?;
+        Ok((page.builds, page.next_page_token))
+    }
+
+    /// The build's whole log, in order (bounded by `--build-log-max-bytes`).
+    pub(super) async fn whole_log(
+        &self,
+        build_id: &str,
+        team: &str,
+    ) -> Result<Vec<pb::LogLine>, ApiError> {
+        let mut out = Vec::new();
+        loop {
+            let from = out.last().map_or(0, |l: &pb::LogLine| l.seq + 1);
+            let page = self.read_log(build_id, team, from, 1000).await?;
+            if page.is_empty() {
+                return Ok(out);
+            }
+            out.extend(page);
+        }
     }
 
     async fn read_log(

@@ -59,8 +59,11 @@
 //! - [`plan`]: the steps checked; the template an image stands for;
 //! - [`ledger`]: the builds in the scheduler's store, their logs and
 //!   leases;
+//! - [`history`]: a template's builds and a build's log, as E2B pages
+//!   them;
 //! - [`job`]: a started build, run in its sandbox.
 
+mod history;
 mod job;
 mod ledger;
 mod plan;
@@ -70,6 +73,7 @@ use super::reply;
 use crate::auth::Team;
 use crate::error::ApiError;
 use crate::state::App;
+pub(in crate::control) use history::{listed, logs};
 use http::{HeaderMap, Response, StatusCode};
 pub(crate) use ledger::Builds;
 use ledger::{Asked, Page};
@@ -273,12 +277,16 @@ pub(super) async fn start(
         Some((t, _)) => t,
         None => match catalog::get(app, &plan.from).await? {
             Some((t, _)) if t.snapshot.is_none() => t,
-            _ => {
-                return Err(bad(format!(
-                    "template {:?} (fromTemplate) not found",
-                    plan.from
-                )))
-            }
+            // Another team's public template.
+            _ => match super::manage::find_public(app, &plan.from).await? {
+                Some((t, _)) => t,
+                None => {
+                    return Err(bad(format!(
+                        "template {:?} (fromTemplate) not found",
+                        plan.from
+                    )))
+                }
+            },
         },
     };
     let self_url = app.self_url.get().cloned().ok_or_else(|| {
@@ -402,8 +410,8 @@ struct Assigned {
     build_id: String,
 }
 
-/// The build id a built record names.
-fn build_of(t: &Template) -> String {
+/// The build id a built record names (empty for any other record).
+pub(in crate::control) fn build_of(t: &Template) -> String {
     t.source
         .strip_prefix(BUILT_SOURCE)
         .and_then(|r| r.split_whitespace().next())
@@ -554,6 +562,9 @@ pub(super) async fn assign_tags(
         if let Some(s) = t.snapshot.as_mut() {
             s.name = Some(called);
         }
+        // The record is the tag's assignment: made now (tag queries show
+        // when it was assigned).
+        t.created_at_ms = warren_core::time::now_ms() as u64;
         put_built(app, &t, expected).await?;
     }
     reply(

@@ -472,6 +472,7 @@ mod tests {
                 source_sandbox: "s".into(),
                 node_id: "n".into(),
                 paused: None,
+                public: false,
             }),
             images: images.iter().map(|i| i.to_string()).collect(),
         };

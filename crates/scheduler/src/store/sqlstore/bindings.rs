@@ -350,7 +350,16 @@ pub(super) async fn apply_event(
             Err(e) => missed(e),
         },
         EventType::Delete => {
+            // Whose the sandbox was, for its kept log: the binding's team,
+            // never the reporter's word.
+            let team = match &ev.logs {
+                Some(_) => tx.binding(id).await?.map(|b| b.team_id),
+                None => None,
+            };
             if tx.delete_fenced(id, node_id, gen).await? {
+                if let (Some(log), Some(team)) = (&ev.logs, team) {
+                    super::logs::keep(&mut tx, id, &team, log).await?;
+                }
                 applied("removed")
             } else {
                 missed(tx.explain_miss(id, node_id, gen).await?)

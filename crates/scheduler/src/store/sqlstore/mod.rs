@@ -23,6 +23,7 @@
 
 mod bindings;
 mod builds;
+mod logs;
 mod nodes;
 mod open;
 mod records;

@@ -134,6 +134,15 @@ async fn note(tx: &mut WriteTx, digests: impl IntoIterator<Item = &String>) -> R
     Ok(())
 }
 
+/// Whether a record names `digest` as its root.
+async fn root_named(tx: &mut WriteTx, digest: &str) -> Result<bool> {
+    let n: i64 = sqlx::query_scalar(sql::RECORDS_WITH_ROOT)
+        .bind(digest)
+        .fetch_one(tx.conn())
+        .await?;
+    Ok(n > 0)
+}
+
 async fn write_layers(tx: &mut WriteTx, r: &TemplateRecord) -> Result<()> {
     sqlx::query(sql::DELETE_RECORD_LAYERS)
         .bind(&r.name)
@@ -171,14 +180,39 @@ fn same_content(old: &TemplateRecord, new: &TemplateRecord) -> bool {
         && (new.created_at_ms == 0 || new.created_at_ms == old.created_at_ms)
 }
 
+/// The name a record is public under, if it is public.
+fn public_name(r: &TemplateRecord) -> Option<String> {
+    r.snapshot
+        .as_ref()
+        .filter(|s| s.public && !s.name.is_empty())
+        .map(|s| s.name.clone())
+}
+
 /// **fenced** One put: the version it was written at. A put that finds
 /// exactly its content in place (at any version) answers with that record.
+/// A record made public under a name another record is public under
+/// already is ALREADY_EXISTS (the unique index on `public_name` backs this
+/// check).
 pub(super) async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateRecord> {
     let new = &p.record;
     let name = &new.name;
     let old = record_in(tx, name).await?;
     if let Some(o) = old.as_ref().filter(|o| same_content(o, new)) {
         return Ok(o.clone());
+    }
+    let public = public_name(new);
+    if let Some(public) = &public {
+        let holder: Option<String> = sqlx::query_scalar(sql::PUBLIC_NAME_HOLDER)
+            .bind(public)
+            .bind(name)
+            .fetch_optional(tx.conn())
+            .await?;
+        if let Some(holder) = holder {
+            return Err(Error::AlreadyExists(format!(
+                "another team's template is public as {public:?} already (record {holder}); \
+                 one name is public once"
+            )));
+        }
     }
     let version = tx.next_counter("record_version").await?;
     let now = tx.now;
@@ -215,6 +249,7 @@ pub(super) async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateR
             .bind(created)
             .bind(now)
             .bind(to_i64(version))
+            .bind(public.clone())
             .execute(tx.conn())
             .await?
             .rows_affected(),
@@ -263,6 +298,7 @@ pub(super) async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateR
                 .bind(now)
                 .bind(to_i64(version))
                 .bind(to_i64(want))
+                .bind(public.clone())
                 .execute(tx.conn())
                 .await?
                 .rows_affected()
@@ -276,12 +312,17 @@ pub(super) async fn put_one(tx: &mut WriteTx, p: &RecordPut) -> Result<TemplateR
     }
     if let Some(o) = &old {
         let keep: BTreeSet<&String> = new.layers.iter().map(|l| &l.digest).collect();
-        let gone: Vec<String> = o
+        let mut gone: Vec<String> = o
             .layers
             .iter()
             .map(|l| l.digest.clone())
             .filter(|d| !keep.contains(d))
             .collect();
+        // The old root too once nothing names it (a rebuilt operator
+        // template's, re-imported).
+        if o.digest != new.digest && !root_named(tx, &o.digest).await? {
+            gone.push(o.digest.clone());
+        }
         note(tx, &gone).await?;
     }
     write_layers(tx, new).await?;
@@ -360,6 +401,11 @@ pub(super) async fn delete(
             .execute(tx.conn())
             .await?;
         noted.extend(old.layers.into_iter().map(|l| l.digest));
+        // Its root too, once no record names it (a deleted operator
+        // template's).
+        if !root_named(&mut tx, &old.digest).await? {
+            noted.insert(old.digest);
+        }
     }
     note(&mut tx, &noted).await?;
     tx.commit(&store.changed).await?;
@@ -415,6 +461,9 @@ pub(super) async fn list(
     let mut query = String::from(sql::LIST_RECORDS_PREFIX);
     query.push_str(after_rows);
     query.push_str(" AND ($2 = '' OR team_id = $2) AND ($3 = '' OR source_sandbox = $3)");
+    if f.public_only {
+        query.push_str(" AND public_name IS NOT NULL");
+    }
     if !f.kinds.is_empty() {
         // Spelled from the fixed enum, never from client text.
         let kinds: Vec<String> = f
