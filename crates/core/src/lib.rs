@@ -19,11 +19,16 @@
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.
+//! - [`entropy`], [`blocking`]: where randomness comes from and where
+//!   blocking work runs; the deterministic simulation (`crates/sim`)
+//!   switches both on its own thread, nothing else does.
 
 pub mod admin;
 pub mod backoff;
+pub mod blocking;
 pub mod body;
 pub mod config;
+pub mod entropy;
 pub mod env;
 pub mod headers;
 pub mod id;

@@ -21,6 +21,8 @@
 //! - [`metrics`]: `warren_node_*` metrics.
 //! - [`samples`]: sandbox metrics (E2B's): the sampler and its bounded
 //!   per-sandbox rings.
+//! - `mutations` (feature `mutations`, the simulation's only): a switch
+//!   that turns the generation check off, to show the simulation notices.
 //!
 //! # Lifecycle and shutdown policy
 //! At start the node adopts sandboxes whose envd still answers on its socket
@@ -51,6 +53,8 @@ pub mod envd;
 pub mod http;
 pub mod link;
 pub mod metrics;
+#[cfg(feature = "mutations")]
+pub mod mutations;
 pub mod proxy;
 pub mod runtime;
 pub mod samples;

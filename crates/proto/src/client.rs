@@ -123,12 +123,7 @@ impl Scheduler {
                 (None, None) => return Err(UrlError::Tls(url.clone())),
                 _ => url.clone(),
             };
-            let endpoint = Endpoint::from_shared(dialed)
-                .map_err(|e| UrlError::Invalid(url.clone(), e.to_string()))?
-                .connect_timeout(connect_timeout)
-                .tcp_nodelay(true)
-                .http2_keep_alive_interval(Duration::from_secs(10))
-                .keep_alive_while_idle(true);
+            let endpoint = endpoint(url, dialed, connect_timeout)?;
             let channel = match trust {
                 None => endpoint.connect_lazy(),
                 Some(t) => {
@@ -145,6 +140,34 @@ impl Scheduler {
             };
             replicas.push((url.clone(), SchedulerClient::new(channel)));
         }
+        Self::of(replicas, timeout)
+    }
+
+    /// The same over connections `connector` makes (plain HTTP/2, no TLS):
+    /// how the deterministic simulation (`crates/sim`) dials schedulers
+    /// over its simulated network. Production parts use [`Scheduler::new`].
+    pub fn with_connector<C>(
+        urls: &[String],
+        connect_timeout: Duration,
+        timeout: Duration,
+        connector: C,
+    ) -> Result<Self, UrlError>
+    where
+        C: tonic::codegen::Service<http::Uri> + Clone + Send + 'static,
+        C::Response: hyper::rt::Read + hyper::rt::Write + Send + Unpin,
+        C::Future: Send,
+        tonic::codegen::StdError: From<C::Error> + Send,
+    {
+        let mut replicas = Vec::with_capacity(urls.len());
+        for url in urls {
+            let channel = endpoint(url, url.clone(), connect_timeout)?
+                .connect_with_connector_lazy(connector.clone());
+            replicas.push((url.clone(), SchedulerClient::new(channel)));
+        }
+        Self::of(replicas, timeout)
+    }
+
+    fn of(replicas: Vec<(String, Client)>, timeout: Duration) -> Result<Self, UrlError> {
         if replicas.is_empty() {
             return Err(UrlError::Empty);
         }
@@ -202,6 +225,17 @@ impl Scheduler {
         }
         Err(last)
     }
+}
+
+/// One replica's endpoint: connect timeout, no Nagle, HTTP/2 pings so a
+/// dead peer is noticed.
+fn endpoint(url: &str, dialed: String, connect_timeout: Duration) -> Result<Endpoint, UrlError> {
+    Ok(Endpoint::from_shared(dialed)
+        .map_err(|e| UrlError::Invalid(url.to_string(), e.to_string()))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_while_idle(true))
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@
 mod builds;
 mod catalog;
 mod create;
+pub mod fuzzing;
 pub(crate) mod layers;
 mod metrics;
 pub(crate) mod network;

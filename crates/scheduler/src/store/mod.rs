@@ -48,5 +48,5 @@ pub mod types;
 
 pub use backend::Backend;
 pub use records::*;
-pub use sqlstore::{redact_url, OpenError, SqlStore, LINE_COST};
+pub use sqlstore::{redact_url, Executor, OpenError, SqlStore, LINE_COST};
 pub use types::*;

@@ -138,6 +138,11 @@ pub const SET_MISSING_SINCE: &str = "UPDATE bindings SET missing_since_ms = $4 \
 /// **fenced** Removes a binding.
 pub const DELETE_BINDING: &str =
     "DELETE FROM bindings WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
+/// [`DELETE_BINDING`] without its fence: the `mutations` feature's
+/// broken variant (crate::mutations), never used otherwise.
+#[cfg(feature = "mutations")]
+pub const DELETE_BINDING_UNFENCED: &str =
+    "DELETE FROM bindings WHERE sandbox_id = $1 AND $2 = $2 AND $3 = $3";
 /// **fenced** New end time and (maybe) state.
 pub const SET_END_AT: &str = "UPDATE bindings SET end_at_ms = $4, state = $5, updated_at_ms = $6 \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";

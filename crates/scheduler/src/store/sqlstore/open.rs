@@ -127,6 +127,7 @@ impl SqlStore {
             changed: Arc::new(Notify::new()),
             pg_url: None,
             sealer,
+            exec: None,
         })
     }
 
@@ -162,6 +163,7 @@ impl SqlStore {
             changed: Arc::new(Notify::new()),
             pg_url: Some(url.to_string()),
             sealer,
+            exec: None,
         })
     }
 }
