@@ -354,6 +354,7 @@ pub const DOCUMENTED: &[(u16, &str)] = &[
     (404, "sandbox_not_found"),
     (404, "not_found"),
     (409, "conflict"),
+    (409, "sandbox_not_running"),
     // The node's own answers, passed through on the data plane.
     (502, ""),
     (502, "sandbox_not_found"),
@@ -361,6 +362,9 @@ pub const DOCUMENTED: &[(u16, &str)] = &[
     (502, "upstream_unreachable"),
     (502, "sandbox_paused"),
     (502, "resume_failed"),
+    (502, "upstream_timeout"),
+    (502, "sandbox_create_failed"),
+    (503, "sandbox_create_failed"),
     (503, "sandbox_moved"),
     (503, "sandbox_not_ready"),
     (503, "routing_unavailable"),

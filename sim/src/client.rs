@@ -29,6 +29,8 @@ enum Believed {
     Deleted,
     /// An operation on it got no answer or an error: its state is unknown.
     Unsure,
+    /// A delete of it got no answer or an error: it may be gone.
+    MaybeDeleted,
 }
 
 #[derive(Default)]
@@ -144,7 +146,14 @@ fn pick(model: &Shared, rng: &mut rand::rngs::StdRng) -> Option<(usize, String)>
 
 fn believe(model: &Shared, i: usize, b: Believed) {
     if let Some(s) = model.borrow_mut().sandboxes.get_mut(i) {
-        s.1 = b;
+        // A delete a client saw succeed is final, whatever a concurrent
+        // operation on it answered.
+        // A delete that may have happened stays possible.
+        match (s.1, b) {
+            (Believed::Deleted, _) => {}
+            (Believed::MaybeDeleted, b) if b != Believed::Deleted => {}
+            _ => s.1 = b,
+        }
     }
 }
 
@@ -309,6 +318,7 @@ async fn lifecycle(model: &Shared, rng: &mut rand::rngs::StdRng, user: u64) {
             }
         }
         ("get", _) | ("fork", _) => {}
+        ("delete", _) => believe(model, i, Believed::MaybeDeleted),
         // A failed pause, resume or delete, or none answered: it may or
         // may not have happened.
         (_, Some(409)) => {}
@@ -386,7 +396,7 @@ async fn quiescence(model: &Shared, dead: Option<&'static str>, seed: u64) {
                 ))
             })
             .unwrap_or(()),
-            (None, Believed::Deleted) => {}
+            (None, Believed::Deleted | Believed::MaybeDeleted) => {}
             (None, _) if lost => {}
             (None, _) => check::with(|c| {
                 c.violation(format!(

@@ -51,7 +51,7 @@ pub const REQUEST_HEADER: &str = "x-sim-request";
 /// When the faults stop: every partition is repaired, every hold
 /// released, every crashed part restarted (except a node left dead on
 /// purpose).
-pub const FAULTS_END: Duration = Duration::from_secs(8);
+pub const FAULTS_END: Duration = Duration::from_secs(5);
 /// Node lease (`--lease`) and the sweep's interval (`--sweep-interval`).
 pub const LEASE: Duration = Duration::from_secs(2);
 pub const SWEEP: Duration = Duration::from_millis(500);
@@ -67,9 +67,9 @@ pub const IN_FLIGHT: Duration = Duration::from_millis(1500);
 /// reachable through every gateway, and every binding on a dead node
 /// marked lost (lease + sweep + a heartbeat, plus the longest request
 /// timeout). Stated in docs/simulation.md.
-pub const SETTLE: Duration = Duration::from_secs(6);
+pub const SETTLE: Duration = Duration::from_secs(4);
 /// Once settled, how long a quiescence check retries before it reports.
-pub const REACH_BOUND: Duration = Duration::from_secs(3);
+pub const REACH_BOUND: Duration = Duration::from_secs(2);
 
 /// Which invariant a run breaks on purpose (the `mutations` features).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,7 +95,7 @@ impl Options {
         Options {
             seed,
             mutation: None,
-            ops: 40,
+            ops: 24,
         }
     }
 }

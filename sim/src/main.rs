@@ -22,7 +22,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Client operations per run.
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 24)]
     ops: usize,
     /// Threads running seeds side by side.
     #[arg(long, default_value_t = 1)]
@@ -46,8 +46,27 @@ fn mutation(name: Option<&str>) -> Result<Option<Mutation>, String> {
     }
 }
 
+/// Log lines stamped with simulated time (`WARREN_SIM_LOG=warren=debug`).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match turmoil::sim_elapsed() {
+            Some(d) => write!(w, "t={}", d.as_millis()),
+            None => write!(w, "t=?"),
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
+    if let Ok(filter) = std::env::var("WARREN_SIM_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_timer(SimTime)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let mutation = match mutation(args.mutation.as_deref()) {
         Ok(m) => m,
         Err(e) => {

@@ -23,7 +23,7 @@ pub const TEAM: &str = "sim-team";
 /// The simulated wall clock starts here (2027-01-15).
 const EPOCH_SECS: u64 = 1_800_000_000;
 /// Turmoil's step: every host runs this much simulated time per step.
-const TICK: Duration = Duration::from_millis(5);
+const TICK: Duration = Duration::from_millis(10);
 /// A run that has not finished by then is a violation (a hang).
 const RUN_LIMIT: Duration = Duration::from_secs(120);
 
@@ -379,7 +379,7 @@ pub fn schedule(seed: u64) -> (Vec<(Duration, Fault)>, Option<&'static str>) {
     let n = rng.random_range(2..10);
     for _ in 0..n {
         let at = rng.random_range(200..end.saturating_sub(500));
-        let dur = Duration::from_millis(rng.random_range(100..4000));
+        let dur = Duration::from_millis(rng.random_range(100..3000));
         let t = Duration::from_millis(at);
         let heal = (t + dur).min(crate::FAULTS_END);
         match rng.random_range(0..10) {
@@ -416,7 +416,7 @@ pub fn schedule(seed: u64) -> (Vec<(Duration, Fault)>, Option<&'static str>) {
     if rng.random_bool(0.3) {
         let node = NODES[rng.random_range(0..NODES.len())];
         let at = Duration::from_millis(rng.random_range(500..end / 2));
-        let heal = (at + crate::LEASE * 2).min(crate::FAULTS_END);
+        let heal = (at + crate::LEASE + crate::SWEEP * 2).min(crate::FAULTS_END);
         for s in SCHEDULERS {
             out.push((at, Fault::Partition(node, s)));
             out.push((heal, Fault::Repair(node, s)));
@@ -449,12 +449,13 @@ fn heal_all(sim: &mut turmoil::Sim<'_>, crashed: &mut Vec<&'static str>, dead: O
 }
 
 fn crash(sim: &mut turmoil::Sim<'_>, host: &'static str) {
+    let now = sim.elapsed().as_millis();
     sim.crash(host);
     if NODES.contains(&host) {
         sandbox::node_died(host);
         check::with(|c| c.node_crashed(host));
     }
-    check::with(|c| c.trace.push(format!("t={} crash {host}", check::now_ms())));
+    check::with(|c| c.trace.push(format!("t={now} crash {host}")));
 }
 
 /// Runs one seed.

@@ -381,6 +381,7 @@ async fn create(c: Create) -> anyhow::Result<()> {
                     incarnation,
                     roster: Vec::new(),
                     cached_layers: vec![],
+                    paused: Vec::new(),
                 })
                 .await
             }
@@ -403,6 +404,7 @@ async fn create(c: Create) -> anyhow::Result<()> {
                                 incarnation,
                                 roster: Vec::new(),
                                 cached_layers: vec![],
+                                paused: Vec::new(),
                             })
                             .await
                         }

@@ -89,6 +89,7 @@ async fn malformed_sandbox_ids_are_rejected_everywhere(store: TestStore) {
                 incarnation: inc,
                 roster: vec![sref(id, 1)],
                 cached_layers: vec![],
+                paused: Vec::new(),
             })
             .await;
         assert_status(hb, Code::InvalidArgument, "roster entry");
@@ -213,6 +214,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation: 9,
         roster: vec![],
         cached_layers: vec![],
+        paused: Vec::new(),
     };
     let cases: Vec<(pb::RegisterNodeRequest, &str)> = vec![
         (
@@ -280,6 +282,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation,
         roster: vec![],
         cached_layers: vec![],
+        paused: Vec::new(),
     };
     assert_status(
         c.heartbeat(hb("node-a", inc ^ 0xff)).await,

@@ -94,6 +94,7 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
         incarnation: 1,
         roster: vec![],
         cached_layers: vec![layer.clone()],
+        paused: Vec::new(),
     })
     .await
     .unwrap();

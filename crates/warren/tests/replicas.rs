@@ -97,6 +97,7 @@ async fn register(c: &mut Client, node_id: &str) -> u64 {
         incarnation,
         roster: vec![],
         cached_layers: vec![],
+        paused: Vec::new(),
     })
     .await
     .unwrap();
@@ -115,6 +116,7 @@ fn keep_alive(c: &Client, node_id: &str, incarnation: u64) -> tokio::task::JoinH
                     incarnation,
                     roster: vec![],
                     cached_layers: vec![],
+                    paused: Vec::new(),
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -250,6 +252,7 @@ async fn killing_the_sweeping_replica_hands_the_lease_to_the_other() {
                     incarnation: alive_inc,
                     roster: roster.clone(),
                     cached_layers: vec![],
+                    paused: Vec::new(),
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;

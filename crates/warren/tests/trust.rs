@@ -85,6 +85,7 @@ async fn register(
             incarnation: 7,
             roster: vec![],
             cached_layers: vec![],
+            paused: Vec::new(),
         })
         .await
     })
@@ -167,6 +168,7 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
                 incarnation: 1,
                 roster: vec![],
                 cached_layers: vec![],
+                paused: Vec::new(),
             })
             .await
         })

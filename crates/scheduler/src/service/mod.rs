@@ -160,6 +160,7 @@ impl SchedulerService {
             incarnation: r.incarnation,
             roster,
             cached_layers: r.cached_layers,
+            paused: validate::roster(&r.paused)?,
         };
         let out = self.store.register_node(reg, self.settings.nodes).await?;
         Ok(pb::RegisterNodeResponse {
@@ -174,13 +175,14 @@ impl SchedulerService {
         validate::node_id(&r.node_id)?;
         validate::incarnation(r.incarnation)?;
         let roster = validate::roster(&r.roster)?;
+        let paused = validate::roster(&r.paused)?;
         cached_layers(&r.cached_layers)?;
         let out = self
             .store
             .heartbeat_with_layers(
                 &r.node_id,
                 r.incarnation,
-                &roster,
+                (&roster, &paused),
                 Some(r.cached_layers),
                 self.settings.nodes,
             )

@@ -59,7 +59,7 @@ pub const RENEW_NODE: &str = "UPDATE nodes SET lease_expires_at_ms = $3, state =
 pub const MARK_NODE_UNREACHABLE: &str = "UPDATE nodes SET unreachable_since_ms = $2 \
      WHERE node_id = $1 AND unreachable_since_ms IS NULL";
 pub const NODE_BINDINGS: &str =
-    "SELECT sandbox_id, generation, state, endpoint, missing_since_ms, auto_pause \
+    "SELECT sandbox_id, generation, state, endpoint, missing_since_ms, auto_pause, updated_at_ms \
      FROM bindings WHERE node_id = $1";
 pub const NODE_FOR_PLACEMENT: &str =
     "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes \

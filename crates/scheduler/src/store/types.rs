@@ -195,6 +195,8 @@ pub struct NodeRegistration {
     pub roster: Vec<SandboxRef>,
     /// The layers its cache holds (see `nodes.cached_layers`).
     pub cached_layers: Vec<String>,
+    /// The roster's sandboxes that are paused on the node.
+    pub paused: Vec<SandboxRef>,
 }
 
 /// How registrations and heartbeats judge a node, from the configuration.

@@ -240,6 +240,7 @@ pub async fn register_with(
         incarnation,
         roster,
         cached_layers: vec![],
+        paused: Vec::new(),
     })
     .await
     .unwrap()
@@ -297,6 +298,7 @@ pub async fn heartbeat(
             incarnation,
             roster: roster.to_vec(),
             cached_layers: vec![],
+            paused: Vec::new(),
         })
         .await
         .unwrap()
@@ -454,6 +456,7 @@ impl Heartbeats {
                         incarnation,
                         roster: roster.clone(),
                         cached_layers: vec![],
+                        paused: Vec::new(),
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(50)).await;

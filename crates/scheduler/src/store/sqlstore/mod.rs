@@ -457,27 +457,28 @@ impl SqlStore {
         roster: &[SandboxRef],
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        self.heartbeat_with_layers(node_id, incarnation, roster, None, timing)
+        self.heartbeat_with_layers(node_id, incarnation, (roster, &[]), None, timing)
             .await
     }
 
     /// [`SqlStore::heartbeat`], replacing the layers the node's cache holds
-    /// when `cached_layers` is given.
+    /// when `cached_layers` is given; `roster` is what the node hosts and,
+    /// of it, what is paused there.
     pub async fn heartbeat_with_layers(
         &self,
         node_id: &str,
         incarnation: u64,
-        roster: &[SandboxRef],
+        roster: (&[SandboxRef], &[SandboxRef]),
         cached_layers: Option<Vec<String>>,
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        let (node_id, roster) = (node_id.to_string(), roster.to_vec());
+        let (node_id, hosted, paused) = (node_id.to_string(), roster.0.to_vec(), roster.1.to_vec());
         self.detached(|s| async move {
             nodes::heartbeat(
                 &s,
                 &node_id,
                 incarnation,
-                &roster,
+                (&hosted, &paused),
                 cached_layers.as_deref(),
                 timing,
             )
