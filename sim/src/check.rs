@@ -48,9 +48,12 @@ pub struct Checker {
     pub deleted: BTreeMap<String, u64>,
     /// Idempotency key → the sandbox its creates answered.
     keys: BTreeMap<String, String>,
-    /// Sandboxes bound to a node when its process died: they may vanish
-    /// (a sandbox never outlives its node process).
-    pub lost: std::collections::BTreeSet<String>,
+    /// The latest generation the change log placed each sandbox at.
+    latest: BTreeMap<String, u64>,
+    /// `(sandbox, generation)` bound to a node when its process died.
+    lost_at: std::collections::BTreeSet<(String, u64)>,
+    /// Moves (MOVED changes) the run made.
+    pub moves: u64,
     /// Deliveries and answers, for the summary.
     pub deliveries: u64,
     pub answers: u64,
@@ -108,7 +111,7 @@ impl Checker {
     }
 
     /// Reads the change log up to its head, noting when placements ended.
-    fn follow_changes(&mut self) {
+    pub fn follow_changes(&mut self) {
         let Some(store) = self.store.clone() else {
             return;
         };
@@ -121,6 +124,13 @@ impl Checker {
             }
             for c in changes {
                 self.revision = self.revision.max(c.revision);
+                if matches!(c.kind, ChangeKind::Assigned | ChangeKind::Moved) {
+                    let g = self.latest.entry(c.sandbox_id.clone()).or_insert(0);
+                    *g = (*g).max(c.generation);
+                }
+                if c.kind == ChangeKind::Moved {
+                    self.moves += 1;
+                }
                 match c.kind {
                     ChangeKind::Removed => {
                         self.superseded
@@ -257,9 +267,25 @@ impl Checker {
 
     /// Node `node`'s process died: every sandbox bound to it now may vanish.
     pub fn node_crashed(&mut self, node: &str) {
+        self.follow_changes();
         for b in self.bindings(Some(node)) {
-            self.lost.insert(b.sandbox_id);
+            self.lost_at.insert((b.sandbox_id, b.generation));
         }
+    }
+
+    /// Whether a node sandbox `id` was bound to (at any generation) died.
+    pub fn died_once(&self, id: &str) -> bool {
+        self.lost_at.iter().any(|(s, _)| s == id)
+    }
+
+    /// Whether sandbox `id` may have vanished: its latest placement was on
+    /// a node whose process died while it was there.
+    pub fn may_have_died(&mut self, id: &str) -> bool {
+        self.follow_changes();
+        let latest = self.latest.get(id).copied();
+        self.lost_at
+            .iter()
+            .any(|(s, g)| s == id && latest.is_none_or(|l| l == *g))
     }
 
     /// Every binding of the run's team (on `node`, when given).

@@ -67,7 +67,7 @@ pub const IN_FLIGHT: Duration = Duration::from_millis(1500);
 /// reachable through every gateway, and every binding on a dead node
 /// marked lost (lease + sweep + a heartbeat, plus the longest request
 /// timeout). Stated in docs/simulation.md.
-pub const SETTLE: Duration = Duration::from_secs(4);
+pub const SETTLE: Duration = Duration::from_secs(7);
 /// Once settled, how long a quiescence check retries before it reports.
 pub const REACH_BOUND: Duration = Duration::from_secs(2);
 
@@ -95,7 +95,7 @@ impl Options {
         Options {
             seed,
             mutation: None,
-            ops: 24,
+            ops: 30,
         }
     }
 }
@@ -109,6 +109,9 @@ pub struct Outcome {
     /// Deliveries to sandboxes and answers to clients.
     pub deliveries: u64,
     pub answers: u64,
+    /// Sandboxes moved to another node (a filesystem-paused one resumed
+    /// elsewhere).
+    pub moves: u64,
     /// Simulated time the run took.
     pub simulated: Duration,
 }

@@ -22,7 +22,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// Client operations per run.
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 30)]
     ops: usize,
     /// Threads running seeds side by side.
     #[arg(long, default_value_t = 1)]
@@ -84,10 +84,11 @@ fn main() {
             println!("{line}");
         }
         println!(
-            "seed {seed}: {} violations, {} deliveries, {} answers, {:?} simulated, fingerprint {:016x}",
+            "seed {seed}: {} violations, {} deliveries, {} answers, {} moves, {:?} simulated, fingerprint {:016x}",
             outcome.violations.len(),
             outcome.deliveries,
             outcome.answers,
+            outcome.moves,
             outcome.simulated,
             outcome.fingerprint()
         );
@@ -118,11 +119,13 @@ fn main() {
         })
         .collect();
     drop(tx);
-    let (mut runs, mut failing, mut deliveries, mut answers) = (0u64, Vec::new(), 0u64, 0u64);
+    let (mut runs, mut failing, mut deliveries, mut answers, mut moves) =
+        (0u64, Vec::new(), 0u64, 0u64, 0u64);
     for o in rx {
         runs += 1;
         deliveries += o.deliveries;
         answers += o.answers;
+        moves += o.moves;
         if !o.violations.is_empty() {
             failing.push((o.seed, o.violations));
         }
@@ -145,7 +148,7 @@ fn main() {
         }
     }
     println!(
-        "{runs} seeds ({}..{}), {} violating, {deliveries} deliveries, {answers} answers, {:.1?} ({:.1} ms a seed)",
+        "{runs} seeds ({}..{}), {} violating, {deliveries} deliveries, {answers} answers, {moves} moves, {:.1?} ({:.1} ms a seed)",
         args.first,
         args.first + args.seeds,
         failing.len(),

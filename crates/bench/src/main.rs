@@ -382,6 +382,7 @@ async fn create(c: Create) -> anyhow::Result<()> {
                     roster: Vec::new(),
                     cached_layers: vec![],
                     paused: Vec::new(),
+                    lists_paused: false,
                 })
                 .await
             }
@@ -405,6 +406,7 @@ async fn create(c: Create) -> anyhow::Result<()> {
                                 roster: Vec::new(),
                                 cached_layers: vec![],
                                 paused: Vec::new(),
+                                lists_paused: false,
                             })
                             .await
                         }

@@ -129,6 +129,7 @@ impl Link {
                     roster: self.roster(),
                     cached_layers: self.registry.cached_layers(),
                     paused: self.paused(),
+                    lists_paused: true,
                 };
                 async move { c.register_node(req).await }
             })
@@ -144,6 +145,7 @@ impl Link {
                     roster: self.roster(),
                     cached_layers: self.registry.cached_layers(),
                     paused: self.paused(),
+                    lists_paused: true,
                 };
                 async move { c.heartbeat(req).await }
             })

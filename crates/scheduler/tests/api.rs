@@ -291,6 +291,7 @@ async fn placement_prefers_a_node_holding_the_layer(store: TestStore) {
             roster: vec![],
             cached_layers: vec![layer.clone(); 1001],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await;
     assert_status(st, Code::InvalidArgument, "cached_layers");
@@ -305,6 +306,7 @@ async fn heartbeat_layers(c: &Client, node_id: &str, incarnation: u64, layers: V
             roster: vec![],
             cached_layers: layers,
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap();
@@ -462,6 +464,7 @@ async fn timeouts_pause_and_resume(store: TestStore) {
             roster: vec![sref(&id, p.generation)],
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap()
@@ -638,6 +641,7 @@ async fn heartbeats_say_when_the_next_sandbox_ends(store: TestStore) {
                 roster,
                 cached_layers: vec![],
                 paused: Vec::new(),
+                lists_paused: false,
             })
             .await
             .unwrap()

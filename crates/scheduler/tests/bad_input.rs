@@ -90,6 +90,7 @@ async fn malformed_sandbox_ids_are_rejected_everywhere(store: TestStore) {
                 roster: vec![sref(id, 1)],
                 cached_layers: vec![],
                 paused: Vec::new(),
+                lists_paused: false,
             })
             .await;
         assert_status(hb, Code::InvalidArgument, "roster entry");
@@ -215,6 +216,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         roster: vec![],
         cached_layers: vec![],
         paused: Vec::new(),
+        lists_paused: false,
     };
     let cases: Vec<(pb::RegisterNodeRequest, &str)> = vec![
         (
@@ -283,6 +285,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         roster: vec![],
         cached_layers: vec![],
         paused: Vec::new(),
+        lists_paused: false,
     };
     assert_status(
         c.heartbeat(hb("node-a", inc ^ 0xff)).await,

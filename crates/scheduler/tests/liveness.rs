@@ -126,6 +126,7 @@ async fn a_node_that_comes_back_recovers_what_it_still_hosts(store: TestStore) {
             roster: vec![sref(&kept.sandbox_id, kept.generation), sref("stray1", 1)],
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap()
@@ -203,6 +204,7 @@ async fn a_new_incarnation_drops_what_the_node_lost(store: TestStore) {
             roster: vec![],
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await;
     assert_status(stale, Code::FailedPrecondition, "stale incarnation");
@@ -213,6 +215,7 @@ async fn a_new_incarnation_drops_what_the_node_lost(store: TestStore) {
             roster: vec![],
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await;
     assert_status(
@@ -227,6 +230,7 @@ async fn a_new_incarnation_drops_what_the_node_lost(store: TestStore) {
         roster: vec![sref(&kept.sandbox_id, kept.generation)],
         cached_layers: vec![],
         paused: Vec::new(),
+        lists_paused: false,
     })
     .await
     .unwrap();
@@ -254,6 +258,7 @@ async fn stuck_creates_are_resolved_from_the_roster(store: TestStore) {
                 roster,
                 cached_layers: vec![],
                 paused: Vec::new(),
+                lists_paused: false,
             })
             .await
             .unwrap();
@@ -287,6 +292,7 @@ async fn a_sandbox_its_node_stopped_listing_is_removed_after_the_grace(store: Te
                 roster,
                 cached_layers: vec![],
                 paused: Vec::new(),
+                lists_paused: false,
             })
             .await
             .unwrap()
@@ -370,6 +376,7 @@ async fn sandboxes_past_their_end_expire_and_are_handed_to_their_node(store: Tes
             roster: vec![sref(&p.sandbox_id, p.generation)],
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap()
@@ -600,6 +607,7 @@ async fn a_paused_sandbox_whose_node_was_cut_off_comes_back_paused(store: TestSt
         ],
         cached_layers: vec![],
         paused: vec![sref(&paused.sandbox_id, paused.generation)],
+        lists_paused: true,
     })
     .await
     .unwrap();

@@ -95,6 +95,7 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
         roster: vec![],
         cached_layers: vec![layer.clone()],
         paused: Vec::new(),
+        lists_paused: false,
     })
     .await
     .unwrap();

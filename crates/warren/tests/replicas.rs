@@ -98,6 +98,7 @@ async fn register(c: &mut Client, node_id: &str) -> u64 {
         roster: vec![],
         cached_layers: vec![],
         paused: Vec::new(),
+        lists_paused: false,
     })
     .await
     .unwrap();
@@ -117,6 +118,7 @@ fn keep_alive(c: &Client, node_id: &str, incarnation: u64) -> tokio::task::JoinH
                     roster: vec![],
                     cached_layers: vec![],
                     paused: Vec::new(),
+                    lists_paused: false,
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -253,6 +255,7 @@ async fn killing_the_sweeping_replica_hands_the_lease_to_the_other() {
                     roster: roster.clone(),
                     cached_layers: vec![],
                     paused: Vec::new(),
+                    lists_paused: false,
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -79,6 +79,7 @@ async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
             roster: vec![],
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap();

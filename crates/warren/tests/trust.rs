@@ -86,6 +86,7 @@ async fn register(
             roster: vec![],
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await
     })
@@ -169,6 +170,7 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
                 roster: vec![],
                 cached_layers: vec![],
                 paused: Vec::new(),
+                lists_paused: false,
             })
             .await
         })

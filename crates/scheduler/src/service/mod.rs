@@ -161,6 +161,7 @@ impl SchedulerService {
             roster,
             cached_layers: r.cached_layers,
             paused: validate::roster(&r.paused)?,
+            lists_paused: r.lists_paused,
         };
         let out = self.store.register_node(reg, self.settings.nodes).await?;
         Ok(pb::RegisterNodeResponse {
@@ -182,7 +183,7 @@ impl SchedulerService {
             .heartbeat_with_layers(
                 &r.node_id,
                 r.incarnation,
-                (&roster, &paused),
+                (&roster, r.lists_paused.then_some(&paused[..])),
                 Some(r.cached_layers),
                 self.settings.nodes,
             )

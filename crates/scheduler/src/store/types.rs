@@ -197,6 +197,8 @@ pub struct NodeRegistration {
     pub cached_layers: Vec<String>,
     /// The roster's sandboxes that are paused on the node.
     pub paused: Vec<SandboxRef>,
+    /// Whether `paused` lists every paused one (the rest run).
+    pub lists_paused: bool,
 }
 
 /// How registrations and heartbeats judge a node, from the configuration.

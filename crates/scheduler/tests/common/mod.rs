@@ -241,6 +241,7 @@ pub async fn register_with(
         roster,
         cached_layers: vec![],
         paused: Vec::new(),
+        lists_paused: false,
     })
     .await
     .unwrap()
@@ -299,6 +300,7 @@ pub async fn heartbeat(
             roster: roster.to_vec(),
             cached_layers: vec![],
             paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap()
@@ -457,6 +459,7 @@ impl Heartbeats {
                         roster: roster.clone(),
                         cached_layers: vec![],
                         paused: Vec::new(),
+                        lists_paused: false,
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(50)).await;

@@ -457,28 +457,32 @@ impl SqlStore {
         roster: &[SandboxRef],
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        self.heartbeat_with_layers(node_id, incarnation, (roster, &[]), None, timing)
+        self.heartbeat_with_layers(node_id, incarnation, (roster, None), None, timing)
             .await
     }
 
     /// [`SqlStore::heartbeat`], replacing the layers the node's cache holds
     /// when `cached_layers` is given; `roster` is what the node hosts and,
-    /// of it, what is paused there.
+    /// of it, what is paused there (`None`: a node that does not say).
     pub async fn heartbeat_with_layers(
         &self,
         node_id: &str,
         incarnation: u64,
-        roster: (&[SandboxRef], &[SandboxRef]),
+        roster: (&[SandboxRef], Option<&[SandboxRef]>),
         cached_layers: Option<Vec<String>>,
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        let (node_id, hosted, paused) = (node_id.to_string(), roster.0.to_vec(), roster.1.to_vec());
+        let (node_id, hosted, paused) = (
+            node_id.to_string(),
+            roster.0.to_vec(),
+            roster.1.map(<[SandboxRef]>::to_vec),
+        );
         self.detached(|s| async move {
             nodes::heartbeat(
                 &s,
                 &node_id,
                 incarnation,
-                (&hosted, &paused),
+                (&hosted, paused.as_deref()),
                 cached_layers.as_deref(),
                 timing,
             )

@@ -44,7 +44,7 @@ pub(super) async fn register(
             new_incarnation,
             moved_endpoint,
             roster_grace: timing.roster_grace,
-            paused: &reg.paused,
+            paused: reg.lists_paused.then_some(&reg.paused[..]),
         },
     )
     .await?;
@@ -60,7 +60,7 @@ pub(super) async fn heartbeat(
     store: &SqlStore,
     node_id: &str,
     incarnation: u64,
-    roster: (&[SandboxRef], &[SandboxRef]),
+    roster: (&[SandboxRef], Option<&[SandboxRef]>),
     cached_layers: Option<&[String]>,
     timing: NodeTiming,
 ) -> Result<Reconciled> {
@@ -135,8 +135,9 @@ struct Reconcile<'a> {
     moved_endpoint: Option<&'a str>,
     /// How long a RUNNING/PAUSED/LOST binding may be missing from the roster.
     roster_grace: Duration,
-    /// The roster's sandboxes the node says are paused.
-    paused: &'a [SandboxRef],
+    /// The roster's sandboxes the node says are paused; `None` from a node
+    /// that does not say (then nothing is judged by it).
+    paused: Option<&'a [SandboxRef]>,
 }
 
 /// Brings this node's bindings in line with what it reports hosting:
@@ -153,7 +154,9 @@ struct Reconcile<'a> {
 ///   failed over to another replica, arrives after it); listed again, the
 ///   note is cleared;
 /// - RUNNING, unchanged for `roster_grace`, and paused on the node: PAUSED
-///   (a pause whose answer never reached its gateway);
+///   (a pause whose answer never reached its gateway); PAUSED, unchanged
+///   as long, and running there: RUNNING (for a node that lists what it
+///   has paused);
 /// - a moved endpoint is copied to every binding (gateways re-resolve on STATE).
 ///
 /// Returns the roster entries not assigned to this node at that generation
@@ -196,10 +199,12 @@ async fn reconcile(
         } else if has_it && missing_since.is_some() {
             set_missing_since(tx, fence, None).await?;
         }
-        let paused_there = how.paused.contains(&SandboxRef {
+        let this = SandboxRef {
             sandbox_id: sandbox_id.clone(),
             generation: gen,
-        });
+        };
+        let paused_there = how.paused.is_some_and(|p| p.contains(&this));
+        let running_there = has_it && how.paused.is_some_and(|p| !p.contains(&this));
         if state == State::Lost && has_it {
             let back = if paused_there {
                 State::Paused
@@ -218,16 +223,25 @@ async fn reconcile(
         // paused it, the gateway never reported it). Requests would be
         // answered "paused" and a resume refused as "already running", so
         // the node's word is taken (the deterministic simulation found it).
-        if state == State::Running
-            && paused_there
-            && tx.now.saturating_sub(updated_at) >= ms(how.roster_grace)
-            && tx
-                .set_state_fenced(fence, State::Running, State::Paused, ChangeKind::State)
+        // And the other way: PAUSED here, running there (a resume whose
+        // answer was lost, or a LOST binding judged PAUSED from a roster
+        // sent before its resume): a request would be answered "paused"
+        // with the sandbox running; the node's word is taken alike.
+        let settled = tx.now.saturating_sub(updated_at) >= ms(how.roster_grace);
+        let healed = match state {
+            State::Running if paused_there && settled => Some(State::Paused),
+            State::Paused if running_there && settled => Some(State::Running),
+            _ => None,
+        };
+        if let Some(to) = healed {
+            if tx
+                .set_state_fenced(fence, state, to, ChangeKind::State)
                 .await?
-        {
-            tracing::warn!(sandbox = %sandbox_id, node = %node_id, generation = gen,
-                "binding PAUSED: its node has reported the sandbox paused for longer than --creating-timeout");
-            state = State::Paused;
+            {
+                tracing::warn!(sandbox = %sandbox_id, node = %node_id, generation = gen, state = ?to,
+                    "binding state taken from its node: reported so for longer than --creating-timeout");
+                state = to;
+            }
         }
         if let Some(ep) = how.moved_endpoint.filter(|ep| *ep != endpoint) {
             let moved = sqlx::query(sql::SET_ENDPOINT)
