@@ -21,8 +21,11 @@ use bytes::{Bytes, BytesMut};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+/// A fuzz target: panics when its parser does something it must not.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name `cargo fuzz` knows it by.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("sandbox_target", sandbox_target),
     ("e2b_json", e2b_json),
     ("build_steps", build_steps),

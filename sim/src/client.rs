@@ -448,7 +448,7 @@ async fn isolate_and_resume(
 }
 
 async fn user(model: Shared, seed: u64, user: u64, ops: usize) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (user << 32) ^ 0xc11e_47);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ (user << 32) ^ 0x00c1_1e47);
     for _ in 0..ops {
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..500))).await;
         match rng.random_range(0..10) {

@@ -127,6 +127,10 @@ fn main() {
         answers += o.answers;
         moves += o.moves;
         if !o.violations.is_empty() {
+            // Said at once, so a long run stopped early still names them.
+            for v in &o.violations {
+                eprintln!("warren-sim: seed {}: {v}", o.seed);
+            }
             failing.push((o.seed, o.violations));
         }
         if runs % 1000 == 0 {
