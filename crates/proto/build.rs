@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         &[
             "proto/warren/scheduler/v1/scheduler.proto",
             "proto/warren/scheduler/v1/records.proto",
+            "proto/warren/scheduler/v1/volumes.proto",
         ],
         &["proto"],
     )?;

@@ -213,6 +213,7 @@ impl Runtime for SimRuntime {
                     layers: Vec::new(),
                     defaults: None,
                     leases: Vec::new(),
+                    volumes: Vec::new(),
                 },
                 child: None,
                 ids: None,

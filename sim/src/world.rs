@@ -263,6 +263,8 @@ async fn node_host(name: &'static str, data_dir: PathBuf, templates: PathBuf) ->
         runtime,
         metrics.clone(),
         events_tx,
+        // Volumes are not simulated (docs/simulation.md).
+        None,
     );
     registry.restore().await;
     let incarnation = loop {

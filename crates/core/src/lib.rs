@@ -22,6 +22,7 @@
 //! - [`entropy`], [`blocking`]: where randomness comes from and where
 //!   blocking work runs; the deterministic simulation (`crates/sim`)
 //!   switches both on its own thread, nothing else does.
+//! - [`volume`]: volume ids, names and mount paths, checked alike everywhere.
 
 pub mod admin;
 pub mod backoff;
@@ -40,6 +41,7 @@ pub mod server;
 pub mod shutdown;
 pub mod time;
 pub mod upgrade;
+pub mod volume;
 
 /// Prints `"{component} {name} listening on {addr}"` to stdout and flushes.
 ///

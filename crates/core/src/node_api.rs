@@ -6,6 +6,7 @@
 //! other keeps working as long as new fields are optional (`#[serde(default)]`).
 
 pub mod metrics;
+pub mod volumes;
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -140,6 +141,12 @@ pub struct CreateSandbox {
     /// when given, else reads the record named `template_id` there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_record: Option<serde_json::Value>,
+    /// The volumes it mounts (E2B's `volumeMounts`), bind-mounted
+    /// read-write at their paths. A fork mounts its parent's (this is then
+    /// empty); a boot after a filesystem-only pause mounts what its create
+    /// did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<volumes::VolumeMount>,
 }
 
 /// What a node records with a filesystem-paused sandbox's layer

@@ -48,6 +48,11 @@ impl ApiKeys {
         self.keys.is_empty()
     }
 
+    /// How many keys there are (for `--check-config`'s report).
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
     /// The team owning `key`, if any.
     pub fn team(&self, key: &str) -> Option<&str> {
         // Compare against every key in constant time per key; the number of

@@ -236,6 +236,9 @@ pub struct Config {
 
     #[command(flatten)]
     pub limits: crate::limits::LimitArgs,
+
+    #[command(flatten)]
+    pub volumes: crate::control::VolumeArgs,
     // Listener limits (docs/security.md, "Listeners under load").
     /// How long a client may take to send a request's headers, from
     /// connecting or from the first byte of a later request on a kept-alive
@@ -325,6 +328,8 @@ pub struct Settings {
     pub worker_threads: usize,
     /// What tenants may ask for and keep (`crate::limits`).
     pub limits: crate::limits::Limits,
+    /// Volumes: the team bounds and how long a content route is trusted.
+    pub volumes: crate::control::VolumeSettings,
 }
 
 /// The public TLS listeners: where, and with which certificate.
@@ -517,8 +522,10 @@ impl Config {
         };
         let public_tls = self.public_tls()?;
         let limits = self.limits.validate()?;
+        let volumes = self.volumes.validate()?;
         let blob_store = self.blob.settings().map_err(invalid)?;
         Ok(Settings {
+            volumes,
             blob_store,
             limits,
             worker_threads,

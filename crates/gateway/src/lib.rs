@@ -4,6 +4,8 @@
 //! # Layout
 //! - [`config`]: flags/env/TOML ([`Config`]) validated into [`Settings`]
 //!   before any socket is bound; API keys never from the command line.
+//! - [`check`]: `--check-config`, everything a start checks before it
+//!   serves, and nothing more.
 //! - [`limits`]: what a tenant may ask for and keep (sandbox caps, builds,
 //!   snapshots and templates per team, when unused layers go).
 //! - [`server`]: the listeners (HTTP/1.1 + h2c, upgrades; the same over
@@ -52,6 +54,7 @@
 //! `GET /_warren/v1/routes/{id}` what is cached and what the scheduler says.
 
 pub mod auth;
+pub mod check;
 pub mod config;
 mod control;
 pub mod error;
@@ -82,6 +85,9 @@ use warren_core::admin::Admin;
 pub async fn main(config: Config) -> anyhow::Result<()> {
     config::refuse_secrets_in_args(std::env::args_os())?;
     let settings = config.validate()?;
+    // The certificates before anything is bound: what `--check-config`
+    // checks, found as it finds it.
+    let trust = check::trust(&settings)?;
     // The gateway starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.
     warren_core::server::raise_fd_limit();
@@ -101,8 +107,9 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     let admin = TcpListener::bind(config.admin_listen)
         .await
         .with_context(|| format!("cannot listen on {} (admin)", config.admin_listen))?;
-    run(
+    run_trusted(
         settings,
+        trust,
         listener,
         tls_listeners,
         admin,
@@ -181,29 +188,32 @@ pub async fn run(
     admin_listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let trust = settings
-        .tls
-        .load(warren_trust::Role::Gateway, None)
-        .map_err(warren_core::config::ConfigError::Invalid)?;
+    let trust = check::trust(&settings)?;
+    run_trusted(
+        settings,
+        trust,
+        listener,
+        tls_listeners,
+        admin_listener,
+        shutdown,
+    )
+    .await
+}
+
+/// [`run`] with the internal TLS material already loaded.
+async fn run_trusted(
+    settings: Settings,
+    trust: Option<Arc<warren_trust::Trust>>,
+    listener: TcpListener,
+    tls_listeners: Vec<TcpListener>,
+    admin_listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
     let admin = Admin::new("warren_gateway");
-    let scheduler = Arc::new(
-        warren_proto::client::Scheduler::new(
-            &settings.schedulers,
-            settings.connect_timeout,
-            settings.request_timeout,
-            trust.as_deref(),
-        )
-        .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--scheduler: {e}")))?,
-    );
+    let scheduler = Arc::new(check::scheduler(&settings, trust.as_deref())?);
     let workers = warren_core::server::Workers::start(settings.worker_threads, "gateway-worker")
         .context("cannot start the worker threads")?;
-    let http = node_client::NodeHttp::new(
-        settings.connect_timeout,
-        settings.dead_node_timeout,
-        trust.as_deref(),
-        Some(&workers),
-    )
-    .map_err(warren_core::config::ConfigError::Invalid)?;
+    let http = check::node_http(&settings, trust.as_deref(), Some(&workers))?;
     let limits = settings.listener;
     let admin_limits = settings.admin_listener;
     let shutdown_delay = settings.shutdown_delay;

@@ -30,6 +30,51 @@ pub struct NewSandbox {
     pub allow_public_traffic: bool,
     /// `network.maskRequestHost`, checked.
     pub mask_request_host: Option<String>,
+    /// `volumeMounts`: the team's volumes by name, each at a path (checked:
+    /// valid names and paths, none twice, none inside another).
+    pub volume_mounts: Vec<VolumeMountJson>,
+}
+
+/// E2B's `SandboxVolumeMount`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VolumeMountJson {
+    pub name: String,
+    pub path: String,
+}
+
+/// `volumeMounts` of a create, checked; paths normalized.
+fn volume_mounts(obj: &Map<String, Value>) -> Result<Vec<VolumeMountJson>, ApiError> {
+    let items = match obj.get("volumeMounts") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(bad(
+                "field \"volumeMounts\" must be a list of {\"name\", \"path\"}".into(),
+            ))
+        }
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let field = |f: &str| match item.get(f) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            _ => Err(bad(format!(
+                "field \"volumeMounts\"[{i}]: {f:?} must be a string"
+            ))),
+        };
+        let name = field("name")?;
+        warren_core::volume::validate_name(&name)
+            .map_err(|e| bad(format!("field \"volumeMounts\"[{i}]: {e}")))?;
+        out.push(VolumeMountJson {
+            name,
+            path: field("path")?,
+        });
+    }
+    let paths = warren_core::volume::mount_paths(out.iter().map(|m| m.path.as_str()))
+        .map_err(|e| bad(format!("field \"volumeMounts\": {e}")))?;
+    for (m, p) in out.iter_mut().zip(paths) {
+        m.path = p;
+    }
+    Ok(out)
 }
 
 /// `SandboxNetworkUpdateConfig` (`PUT /sandboxes/{id}/network`): the
@@ -303,6 +348,7 @@ impl NewSandbox {
             auto_pause_filesystem_only: lifecycle(&obj)?.1,
             allow_public_traffic: port_access(&obj)?.0,
             mask_request_host: port_access(&obj)?.1,
+            volume_mounts: volume_mounts(&obj)?,
             env_vars: {
                 let vars = string_map(&obj, "envVars")?;
                 warren_core::env::check_vars(&vars)
@@ -424,6 +470,9 @@ pub struct SandboxDetail {
     /// `SandboxLifecycle` (get only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle: Option<SandboxLifecycle>,
+    /// The volumes it mounts (get only).
+    #[serde(rename = "volumeMounts", skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<VolumeMountJson>>,
 }
 
 /// `SandboxLifecycle`: what happens at the timeout and on traffic while paused.

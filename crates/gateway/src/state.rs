@@ -42,6 +42,9 @@ pub struct App {
     /// `http://host:port` of this gateway's own public listener, where a
     /// template build drives its sandbox (set once the listener is bound).
     pub self_url: std::sync::OnceLock<String>,
+    /// Volume content routes this gateway trusts for now (see
+    /// `control::volumes::content`).
+    pub(crate) volume_routes: crate::control::VolumeRoutes,
 }
 
 impl App {
@@ -74,6 +77,7 @@ impl App {
             scheduler.clone(),
             shared,
         )?);
+        let volume_routes = crate::control::VolumeRoutes::new(settings.volumes.route_ttl);
         Ok(App {
             records,
             uploads,
@@ -85,6 +89,7 @@ impl App {
             metrics,
             builds,
             self_url: std::sync::OnceLock::new(),
+            volume_routes,
             resumes: moka::future::Cache::builder()
                 .max_capacity(10_000)
                 .time_to_live(Duration::from_secs(1))

@@ -35,6 +35,23 @@ pub const DEFAULT_DISK_MB: u64 = 20 * 1024;
 /// `--cache-max-bytes`' default: 32 GiB of layers (`base` is about 0.3 GiB).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 << 30;
 
+/// `--volume-max-bytes`' default for a local store: 10 GiB per volume
+/// (a sparse image: it takes only what is written).
+pub const DEFAULT_VOLUME_MAX_BYTES: u64 = 10 << 30;
+/// The smallest `--volume-max-bytes` (ext4 needs a few MiB of its own).
+pub const MIN_VOLUME_MAX_BYTES: u64 = 16 << 20;
+
+/// Where the node keeps volumes (docs/sandboxes.md, "Volumes").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeSettings {
+    /// `--volume-dir`.
+    pub dir: PathBuf,
+    /// `--volume-shared`: `dir` is an operator's shared POSIX mount.
+    pub shared: bool,
+    /// Each new volume's size limit (0: none, a shared store).
+    pub max_bytes: u64,
+}
+
 /// Where the node's layers come from when it has a blob store.
 #[derive(Debug, Clone)]
 pub struct BlobSettings {
@@ -74,6 +91,27 @@ pub struct Config {
     /// Where sandboxes' files and state live; default ./.warren/node-<id>.
     #[arg(long, env = "WARREN_NODE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Where volumes live (E2B's persistent volumes; docs/sandboxes.md):
+    /// default `<data-dir>/volumes`, a directory only root may enter.
+    /// Local (the default): each volume an ext4 image of
+    /// `--volume-max-bytes` here, mounted by this node only, so sandboxes
+    /// that mount it are placed on this node. With `--volume-shared`, an
+    /// operator's shared POSIX mount (NFS, CephFS, ...) that every node
+    /// declaring it mounts at this path: each volume a directory, any such
+    /// node serves any volume.
+    #[arg(long, env = "WARREN_NODE_VOLUME_DIR")]
+    pub volume_dir: Option<PathBuf>,
+    /// `--volume-dir` is a shared mount every node declaring it reaches
+    /// (see `--volume-dir`); its filesystem must support idmapped mounts.
+    #[arg(long, env = "WARREN_NODE_VOLUME_SHARED")]
+    pub volume_shared: bool,
+    /// Each new volume's size limit, in bytes (a local store: the size of
+    /// its ext4 image, so writes past it fail with ENOSPC inside sandboxes
+    /// and 507 on the content API; ext4 keeps a few percent for itself).
+    /// Default 10 GiB. A shared store cannot enforce one (its filesystem's
+    /// own quotas apply): 0 there, the default.
+    #[arg(long, env = "WARREN_NODE_VOLUME_MAX_BYTES")]
+    pub volume_max_bytes: Option<u64>,
     /// How many sandboxes this node accepts.
     #[arg(long, env = "WARREN_NODE_CAPACITY", default_value_t = 100)]
     pub capacity: u32,
@@ -213,6 +251,8 @@ pub struct Settings {
     pub template_dir: PathBuf,
     /// `--blob-store` and its cache; `None`: roots from `--template-dir`.
     pub blob: Option<BlobSettings>,
+    /// `--volume-dir`, `--volume-shared`, `--volume-max-bytes`.
+    pub volumes: VolumeSettings,
     pub heartbeat_interval: Option<Duration>,
     pub caps: Caps,
     pub max_output_bytes: u64,
@@ -374,7 +414,32 @@ impl Config {
                 })
             }
         };
+        let volumes = VolumeSettings {
+            dir: self
+                .volume_dir
+                .clone()
+                .unwrap_or_else(|| data_dir.join("volumes")),
+            shared: self.volume_shared,
+            max_bytes: match (self.volume_shared, self.volume_max_bytes) {
+                (false, None) => DEFAULT_VOLUME_MAX_BYTES,
+                (false, Some(b)) if b < MIN_VOLUME_MAX_BYTES => {
+                    return Err(invalid(format!(
+                        "--volume-max-bytes must be at least {MIN_VOLUME_MAX_BYTES} (16 MiB)"
+                    )))
+                }
+                (false, Some(b)) => b,
+                (true, None | Some(0)) => 0,
+                (true, Some(_)) => {
+                    return Err(invalid(
+                        "--volume-max-bytes cannot be enforced on a shared store \
+                         (--volume-shared): each volume there is a plain directory, bounded \
+                         only by the shared filesystem's own quotas; leave it unset",
+                    ))
+                }
+            },
+        };
         Ok(Settings {
+            volumes,
             blob,
             tls: self.tls.clone(),
             node_id,
@@ -524,6 +589,51 @@ mod tests {
         );
         assert_eq!(b.cache_dir, std::path::Path::new("/d/cache"));
         assert_eq!(b.cache_max_bytes, DEFAULT_CACHE_BYTES);
+    }
+
+    #[test]
+    fn volume_stores() {
+        let base = [
+            "--node-id",
+            "n1",
+            "--envd-bin",
+            "/bin/sh",
+            "--data-dir",
+            "/d",
+        ];
+        let s = parse(&base).unwrap();
+        assert_eq!(
+            s.volumes,
+            VolumeSettings {
+                dir: PathBuf::from("/d/volumes"),
+                shared: false,
+                max_bytes: DEFAULT_VOLUME_MAX_BYTES
+            }
+        );
+        let with = |more: &[&str]| {
+            let mut all = base.to_vec();
+            all.extend_from_slice(more);
+            parse(&all)
+        };
+        let s = with(&["--volume-shared", "--volume-dir", "/mnt/nfs/v"]).unwrap();
+        assert!(s.volumes.shared);
+        assert_eq!(s.volumes.max_bytes, 0);
+        assert_eq!(s.volumes.dir, PathBuf::from("/mnt/nfs/v"));
+        assert_eq!(
+            with(&["--volume-max-bytes", "67108864"])
+                .unwrap()
+                .volumes
+                .max_bytes,
+            64 << 20
+        );
+        let e = with(&["--volume-shared", "--volume-max-bytes", "1073741824"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--volume-max-bytes") && e.contains("shared"),
+            "{e}"
+        );
+        assert!(with(&["--volume-max-bytes", "1000"]).is_err());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The control API for gateways (docs/internals.md "Control API"): JSON
 //! create, fork, pause, resume, snapshot, network update, delete, list under `/_warren/v1/sandboxes`,
-//! a sandbox's metrics (`GET .../{id}/metrics`, [`crate::samples`]), and `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed).
+//! a sandbox's metrics (`GET .../{id}/metrics`, [`crate::samples`]), `POST /_warren/v1/heartbeat` (heartbeat now: a sandbox's end changed), and volumes under `/_warren/v1/volumes` ([`crate::volumes::http`]).
 
 use crate::http::{not_found_marker, Shared};
 use crate::sandbox::state::{CreateSandbox, ForkSandbox};
@@ -25,6 +25,9 @@ pub async fn handle(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
         }
         shared.check_in.notify_one();
         return warren_core::body::status(StatusCode::NO_CONTENT);
+    }
+    if path.starts_with(warren_core::node_api::volumes::VOLUMES) {
+        return crate::volumes::http::handle(shared.registry.volumes(), req).await;
     }
     let rest = path
         .strip_prefix(warren_core::node_api::SANDBOXES)

@@ -8,6 +8,8 @@
 //!
 //! # Layout
 //! - [`config`]: flags / `WARREN_NODE_*` env / TOML, validated before binding.
+//! - [`check`]: `--check-config`, everything a start checks before it
+//!   makes its data directory or probes its runtime, and nothing more.
 //! - [`runtime`]: the [`runtime::Runtime`] trait, `isolated` and `process`;
 //!   the sandbox launcher, host id ranges, cgroup limits (v1 and v2), disk
 //!   images, the seccomp filter, killing via cgroups and `/proc`.
@@ -23,6 +25,9 @@
 //!   per-sandbox rings.
 //! - `mutations` (feature `mutations`, the simulation's only): a switch
 //!   that turns the generation check off, to show the simulation notices.
+//! - [`volumes`]: the volume store (`--volume-dir`): E2B's persistent
+//!   volumes, their content calls (confined to each volume) and what a
+//!   sandbox that mounts one is given.
 //!
 //! # Lifecycle and shutdown policy
 //! At start the node adopts sandboxes whose envd still answers on its socket
@@ -47,6 +52,7 @@
 // Tests may unwrap: a panic there is a test failure with a message.
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod check;
 pub mod config;
 pub mod control;
 pub mod envd;
@@ -59,6 +65,7 @@ pub mod proxy;
 pub mod runtime;
 pub mod samples;
 pub mod sandbox;
+pub mod volumes;
 
 pub use config::Config;
 
@@ -186,6 +193,9 @@ pub async fn run(
     settings: Settings,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // The certificates before anything is made on disk: a bad one is
+    // configuration, found as `--check-config` finds it.
+    let trust = check::trust(&settings)?;
     std::fs::create_dir_all(settings.data_dir.join("sandboxes")).map_err(|e| {
         ConfigError::Invalid(format!(
             "--data-dir {}: cannot create it: {e}",
@@ -195,10 +205,6 @@ pub async fn run(
     let data_dir = settings.data_dir.canonicalize().map_err(|e| {
         ConfigError::Invalid(format!("--data-dir {}: {e}", settings.data_dir.display()))
     })?;
-    let trust = settings
-        .tls
-        .load(warren_trust::Role::Node, Some(&settings.node_id))
-        .map_err(ConfigError::Invalid)?;
     let runtime = pick_runtime(&settings, &data_dir).await?;
 
     let admin = Admin::new("warren_node");
@@ -208,6 +214,26 @@ pub async fn run(
             .write()
             .map_err(|_| anyhow::anyhow!("metrics registry poisoned"))?;
         metrics::Metrics::register(&mut reg)
+    };
+    let volumes = match volumes::VolumeStore::open(settings.volumes.clone(), &settings.node_id) {
+        Ok(v) => {
+            tracing::info!(
+                store = v.kind(),
+                dir = %settings.volumes.dir.display(),
+                max_bytes = v.max_bytes(),
+                "volumes: {}",
+                if v.shared() {
+                    "a shared store (each volume a directory any node with it serves; no size limit of warren's)"
+                } else {
+                    "local (each volume an ext4 image of its size limit, served by this node only)"
+                }
+            );
+            Some(Arc::new(v))
+        }
+        Err(why) => {
+            tracing::warn!(%why, "this node holds no volumes (creates that mount one are placed elsewhere)");
+            None
+        }
     };
     let (events_tx, events_rx) = mpsc::unbounded_channel();
     let registry = sandbox::Registry::new(
@@ -223,6 +249,7 @@ pub async fn run(
         runtime.clone(),
         metrics.clone(),
         events_tx,
+        volumes,
     );
     registry.restore().await;
 
@@ -255,13 +282,7 @@ pub async fn run(
             break n;
         }
     };
-    let scheduler = warren_proto::client::Scheduler::new(
-        &settings.schedulers,
-        warren_proto::client::CONNECT_TIMEOUT,
-        warren_proto::client::CALL_TIMEOUT,
-        trust.as_deref(),
-    )
-    .map_err(|e| ConfigError::Invalid(format!("--scheduler: {e}")))?;
+    let scheduler = check::scheduler(&settings, trust.as_deref())?;
     // Only gateways may use the control API and the data plane.
     let listener = warren_trust::Listener::new(
         listener,

@@ -128,6 +128,11 @@ impl Link {
                     incarnation: self.me.incarnation,
                     roster: self.roster(),
                     cached_layers: self.registry.cached_layers(),
+                    volume_store: self
+                        .registry
+                        .volumes()
+                        .map_or_else(String::new, |v| v.kind().to_string()),
+                    volume_max_bytes: self.registry.volumes().map_or(0, |v| v.max_bytes()),
                     paused: self.paused(),
                     lists_paused: true,
                 };

@@ -43,6 +43,15 @@ pub const REASON_LEASE_LOST: &str = "lease-lost";
 /// `REASON_METADATA` value (`FAILED_PRECONDITION`): a build names an
 /// upload its team does not have (never made, or expired).
 pub const REASON_UPLOAD_MISSING: &str = "upload-missing";
+/// `REASON_METADATA` value (`FAILED_PRECONDITION`): a sandbox mounts the
+/// volume, so it cannot be deleted.
+pub const REASON_VOLUME_MOUNTED: &str = "volume-mounted";
+/// `REASON_METADATA` value (`FAILED_PRECONDITION`): the volume is being
+/// deleted, so nothing new mounts it.
+pub const REASON_VOLUME_DELETING: &str = "volume-deleting";
+/// `REASON_METADATA` value (`FAILED_PRECONDITION`): no live node has a
+/// volume store (of the kind needed).
+pub const REASON_NO_VOLUME_STORE: &str = "no-volume-store";
 
 /// gRPC metadata key on a `RESOURCE_EXHAUSTED` (`warren-reason: quota`)
 /// that names the bound a write would pass (one of the `BOUND_*` values),
@@ -62,3 +71,7 @@ pub const BOUND_TOTAL_BUILDS: &str = "total-builds";
 pub const BOUND_TEAM_UPLOAD_BYTES: &str = "team-upload-bytes";
 /// The bytes of every team's uploads (`UploadBounds.max_total_bytes`).
 pub const BOUND_TOTAL_UPLOAD_BYTES: &str = "total-upload-bytes";
+/// A team's volumes (`VolumeBounds.max_count`).
+pub const BOUND_TEAM_VOLUMES: &str = "team-volumes";
+/// A team's volumes' size limits added up (`VolumeBounds.max_bytes`).
+pub const BOUND_TEAM_VOLUME_BYTES: &str = "team-volume-bytes";

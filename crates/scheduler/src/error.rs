@@ -55,6 +55,10 @@ pub enum Error {
     /// The caller's certificate does not allow this call.
     #[error("{0}")]
     PermissionDenied(String),
+    /// A credential the call carries (a volume's token) does not open
+    /// what it names.
+    #[error("{0}")]
+    Unauthenticated(String),
     /// The store failed (I/O, busy, connection); retry later.
     #[error("store failure: {0}")]
     Store(#[from] sqlx::Error),
@@ -114,6 +118,7 @@ impl From<Error> for Status {
                 with_reason(Code::FailedPrecondition, message, reason)
             }
             Error::PermissionDenied(m) => Status::permission_denied(m),
+            Error::Unauthenticated(m) => Status::unauthenticated(m),
             Error::Store(e) => {
                 tracing::warn!(error = %e, "store failure");
                 Status::unavailable(format!("store unavailable: {e}"))

@@ -8,6 +8,8 @@
 //!
 //! # Layout
 //! - [`config`]: flags/env/TOML, validated before anything binds.
+//! - [`check`]: `--check-config`, everything a start checks before it
+//!   binds or opens the store, and nothing more.
 //! - [`store`]: [`store::SqlStore`], the store, on SQLite (embedded, one replica) or PostgreSQL
 //!   (many replicas: writers serialize on an advisory lock, changes fan out
 //!   with LISTEN/NOTIFY, the sweep runs under an advisory-lock lease).
@@ -31,6 +33,7 @@
 // own unit-test build sees them too.
 #![cfg_attr(test, allow(unused_crate_dependencies))]
 
+pub mod check;
 pub mod config;
 pub mod error;
 pub mod metrics;
@@ -62,8 +65,10 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     config::refuse_secrets_in_args(std::env::args_os())?;
     let location = config.validate()?;
     // The store key too, before any socket is bound (made on first start
-    // with SQLite; `serve` reads the same file).
+    // with SQLite; `serve` reads the same file), and the certificates: what
+    // `--check-config` checks, found before anything is bound.
     sealer(&config, &location)?;
+    let trust = check::trust(&config)?;
     // The scheduler starts no programs: its connection limits, not EMFILE,
     // should decide when connections are refused.
     warren_core::server::raise_fd_limit();
@@ -75,7 +80,7 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {} (--admin-listen)", config.admin_listen))?;
     warren_core::announce("scheduler", "grpc", grpc.local_addr()?);
     warren_core::announce("scheduler", "admin", admin.local_addr()?);
-    match serve(config, grpc, admin, warren_core::shutdown::signal()).await {
+    match serve_trusted(config, trust, grpc, admin, warren_core::shutdown::signal()).await {
         // A data directory that cannot be created is a configuration problem (exit 64).
         Err(ServeError::Open(e @ store::OpenError::CreateDir { .. })) => {
             Err(warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}")).into())
@@ -104,12 +109,20 @@ pub async fn serve(
     admin: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let trust = check::trust(&config)?;
+    serve_trusted(config, trust, grpc, admin, shutdown).await
+}
+
+/// [`serve`] with the internal TLS material already loaded.
+async fn serve_trusted(
+    config: Config,
+    trust: Option<Arc<warren_trust::Trust>>,
+    grpc: TcpListener,
+    admin: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     let location = config.validate()?;
     let sealer = Arc::new(sealer(&config, &location)?);
-    let trust = config
-        .tls
-        .load(warren_trust::Role::Scheduler, None)
-        .map_err(warren_core::config::ConfigError::Invalid)?;
     let store = Arc::new(open_store(location, config.database_pool_size, sealer).await?);
     tokio::spawn(reseal_all(store.clone()));
     let lease = match store.postgres_url() {
@@ -165,23 +178,7 @@ fn sealer(
     config: &Config,
     location: &config::StoreLocation,
 ) -> Result<store::seal::Sealer, warren_core::config::ConfigError> {
-    use store::seal::Sealer;
-    let bad = |e: store::seal::KeyError| warren_core::config::ConfigError::Invalid(e.to_string());
-    if let Some(path) = &config.store_key_file {
-        return Sealer::from_file(path).map_err(bad);
-    }
-    match location.default_key_file() {
-        // Beside the database: a problem there is the data directory's.
-        Some(Some(path)) => Sealer::open_or_create(&path)
-            .map_err(|e| warren_core::config::ConfigError::Invalid(format!("--data-dir: {e}"))),
-        Some(None) => Ok(Sealer::ephemeral()),
-        None => Err(warren_core::config::ConfigError::Invalid(
-            "--store-key-file is required with a PostgreSQL store: every replica seals \
-             access tokens and envVars with the same key. Make one, readable by its owner \
-             only, with: (umask 077; openssl rand -hex 32 > store.key)"
-                .into(),
-        )),
-    }
+    check::StoreKey::of(config, location)?.open()
 }
 
 /// Seals again, in the background, every token and `envVars` stored under
@@ -195,6 +192,18 @@ async fn reseal_all(store: Arc<SqlStore>) {
             Ok(n) => total += n,
             Err(e) => {
                 tracing::error!(error = %e, "store: cannot seal stored values again; they stay readable, under their old key");
+                return;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    // Volumes' tokens the same way.
+    loop {
+        match store.reseal_volumes(500).await {
+            Ok(0) => break,
+            Ok(n) => total += n,
+            Err(e) => {
+                tracing::error!(error = %e, "store: cannot seal volume tokens again; they stay readable, under their old key");
                 return;
             }
         }

@@ -215,8 +215,7 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation: 9,
         roster: vec![],
         cached_layers: vec![],
-        paused: Vec::new(),
-        lists_paused: false,
+        ..Default::default()
     };
     let cases: Vec<(pb::RegisterNodeRequest, &str)> = vec![
         (

@@ -31,14 +31,17 @@ async fn schema_version(db: &sqlx::AnyPool) -> i64 {
         .get::<i64, _>("v")
 }
 
+/// What schema 8 (`0008_volumes.sql`) added: its tables.
+const SCHEMA_8_TABLES: &[&str] = &["volumes", "volume_mounts"];
+
 /// Takes a store this scheduler made back to schema 5. Migration 6 only
-/// adds tables and a counter, migration 7 a column, so what is left is
-/// what a scheduler of schema 5 would have written: its bindings, nodes,
-/// trust and quotas.
+/// adds tables and a counter, migration 7 a column, migration 8 tables and
+/// columns, so what is left is what a scheduler of schema 5 would have
+/// written: its bindings, nodes, trust and quotas.
 async fn back_to_schema_5(store: &TestStore) {
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    assert_eq!(schema_version(&db).await, 7);
-    for t in SCHEMA_6_TABLES {
+    assert_eq!(schema_version(&db).await, 8);
+    for t in SCHEMA_6_TABLES.iter().chain(SCHEMA_8_TABLES) {
         sqlx::query(&format!("DROP TABLE {t}"))
             .execute(&db)
             .await
@@ -47,6 +50,8 @@ async fn back_to_schema_5(store: &TestStore) {
     for q in [
         "DELETE FROM counters WHERE name = 'record_version'",
         "ALTER TABLE nodes DROP COLUMN cached_layers",
+        "ALTER TABLE nodes DROP COLUMN volume_store",
+        "ALTER TABLE nodes DROP COLUMN volume_max_bytes",
         "DELETE FROM schema_migrations WHERE version >= 6",
     ] {
         sqlx::query(q).execute(&db).await.unwrap();
@@ -70,12 +75,12 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
     let (mut ca, mut cb) = (a.client().await, b.client().await);
     assert_eq!(get(&mut cb, &p.sandbox_id).await.unwrap(), before);
     let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
-    eventually("the store to be at schema 7", || {
+    eventually("the store to be at schema 8", || {
         let db = db.clone();
-        async move { (schema_version(&db).await == 7).then_some(()) }
+        async move { (schema_version(&db).await == 8).then_some(()) }
     })
     .await;
-    for version in [6, 7] {
+    for version in [6, 7, 8] {
         let applied: i64 = sqlx::query(&format!(
             "SELECT COUNT(*) AS n FROM schema_migrations WHERE version = {version}"
         ))
@@ -94,8 +99,7 @@ async fn a_store_at_the_previous_schema_migrates(store: TestStore) {
         incarnation: 1,
         roster: vec![],
         cached_layers: vec![layer.clone()],
-        paused: Vec::new(),
-        lists_paused: false,
+        ..Default::default()
     })
     .await
     .unwrap();

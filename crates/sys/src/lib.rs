@@ -84,6 +84,30 @@ pub fn set_idmap(mount: impl AsFd, userns: impl AsFd) -> io::Result<()> {
     Ok(())
 }
 
+/// [`set_idmap`], and the mount made `nosuid` and `nodev` (a volume bound
+/// into a sandbox: nothing on it runs set-user-ID or opens a device).
+pub fn set_idmap_nosuid_nodev(mount: impl AsFd, userns: impl AsFd) -> io::Result<()> {
+    let attr = MountAttr {
+        attr_set: libc::MOUNT_ATTR_IDMAP | libc::MOUNT_ATTR_NOSUID | libc::MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_fd().as_raw_fd() as u64,
+    };
+    let flags = (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint;
+    // SAFETY: as in `set_idmap`.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            mount.as_fd().as_raw_fd(),
+            c"".as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })?;
+    Ok(())
+}
+
 /// `move_mount(mount, "", AT_FDCWD, to, MOVE_MOUNT_F_EMPTY_PATH)`: attaches
 /// a detached mount at `to`.
 pub fn move_mount_to(mount: impl AsFd, to: &Path) -> io::Result<()> {

@@ -104,6 +104,15 @@ impl TlsArgs {
     }
 }
 
+/// Who a part's loaded certificate says it is (`as node/node-1`), or that
+/// it runs without internal TLS: for `--check-config`'s report.
+pub fn describe(trust: Option<&Trust>) -> String {
+    match trust {
+        Some(t) => format!("as {}", t.identity),
+        None => "none (--insecure-internal)".into(),
+    }
+}
+
 /// This part's TLS material.
 #[derive(Debug)]
 pub struct Trust {

@@ -419,6 +419,7 @@ fn print_summary(config: &Config, parts: &[Part], api_key: &str, data_dir: &Path
     println!();
     println!("  export E2B_API_URL=http://{gw}");
     println!("  export E2B_SANDBOX_URL=http://{gw}");
+    println!("  export E2B_VOLUME_API_URL=http://{gw}");
     println!("  export E2B_API_KEY={api_key}");
     println!();
     println!("Components (kill any of them to see what happens):");

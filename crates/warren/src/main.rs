@@ -48,6 +48,8 @@ Operate:
 
 Every command takes --help. Settings come from flags, WARREN_* environment
 variables, or a TOML file named by --config (or WARREN_CONFIG).
+`warren scheduler|gateway|node ... --check-config` checks a part's whole
+configuration as a start would, binds and starts nothing, and exits 0 or 64.
 Logs: --log-format text|json (WARREN_LOG_FORMAT); filter with WARREN_LOG / RUST_LOG.
 ";
 
@@ -75,6 +77,19 @@ fn main() -> ExitCode {
     let log_format = take_log_format(&mut args);
     let prog = format!("warren {sub}");
     args[0] = prog.clone().into();
+    let is_part = matches!(sub.as_str(), "scheduler" | "gateway")
+        || (sub == "node" && args.get(1).is_none_or(|a| a != "ls"));
+    if is_part && take_switch(&mut args, CHECK_CONFIG) {
+        return match sub.as_str() {
+            "scheduler" => check::<warren_scheduler::Config>(args, log_format, |c| {
+                warren_scheduler::check::check(&c)
+            }),
+            "gateway" => check::<warren_gateway::Config>(args, log_format, |c| {
+                warren_gateway::check::check(&c)
+            }),
+            _ => check::<warren_node::Config>(args, log_format, |c| warren_node::check::check(&c)),
+        };
+    }
     match sub.as_str() {
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
@@ -176,6 +191,24 @@ fn take_log_format(args: &mut Vec<OsString>) -> LogFormat {
     format
 }
 
+/// The switch that makes `warren scheduler|gateway|node` check its
+/// configuration instead of starting. A flag on the part's own command
+/// line, not a subcommand, so that the very line a unit or a chart renders
+/// is checked by adding one word; and taken out before the part's parser
+/// sees the line, so it is neither a TOML key nor a `WARREN_*` variable (a
+/// check-only switch left in an environment would keep a part from ever
+/// starting).
+const CHECK_CONFIG: &str = "--check-config";
+
+/// Removes every `flag` from the line; whether there was one.
+fn take_switch(args: &mut Vec<OsString>, flag: &str) -> bool {
+    let before = args.len();
+    let mut first = true;
+    // The program name stays whatever it is.
+    args.retain(|a| std::mem::take(&mut first) || a.to_str() != Some(flag));
+    args.len() != before
+}
+
 /// The `--config FILE` (or `WARREN_CONFIG`) named on the line, if any.
 fn config_path(args: &[OsString]) -> Option<PathBuf> {
     let mut it = args.iter().skip(1);
@@ -191,6 +224,63 @@ fn config_path(args: &[OsString]) -> Option<PathBuf> {
     std::env::var_os("WARREN_CONFIG").map(PathBuf::from)
 }
 
+/// A part's configuration from the line, the environment and the file,
+/// or the exit code (with `--help`'s text or the error printed).
+fn load<C>(args: Vec<OsString>) -> Result<C, ExitCode>
+where
+    C: clap::CommandFactory + clap::FromArgMatches,
+{
+    let path = config_path(&args);
+    match config::load_from(args, path.as_deref()) {
+        Ok(c) => Ok(c),
+        Err(config::ConfigError::Help(msg)) => {
+            print!("{msg}");
+            Err(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("warren: bad configuration: {e}");
+            Err(ExitCode::from(EX_CONFIG as u8))
+        }
+    }
+}
+
+/// `--check-config`: the configuration loaded as a start loads it, then
+/// `check` (the part's own, which runs what its start runs before it binds
+/// or starts anything); its report on stdout and 0, or the error a start
+/// would print and 64.
+fn check<C>(
+    args: Vec<OsString>,
+    log_format: LogFormat,
+    check: impl FnOnce(C) -> Result<String, config::ConfigError>,
+) -> ExitCode
+where
+    C: clap::CommandFactory + clap::FromArgMatches,
+{
+    let cfg: C = match load(args) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // Warnings a start would log (`--insecure-internal`) are logged too.
+    logging::init(log_format);
+    // One thread: the scheduler clients' lazy channels need a runtime to
+    // exist; nothing is spawned that outlives the check.
+    let rt = match runtime(false) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(async move { check(cfg) }) {
+        Ok(report) => {
+            print!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            // As `component` prints what a start's `main` returns.
+            eprintln!("warren: {:#}", anyhow::Error::from(e));
+            ExitCode::from(EX_CONFIG as u8)
+        }
+    }
+}
+
 /// Parses a part's configuration completely, then starts a runtime and runs it.
 fn component<C, F, Fut>(args: Vec<OsString>, log_format: LogFormat, run: F) -> ExitCode
 where
@@ -198,17 +288,9 @@ where
     F: FnOnce(C) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
-    let path = config_path(&args);
-    let cfg: C = match config::load_from(args, path.as_deref()) {
+    let cfg: C = match load(args) {
         Ok(c) => c,
-        Err(config::ConfigError::Help(msg)) => {
-            print!("{msg}");
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => {
-            eprintln!("warren: bad configuration: {e}");
-            return ExitCode::from(EX_CONFIG as u8);
-        }
+        Err(code) => return code,
     };
     // Only this process watches its parent; what it starts does not inherit
     // the duty. Read and cleared before the runtime starts any thread:

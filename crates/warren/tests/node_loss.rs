@@ -436,8 +436,7 @@ async fn a_black_holed_node_costs_a_request_about_the_connect_timeout() {
             incarnation: 7,
             roster: vec![],
             cached_layers: vec![],
-            paused: Vec::new(),
-            lists_paused: false,
+            ..Default::default()
         })
         .await
         .expect("RegisterNode");

@@ -97,8 +97,7 @@ async fn register(c: &mut Client, node_id: &str) -> u64 {
         incarnation,
         roster: vec![],
         cached_layers: vec![],
-        paused: Vec::new(),
-        lists_paused: false,
+        ..Default::default()
     })
     .await
     .unwrap();

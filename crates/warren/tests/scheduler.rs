@@ -78,8 +78,7 @@ async fn scheduler_serves_grpc_and_admin_and_stops_on_sigterm() {
             incarnation: 42,
             roster: vec![],
             cached_layers: vec![],
-            paused: Vec::new(),
-            lists_paused: false,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -85,8 +85,7 @@ async fn register(
             incarnation: 7,
             roster: vec![],
             cached_layers: vec![],
-            paused: Vec::new(),
-            lists_paused: false,
+            ..Default::default()
         })
         .await
     })

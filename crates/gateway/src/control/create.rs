@@ -100,6 +100,7 @@ pub(super) async fn create(
             }
             _ => String::new(),
         },
+        volume_mounts: super::volumes::place_mounts(&new.volume_mounts),
     };
     // A template with a start command: the node answers once it is ready;
     // from a blob store, once it fetched the layers it lacks.
@@ -143,6 +144,7 @@ pub(super) async fn create(
             mask_request_host: new.mask_request_host.clone(),
             auto_pause_filesystem_only: new.auto_pause_filesystem_only,
             template_record: template_record.clone(),
+            volumes: super::volumes::node_mounts(&binding),
         };
         let created = app.nodes.create(&placement.endpoint, &child, extra).await;
         match created {
@@ -267,6 +269,8 @@ async fn fork_one(
             lifecycle: None,
             avoid_node_id: String::new(),
             prefer_layer: String::new(),
+            // The scheduler copies the parent's.
+            volume_mounts: Vec::new(),
         },
     )
     .await?;
@@ -298,6 +302,8 @@ async fn fork_one(
         auto_pause_filesystem_only: false,
         // The node copies its parent's root and layers.
         template_record: None,
+        // And its parent's volumes.
+        volumes: Vec::new(),
     };
     // A fork starts its template's start command too.
     let extra = super::templates::resolve(app, &parent.template_id)
@@ -361,13 +367,22 @@ fn earlier(placement: &Placement) -> Result<bool, ApiError> {
 }
 
 async fn place(app: &App, req: PlaceRequest) -> Result<Placement, ApiError> {
+    let volumes = !req.volume_mounts.is_empty();
     app.scheduler
         .call("Place", |mut c| {
             let req = req.clone();
             async move { c.place(req).await }
         })
         .await
-        .map_err(|s| ApiError::from_scheduler(&s, None))
+        .map_err(|s| {
+            // A create that mounts volumes: the scheduler's words say
+            // which volume and why (its node is down, it is being deleted).
+            if volumes && s.code() != tonic::Code::ResourceExhausted {
+                super::volumes::from_scheduler(&s, None)
+            } else {
+                ApiError::from_scheduler(&s, None)
+            }
+        })
 }
 
 /// After the node step: record the assignment, or clean up.

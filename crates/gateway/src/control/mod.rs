@@ -29,6 +29,9 @@
 //!   noted.
 //! - [`layers`]: the sweeps that remove noted layers no node's sandbox
 //!   stacks (the shared store) and blobs nothing names (the blob store).
+//! - [`volumes`]: E2B's persistent volumes (`/volumes`) and their content
+//!   API (`/volumecontent/{id}/...`, its bearer token instead of an API
+//!   key), served by the node that holds each volume.
 
 mod builds;
 mod catalog;
@@ -45,6 +48,7 @@ mod snapshots;
 mod team_store;
 mod templates;
 mod uploads;
+mod volumes;
 
 use crate::auth::Team;
 use crate::error::ApiError;
@@ -56,6 +60,8 @@ use http_body_util::{BodyExt, Limited};
 use std::sync::Arc;
 pub use uploads::UploadSettings;
 pub(crate) use uploads::Uploads;
+pub use volumes::content::VolumeRoutes;
+pub use volumes::{VolumeArgs, VolumeSettings};
 use warren_core::body::{json, status as no_content, Body};
 use warren_core::id::validate_sandbox_id;
 use warren_core::server::Incoming;
@@ -114,6 +120,13 @@ enum Endpoint {
     /// `/_warren/v1/uploads/{hash}`: a COPY archive (the signed link is
     /// its credential, not an API key).
     Upload(String),
+    /// `/volumes`: the team's volumes.
+    Volumes,
+    /// `/volumes/{id}`.
+    Volume(String),
+    /// `/volumecontent/{id}/{path|dir|file}`: the volume's bearer token is
+    /// its credential.
+    VolumeContent(String, String),
 }
 
 impl Endpoint {
@@ -156,6 +169,11 @@ impl Endpoint {
             ["v2", "templates", t, "builds", b] => Endpoint::TemplateBuild(id(t), id(b)),
             ["templates", t, "builds", b, "status"] => Endpoint::TemplateBuildStatus(id(t), id(b)),
             ["templates", t, "files", h] => Endpoint::TemplateFiles(id(t), id(h)),
+            ["volumes"] => Endpoint::Volumes,
+            ["volumes", v] => Endpoint::Volume(id(v)),
+            ["volumecontent", v, op @ ("path" | "dir" | "file")] => {
+                Endpoint::VolumeContent(id(v), id(op))
+            }
             _ => return None,
         })
     }
@@ -177,6 +195,13 @@ impl Endpoint {
             Endpoint::Template(_) => &[Method::DELETE],
             Endpoint::TemplateTags => &[Method::POST, Method::DELETE],
             Endpoint::Network(_) | Endpoint::Upload(_) => &[Method::PUT],
+            Endpoint::Volumes => &[Method::GET, Method::POST],
+            Endpoint::Volume(_) => &[Method::GET, Method::DELETE],
+            Endpoint::VolumeContent(_, op) => match op.as_str() {
+                "path" => &[Method::GET, Method::PATCH, Method::DELETE],
+                "dir" => &[Method::GET, Method::POST],
+                _ => &[Method::GET, Method::PUT],
+            },
             _ => &[Method::POST],
         }
     }
@@ -197,7 +222,10 @@ impl Endpoint {
             | Endpoint::TemplateBuild(..)
             | Endpoint::TemplateBuildStatus(..)
             | Endpoint::TemplateFiles(..)
-            | Endpoint::Upload(_) => None,
+            | Endpoint::Upload(_)
+            | Endpoint::Volumes
+            | Endpoint::Volume(_)
+            | Endpoint::VolumeContent(..) => None,
             Endpoint::Sandbox(id)
             | Endpoint::Timeout(id)
             | Endpoint::Connect { id, .. }
@@ -259,6 +287,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Bod
         app.uploads.put(hash, query, &parts.headers, body).await?;
         return Ok(no_content(StatusCode::OK));
     }
+    if let Endpoint::VolumeContent(id, op) = &endpoint {
+        // Before the API key check and the body read: the volume's token
+        // is the credential, and the body streams to the node.
+        return volumes::content::handle(app, id, op, req).await;
+    }
     let team = app.settings.api_keys.authenticate(req.headers())?;
     if let Some(id) = endpoint.sandbox_id() {
         validate_sandbox_id(id).map_err(|e| {
@@ -302,7 +335,13 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Response<Bod
         (Endpoint::Template(id), _) => snapshots::delete(app, &team, &id).await,
         (Endpoint::TemplateAlias(alias), _) => snapshots::alias(app, &team, &alias).await,
         (Endpoint::Network(id), _) => network::update(app, &team, &id, &body).await,
-        (Endpoint::Health | Endpoint::Upload(_), _) => Ok(no_content(StatusCode::NO_CONTENT)),
+        (Endpoint::Volumes, Method::POST) => volumes::create(app, &team, &body).await,
+        (Endpoint::Volumes, _) => volumes::list(app, &team).await,
+        (Endpoint::Volume(id), Method::DELETE) => volumes::delete(app, &team, &id).await,
+        (Endpoint::Volume(id), _) => volumes::get(app, &team, &id).await,
+        (Endpoint::Health | Endpoint::Upload(_) | Endpoint::VolumeContent(..), _) => {
+            Ok(no_content(StatusCode::NO_CONTENT))
+        }
     }
 }
 
@@ -438,5 +477,11 @@ mod tests {
             Endpoint::parse("/v3/templates"),
             Some(Endpoint::TemplateBuilds)
         );
+        assert_eq!(Endpoint::parse("/volumes"), Some(Endpoint::Volumes));
+        assert_eq!(
+            Endpoint::parse("/volumecontent/v1/file"),
+            Some(Endpoint::VolumeContent("v1".into(), "file".into()))
+        );
+        assert_eq!(Endpoint::parse("/volumecontent/v1/other"), None);
     }
 }

@@ -398,6 +398,9 @@ async fn move_paused(
         mask_request_host: settings.mask_request_host,
         auto_pause_filesystem_only: settings.auto_pause_filesystem_only,
         template_record,
+        // Its volumes come along (a shared store's: the scheduler moved it
+        // only to a node with that store).
+        volumes: super::volumes::node_mounts(&moved),
     };
     let extra = super::create::ready_time(&record.defaults);
     if let Err(e) = app.nodes.create(&placement.endpoint, &create, extra).await {

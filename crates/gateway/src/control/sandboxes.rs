@@ -68,6 +68,15 @@ fn detail(app: &App, b: &Binding, envd_version: String, full: bool) -> SandboxDe
         }),
         allow_internet_access: None,
         network: None,
+        volume_mounts: full.then(|| {
+            b.volume_mounts
+                .iter()
+                .map(|m| crate::models::VolumeMountJson {
+                    name: m.name.clone(),
+                    path: m.path.clone(),
+                })
+                .collect()
+        }),
     }
 }
 

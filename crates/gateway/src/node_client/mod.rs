@@ -400,6 +400,39 @@ impl NodeClient {
     }
 }
 
+/// Volumes (`control/volumes`): their data on the node that holds them.
+impl NodeClient {
+    /// `PUT /_warren/v1/volumes/{id}`: makes the volume's data if it is
+    /// not there.
+    pub async fn ensure_volume(
+        &self,
+        endpoint: &str,
+        id: &str,
+        max_bytes: u64,
+    ) -> Result<node_api::volumes::VolumeInfo, NodeError> {
+        let body =
+            serde_json::to_vec(&node_api::volumes::EnsureVolume { max_bytes }).unwrap_or_default();
+        let path = node_api::volumes::volume_path(id);
+        let (_, bytes) = self.send(endpoint, Method::PUT, path, Some(body)).await?;
+        parse(endpoint, &bytes)
+    }
+
+    /// `DELETE /_warren/v1/volumes/{id}`: removes its data (a large tree
+    /// may take a while).
+    pub async fn remove_volume(&self, endpoint: &str, id: &str) -> Result<(), NodeError> {
+        let path = node_api::volumes::volume_path(id);
+        self.send_within(
+            self.timeout + PACK_TIME,
+            endpoint,
+            Method::DELETE,
+            path,
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
 fn parse<T: serde::de::DeserializeOwned>(endpoint: &str, bytes: &[u8]) -> Result<T, NodeError> {
     serde_json::from_slice(bytes).map_err(|e| NodeError::Protocol {
         endpoint: endpoint.to_string(),

@@ -18,8 +18,10 @@
 //!    under an overlay whose writable layer is on the sandbox's disk — the
 //!    template itself never changes;
 //! 7. the launcher and pid 1 ([`super::launch`]): cgroups, namespaces, the
-//!    root, `/proc`, `/dev`, the seccomp filter ([`super::seccomp`]),
-//!    envd as the namespace's root — no `no_new_privs`, so `sudo` works;
+//!    root, `/proc`, `/dev`, its volumes (each an idmapped, `nosuid,nodev`
+//!    bind of the volume's content: `crate::volumes`), the seccomp filter
+//!    ([`super::seccomp`]), envd as the namespace's root — no
+//!    `no_new_privs`, so `sudo` works;
 //! 8. its egress, when the sandbox may reach the internet ([`super::egress`]).
 
 use super::console;
@@ -239,13 +241,34 @@ impl Isolated {
                 what: "the sandbox launcher".into(),
                 source: std::io::Error::other(e),
             };
-            let extra = vec![
+            // Each volume: a detached bind of its content, idmapped through
+            // the sandbox's namespace (the ids on disk are the ids inside,
+            // whatever this sandbox's host range), nosuid and nodev.
+            let mut volumes = Vec::with_capacity(spec.volumes.len());
+            for (inside, source) in spec.volumes {
+                let tree = warren_sys::open_tree_clone(source, false).map_err(|e| {
+                    RuntimeError::Files(std::io::Error::other(format!(
+                        "open_tree of the volume for {inside}: {e}"
+                    )))
+                })?;
+                warren_sys::set_idmap_nosuid_nodev(&tree, &userns).map_err(|e| {
+                    RuntimeError::Files(std::io::Error::other(format!(
+                        "cannot idmap the volume for {inside} (its store's filesystem must \
+                         support idmapped mounts: ext4, xfs, btrfs do; NFS does not): {e}"
+                    )))
+                })?;
+                volumes.push(tree);
+            }
+            let paths: String = spec.volumes.iter().map(|(i, _)| format!("{i}\n")).collect();
+            let mut extra = vec![
                 sealed_file(&self.seccomp[0]).map_err(fail)?,
                 sealed_file(&self.seccomp[1]).map_err(fail)?,
                 root_fd,
                 envd_fd,
                 OwnedFd::from(userns),
+                sealed_file(paths.as_bytes()).map_err(fail)?,
             ];
+            extra.extend(volumes);
             let args = LaunchArgs {
                 hold: false,
                 cgroup_procs: made
@@ -254,6 +277,7 @@ impl Isolated {
                     .map(|c| c.procs_files())
                     .unwrap_or_default(),
                 base: ids.base,
+                volumes: spec.volumes.len(),
                 hostname: spec.sandbox_id.to_string(),
                 // Whenever the node can give it a network at all: a sandbox
                 // created without one may be given one later (a policy
@@ -334,6 +358,7 @@ impl Isolated {
             template: Some(digest),
             layers,
             defaults: Some(defaults.clone()),
+            volumes: spec.mounts.to_vec(),
             leases,
         };
         // The template's environment, under the create's own variables.

@@ -20,9 +20,11 @@
 //! root with a cleared environment and these descriptors: 3 and 4 envd's
 //! listening sockets, 5 and 6 the seccomp programs, 7 the sandbox's root (an
 //! `O_PATH` descriptor of the overlay the node mounted), 8 envd's binary, 9
-//! the holder's user namespace. It:
+//! the holder's user namespace, 10 the paths the sandbox's volumes are
+//! mounted at (one a line) and from 11 on each volume's detached bind
+//! (`--volumes N` of them). It:
 //! 1. asks for SIGKILL when the node goes away, closes every descriptor
-//!    past 9, enters the sandbox's
+//!    past those, enters the sandbox's
 //!    cgroups (so nothing it starts can be outside them), sets
 //!    `RLIMIT_CORE` to 0;
 //! 2. becomes host uid `base` and joins the user namespace (as its owner it
@@ -39,7 +41,9 @@
 //! and the old root detached), mounts `/proc` (with a fresh random
 //! `/proc/sys/kernel/random/boot_id` bound over the host's: one per boot)
 //! and `/dev/pts`, brings `lo`
-//! up, installs the seccomp filter — without `no_new_privs`, so `sudo`
+//! up, attaches each volume at its path (made a directory inside the
+//! sandbox's root first; everything it follows there is the sandbox's
+//! own), installs the seccomp filter — without `no_new_privs`, so `sudo`
 //! works inside — closes every descriptor envd must not have and
 //! re-executes itself from the sandbox's copy of the binary
 //! (`sandbox-init --reap`, so `/proc/1/exe` names no host path), which
@@ -81,6 +85,10 @@ pub const FD_RELAY: i32 = 4;
 pub const FD_SECCOMP: [i32; 2] = [5, 6];
 pub const FD_ROOT: i32 = 7;
 pub const FD_ENVD: i32 = 8;
+/// The volumes' mount paths, one a line (a memfd).
+pub const FD_VOLUME_PATHS: i32 = 10;
+/// The first volume's detached bind; the others follow in order.
+pub const FD_VOLUME_FIRST: i32 = 11;
 
 /// Where envd's binary appears inside the sandbox.
 pub const ENVD_IN_SANDBOX: &str = "/opt/warren/bin/warren";
@@ -94,6 +102,8 @@ pub struct LaunchArgs {
     pub cgroup_procs: Vec<PathBuf>,
     /// The sandbox's first host uid/gid.
     pub base: u32,
+    /// How many volume binds follow [`FD_VOLUME_FIRST`].
+    pub volumes: usize,
     /// The uts hostname (the sandbox id).
     pub hostname: String,
     /// envd's arguments after `envd`.
@@ -111,6 +121,9 @@ impl LaunchArgs {
         }
         v.extend(["--base".into(), self.base.to_string().into()]);
         v.extend(["--hostname".into(), self.hostname.clone().into()]);
+        if self.volumes > 0 {
+            v.extend(["--volumes".into(), self.volumes.to_string().into()]);
+        }
         if let Some(dns) = &self.dns {
             v.extend(["--dns".into(), dns.into()]);
         }
@@ -142,6 +155,13 @@ impl LaunchArgs {
                         .map_err(|_| "--base is not a number".to_string())?
                 }
                 Some("--hostname") => out.hostname = text(it.next(), "--hostname")?,
+                Some("--volumes") => {
+                    out.volumes = text(it.next(), "--volumes")?
+                        .parse()
+                        .ok()
+                        .filter(|n| *n <= warren_core::volume::MAX_MOUNTS)
+                        .ok_or_else(|| "--volumes is not a small number".to_string())?
+                }
                 Some("--hold") => out.hold = true,
                 Some("--dns") => out.dns = Some(text(it.next(), "--dns")?),
                 Some("--") => {
@@ -227,7 +247,8 @@ fn launcher(a: &LaunchArgs) -> Result<ExitCode, String> {
         .map_err(|e| format!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     detach()?;
     // Only the descriptors the node hands on by number go further.
-    warren_sys::close_from(FD_USERNS as u32 + 1).map_err(|e| format!("close_range: {e}"))?;
+    warren_sys::close_from(FD_VOLUME_FIRST as u32 + a.volumes as u32)
+        .map_err(|e| format!("close_range: {e}"))?;
     let me = std::process::id().to_string();
     for procs in &a.cgroup_procs {
         std::fs::write(procs, &me)
@@ -421,6 +442,7 @@ fn init(args: &[OsString]) -> Result<ExitCode, String> {
             .map_err(|e| format!("create {ENVD_IN_SANDBOX}: {e}"))?;
     }
     attach(FD_ENVD, ENVD_IN_SANDBOX)?;
+    mount_volumes()?;
     warren_sys::loopback_up().map_err(|e| format!("cannot bring lo up: {e}"))?;
     // The sandbox's own name and resolver (inside its root: a path the
     // sandbox changed leads nowhere but into the sandbox).
@@ -543,6 +565,21 @@ async fn read_byte(
     }
 }
 
+/// Attaches each volume the node passed (see the module doc) at its path,
+/// made a directory first. Runs after the pivot: every path is inside the
+/// sandbox's root, so whatever the sandbox's files hold there (a fork's or
+/// a rebooted sandbox's own symlinks) leads only to its own files.
+fn mount_volumes() -> Result<(), String> {
+    let paths = std::fs::read_to_string(format!("/proc/self/fd/{FD_VOLUME_PATHS}"))
+        .map_err(|e| format!("cannot read the volume paths: {e}"))?;
+    for (i, path) in paths.lines().filter(|l| !l.is_empty()).enumerate() {
+        std::fs::create_dir_all(path)
+            .map_err(|e| format!("cannot make the volume mount point {path}: {e}"))?;
+        attach(FD_VOLUME_FIRST + i as i32, path)?;
+    }
+    Ok(())
+}
+
 /// Attaches the detached mount the node passed as descriptor `fd` at `at`.
 fn attach(fd: i32, at: &str) -> Result<(), String> {
     let file = std::fs::File::open(format!("/proc/self/fd/{fd}"));
@@ -602,6 +639,7 @@ mod tests {
             hold: false,
             cgroup_procs: vec!["/sys/fs/cgroup/x/cgroup.procs".into()],
             base: 2_000_000_000,
+            volumes: 2,
             hostname: "abc".into(),
             envd_args: vec!["--root".into(), "/".into()],
             dns: Some("10.0.2.3".into()),

@@ -175,6 +175,13 @@ pub struct LaunchSpec<'a> {
     pub mark: &'a str,
     /// The most this sandbox may have; its template's values apply under these.
     pub caps: crate::config::Caps,
+    /// The volumes it mounts: each its path inside the sandbox and where
+    /// the volume's content is in the node's mount namespace (resolved by
+    /// the registry from `mounts`).
+    pub volumes: &'a [(String, PathBuf)],
+    /// What it was asked to mount, kept in its handle for a fork and a
+    /// boot after a filesystem-only pause.
+    pub mounts: &'a [warren_core::node_api::volumes::VolumeMount],
 }
 
 /// The [`procs::MARK_ENV`] value for a sandbox at a generation on the node
@@ -226,6 +233,10 @@ pub struct Handle {
     /// and a snapshot keep them, even once the template's record is gone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<warren_template::spec::Defaults>,
+    /// The volumes it mounts (a fork mounts the same; a boot after a
+    /// filesystem-only pause mounts them again).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<warren_core::node_api::volumes::VolumeMount>,
     /// The cache leases on those trees (layers from a blob store): no
     /// eviction removes them while the sandbox lives. Not kept on disk: an
     /// isolated sandbox never outlives its node process.

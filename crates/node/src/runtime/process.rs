@@ -37,6 +37,14 @@ impl Process {
 
     async fn start(&self, spec: &LaunchSpec<'_>) -> Result<Launched, RuntimeError> {
         let p = spec.paths;
+        if !spec.volumes.is_empty() {
+            return Err(RuntimeError::Unsupported(
+                "the process runtime cannot mount volumes (its sandboxes share the node's \
+                 filesystem, with no mount namespace to bind a volume into); run the node with \
+                 --runtime isolated"
+                    .into(),
+            ));
+        }
         if !crate::sandbox::files::template_known(spec.template_id) {
             return Err(RuntimeError::Template(format!(
                 "unknown template {:?}: the process runtime has only \"base\"",
@@ -119,6 +127,7 @@ impl Process {
             template: None,
             layers: Vec::new(),
             defaults: None,
+            volumes: Vec::new(),
             leases: Vec::new(),
         };
         super::send_stdin(

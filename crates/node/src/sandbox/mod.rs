@@ -217,6 +217,8 @@ pub struct Registry {
     /// `--creating-timeout` (a template's layers being fetched) for one
     /// that died (see [`Registry::roster`]).
     starting: Mutex<std::collections::HashSet<(String, u64)>>,
+    /// This node's volume store, when it has one (`crate::volumes`).
+    volumes: Option<Arc<crate::volumes::VolumeStore>>,
 }
 
 /// Removes a create from [`Registry::starting`] however it ends.
@@ -235,8 +237,10 @@ impl Registry {
         runtime: Arc<dyn Runtime>,
         metrics: Metrics,
         events: mpsc::UnboundedSender<Event>,
+        volumes: Option<Arc<crate::volumes::VolumeStore>>,
     ) -> Arc<Registry> {
         Arc::new(Registry {
+            volumes,
             sandboxes_dir: cfg.data_dir.join("sandboxes"),
             cfg,
             runtime,
@@ -250,6 +254,11 @@ impl Registry {
 
     pub fn node_id(&self) -> &str {
         &self.cfg.node_id
+    }
+
+    /// This node's volume store, if it has one.
+    pub fn volumes(&self) -> Option<&Arc<crate::volumes::VolumeStore>> {
+        self.volumes.as_ref()
     }
 
     pub fn runtime_name(&self) -> &'static str {
@@ -354,6 +363,17 @@ impl Registry {
         )?;
         warren_core::env::check_vars(&req.env_vars).map_err(NodeError::BadRequest)?;
         template_record(req)?;
+        let paths = warren_core::volume::mount_paths(req.volumes.iter().map(|v| v.path.as_str()))
+            .map_err(NodeError::BadRequest)?;
+        for (v, p) in req.volumes.iter().zip(paths) {
+            warren_core::volume::validate_id(&v.volume_id).map_err(NodeError::BadRequest)?;
+            if v.path != p {
+                return Err(NodeError::BadRequest(format!(
+                    "volume mount path {:?} is not normalized (it is {p})",
+                    v.path
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -499,7 +519,26 @@ impl Registry {
             req.mask_request_host.as_deref(),
         )?;
         let record = template_record(req)?;
+        // A fork mounts its parent's volumes, a boot after a filesystem-only
+        // pause its own again; a create what it asks for.
+        let mounts = match (parent, kept) {
+            (Some(p), _) => p.handle.volumes.clone(),
+            (None, Some(k)) => k.handle.volumes.clone(),
+            (None, None) => req.volumes.clone(),
+        };
+        let volumes = {
+            let (store, mounts) = (self.volumes.clone(), mounts.clone());
+            tokio::task::spawn_blocking(move || crate::volumes::sources(store.as_deref(), &mounts))
+                .await
+                .map_err(|e| NodeError::Internal(format!("the volume task failed: {e}")))?
+                .map_err(|e| match e {
+                    crate::volumes::VolumeError::Store(m) => NodeError::Internal(m),
+                    e => NodeError::BadRequest(format!("cannot mount its volumes: {e}")),
+                })?
+        };
         let spec = LaunchSpec {
+            volumes: &volumes,
+            mounts: &mounts,
             template: record.as_ref(),
             sandbox_id: &req.sandbox_id,
             generation: req.generation,
@@ -548,6 +587,7 @@ impl Registry {
                         NodeError::BadRequest(m)
                     }
                     runtime::RuntimeError::LayerUnavailable(m) => NodeError::StoreUnavailable(m),
+                    runtime::RuntimeError::Unsupported(m) => NodeError::Unsupported(m),
                     e => NodeError::Internal(format!("cannot start the sandbox: {e}")),
                 });
             }

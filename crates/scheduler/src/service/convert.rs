@@ -69,6 +69,8 @@ fn binding_with_secrets(b: &BindingRow) -> pb::Binding {
             auto_pause: b.lifecycle.auto_pause,
             auto_resume: b.lifecycle.auto_resume,
         }),
+        // Filled by the RPCs that answer them (Place, Reassign, GetSandbox).
+        volume_mounts: Vec::new(),
     }
 }
 

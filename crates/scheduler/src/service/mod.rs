@@ -3,13 +3,15 @@
 //! Status codes follow the table in `docs/internals.md` via
 //! `crate::error::Error`. The records' RPCs (`records.proto`: template
 //! records, unused blobs, builds, uploads) have their bodies in
-//! `records.rs` and their checks in `validate_records.rs`; who may call
-//! each RPC is decided here, in the trait impl at the bottom.
+//! `records.rs` and their checks in `validate_records.rs`, the volumes'
+//! (`volumes.proto`) in `volumes.rs`; who may call each RPC is decided
+//! here, in the trait impl at the bottom.
 
 pub(crate) mod convert;
 mod records;
 pub mod validate;
 pub mod validate_records;
+mod volumes;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
@@ -153,6 +155,7 @@ impl SchedulerService {
         validate::incarnation(r.incarnation)?;
         let roster = validate::roster(&r.roster)?;
         cached_layers(&r.cached_layers)?;
+        volumes::store_kind(&r.volume_store)?;
         let reg = NodeRegistration {
             node_id: r.node_id,
             endpoint: r.endpoint,
@@ -162,6 +165,8 @@ impl SchedulerService {
             cached_layers: r.cached_layers,
             paused: validate::roster(&r.paused)?,
             lists_paused: r.lists_paused,
+            volume_store: r.volume_store,
+            volume_max_bytes: r.volume_max_bytes,
         };
         let out = self.store.register_node(reg, self.settings.nodes).await?;
         Ok(pb::RegisterNodeResponse {
@@ -254,10 +259,20 @@ impl SchedulerService {
             },
             lifecycle: r.lifecycle.map(convert::lifecycle).unwrap_or_default(),
             quota: self.quotas.of(&r.team_id),
+            volume_mounts: volumes::mount_requests(&r.volume_mounts)?,
             team_id: r.team_id,
         };
+        if spec.fork_of.is_some() && !spec.volume_mounts.is_empty() {
+            return Err(Error::invalid(
+                "a fork mounts its parent's volumes; volume_mounts must be empty",
+            ));
+        }
         let placed = self.store.place(spec).await?;
-        Ok(convert::placement(&placed.binding, placed.existing))
+        let mut p = convert::placement(&placed.binding, placed.existing);
+        if let Some(b) = p.binding.as_mut() {
+            b.volume_mounts = placed.mounts.into_iter().map(volumes::mount_pb).collect();
+        }
+        Ok(p)
     }
 
     async fn reassign(&self, r: pb::ReassignRequest) -> Result<pb::Placement> {
@@ -270,7 +285,11 @@ impl SchedulerService {
             }
         };
         let b = self.store.reassign(&r.sandbox_id, node).await?;
-        Ok(convert::placement(&b, false))
+        let mut p = convert::placement(&b, false);
+        if let Some(b) = p.binding.as_mut() {
+            b.volume_mounts = self.mounts_pb(&r.sandbox_id).await?;
+        }
+        Ok(p)
     }
 
     async fn record_assignment(&self, r: pb::RecordAssignmentRequest) -> Result<pb::Binding> {
@@ -603,7 +622,9 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
     ) -> Result<Response<pb::Binding>, Status> {
         rpc!(self, req, "GetSandbox", Gateways, |r, caller| async {
             validate::sandbox_id(&r.sandbox_id)?;
-            Ok(convert::binding(&self.get_binding(&r.sandbox_id).await?))
+            let mut b = convert::binding(&self.get_binding(&r.sandbox_id).await?);
+            b.volume_mounts = self.mounts_pb(&r.sandbox_id).await?;
+            Ok(b)
         })
     }
 
@@ -785,6 +806,56 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
     ) -> Result<Response<pb::DeleteUploadResponse>, Status> {
         rpc!(self, req, "DeleteUpload", Gateways, |r, caller| self
             .delete_upload(r))
+    }
+
+    // ---- volumes (volumes.proto): gateways only. ----
+
+    async fn create_volume(
+        &self,
+        req: Request<pb::CreateVolumeRequest>,
+    ) -> Result<Response<pb::Volume>, Status> {
+        rpc!(self, req, "CreateVolume", Gateways, |r, caller| self
+            .create_volume(r))
+    }
+
+    async fn get_volume(
+        &self,
+        req: Request<pb::GetVolumeRequest>,
+    ) -> Result<Response<pb::Volume>, Status> {
+        rpc!(self, req, "GetVolume", Gateways, |r, caller| self
+            .get_volume(r))
+    }
+
+    async fn list_volumes(
+        &self,
+        req: Request<pb::ListVolumesRequest>,
+    ) -> Result<Response<pb::ListVolumesResponse>, Status> {
+        rpc!(self, req, "ListVolumes", Gateways, |r, caller| self
+            .list_volumes(r))
+    }
+
+    async fn begin_delete_volume(
+        &self,
+        req: Request<pb::BeginDeleteVolumeRequest>,
+    ) -> Result<Response<pb::Volume>, Status> {
+        rpc!(self, req, "BeginDeleteVolume", Gateways, |r, caller| self
+            .begin_delete_volume(r))
+    }
+
+    async fn finish_delete_volume(
+        &self,
+        req: Request<pb::FinishDeleteVolumeRequest>,
+    ) -> Result<Response<pb::FinishDeleteVolumeResponse>, Status> {
+        rpc!(self, req, "FinishDeleteVolume", Gateways, |r, caller| self
+            .finish_delete_volume(r))
+    }
+
+    async fn route_volume(
+        &self,
+        req: Request<pb::RouteVolumeRequest>,
+    ) -> Result<Response<pb::VolumeRoute>, Status> {
+        rpc!(self, req, "RouteVolume", Gateways, |r, caller| self
+            .route_volume(r))
     }
 
     type WatchBindingsStream =

@@ -25,6 +25,7 @@ pub(super) const MIGRATIONS: &[(i64, &str)] = &[
     (5, include_str!("../../migrations/0005_lifecycle.sql")),
     (6, include_str!("../../migrations/0006_records.sql")),
     (7, include_str!("../../migrations/0007_cached_layers.sql")),
+    (8, include_str!("../../migrations/0008_volumes.sql")),
 ];
 
 const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS schema_migrations (

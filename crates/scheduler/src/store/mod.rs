@@ -11,7 +11,8 @@
 //! # Layout
 //! - `types.rs`: the values read and written, backend-free; `records.rs`:
 //!   the same for the records (template records, unused-blob notes,
-//!   builds and their logs, uploads).
+//!   builds and their logs, uploads); `volumes.rs`: for volumes and
+//!   their mounts.
 //! - `sql.rs`: every shared query; `sql_records.rs`: the records' queries.
 //!   `migrate.rs`: the schema, applied at start.
 //! - [`backend`]: the per-backend statements, and the arguments for the write
@@ -45,8 +46,10 @@ mod sql;
 mod sql_records;
 mod sqlstore;
 pub mod types;
+pub mod volumes;
 
 pub use backend::Backend;
 pub use records::*;
 pub use sqlstore::{redact_url, Executor, OpenError, SqlStore, LINE_COST};
 pub use types::*;
+pub use volumes::{MountRequest, MountRow, VolumeBounds, VolumeRouteRow, VolumeRow, VolumeState};

@@ -33,6 +33,9 @@ const PREFIX: &str = "sealed:v1:";
 /// The sealed columns of `bindings`, named as the associated data.
 pub const ACCESS_TOKEN: &str = "access_token";
 pub const ENV_VARS: &str = "env_vars";
+/// A volume's bearer token (`volumes.token`), sealed with the volume id in
+/// the place of the sandbox id.
+pub const VOLUME_TOKEN: &str = "volume_token";
 
 /// Why the key file cannot be used.
 #[derive(Debug, thiserror::Error)]

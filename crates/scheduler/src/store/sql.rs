@@ -38,8 +38,8 @@ pub const NODE_INCARNATION: &str = "SELECT incarnation, endpoint FROM nodes WHER
 /// A registration replaces everything but the first registration time of the
 /// same incarnation.
 pub const UPSERT_NODE: &str = "INSERT INTO nodes \
-     (node_id, endpoint, capacity, incarnation, lease_expires_at_ms, registered_at_ms, state, roster, roster_at_ms, cached_layers) \
-     VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $6, $8) \
+     (node_id, endpoint, capacity, incarnation, lease_expires_at_ms, registered_at_ms, state, roster, roster_at_ms, cached_layers, volume_store, volume_max_bytes) \
+     VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $6, $8, $9, $10) \
      ON CONFLICT (node_id) DO UPDATE SET \
        endpoint = excluded.endpoint, capacity = excluded.capacity, \
        registered_at_ms = CASE WHEN nodes.incarnation = excluded.incarnation \
@@ -47,7 +47,8 @@ pub const UPSERT_NODE: &str = "INSERT INTO nodes \
        incarnation = excluded.incarnation, \
        lease_expires_at_ms = excluded.lease_expires_at_ms, state = 'up', \
        roster = excluded.roster, roster_at_ms = excluded.roster_at_ms, \
-       cached_layers = excluded.cached_layers, unreachable_since_ms = NULL";
+       cached_layers = excluded.cached_layers, unreachable_since_ms = NULL, \
+       volume_store = excluded.volume_store, volume_max_bytes = excluded.volume_max_bytes";
 /// Fenced on the incarnation: a heartbeat from a replaced process renews nothing.
 /// A heartbeat also ends an "unreachable" report: the node is alive again.
 /// `$6` NULL keeps the cached layers reported before.
@@ -62,19 +63,20 @@ pub const NODE_BINDINGS: &str =
     "SELECT sandbox_id, generation, state, endpoint, missing_since_ms, auto_pause, updated_at_ms \
      FROM bindings WHERE node_id = $1";
 pub const NODE_FOR_PLACEMENT: &str =
-    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes \
-     FROM nodes n WHERE n.node_id = $1";
+    "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes, \
+     n.volume_store FROM nodes n WHERE n.node_id = $1";
 /// The least loaded node (by share of capacity used) whose lease is valid at
 /// `$1`, other than `$2`; within the least loaded quarter, one whose cache
 /// holds layer `$3` first (`$3` is a LIKE pattern, `%<digest>%`, or `%`
-/// for none: a digest holds no `%` or `_`).
+/// for none: a digest holds no `%` or `_`); with a volume store `$4`
+/// (`shared`), or any (`''`).
 /// Reads the nodes' kept counts (`nodes.sandboxes`), so its cost does not
 /// grow with the number of sandboxes.
 pub const LEAST_LOADED_NODE: &str =
     "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes \
      FROM nodes n \
      WHERE n.lease_expires_at_ms > $1 AND n.node_id <> $2 AND n.unreachable_since_ms IS NULL \
-     AND n.sandboxes < n.capacity \
+     AND n.sandboxes < n.capacity AND ($4 = '' OR n.volume_store = $4) \
      ORDER BY (n.sandboxes * 4) / n.capacity, \
        CASE WHEN n.cached_layers LIKE $3 THEN 0 ELSE 1 END, \
        (n.sandboxes * 1000000) / n.capacity, n.sandboxes, n.node_id \

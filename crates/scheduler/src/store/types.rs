@@ -199,6 +199,10 @@ pub struct NodeRegistration {
     pub paused: Vec<SandboxRef>,
     /// Whether `paused` lists every paused one (the rest run).
     pub lists_paused: bool,
+    /// Its volume store: '' none, `local` or `shared`.
+    pub volume_store: String,
+    /// The size limit of each new volume in that store (0: none).
+    pub volume_max_bytes: u64,
 }
 
 /// How registrations and heartbeats judge a node, from the configuration.
@@ -250,6 +254,9 @@ pub struct PlaceSpec {
     pub lifecycle: Lifecycle,
     /// The team's quotas, checked in the same transaction as the insert.
     pub quota: Quota,
+    /// Volumes to mount (see `PlaceRequest.volume_mounts`); a fork's are
+    /// its parent's.
+    pub volume_mounts: Vec<super::MountRequest>,
 }
 
 /// A team's limits on new sandboxes; 0 means no limit.
@@ -267,6 +274,8 @@ pub struct Placed {
     pub binding: BindingRow,
     /// The idempotency key matched an earlier placement.
     pub existing: bool,
+    /// The volumes it mounts.
+    pub mounts: Vec<super::MountRow>,
 }
 
 /// A node-reported lifecycle event.

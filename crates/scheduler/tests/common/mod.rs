@@ -240,8 +240,7 @@ pub async fn register_with(
         incarnation,
         roster,
         cached_layers: vec![],
-        paused: Vec::new(),
-        lists_paused: false,
+        ..Default::default()
     })
     .await
     .unwrap()

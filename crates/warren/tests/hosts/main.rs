@@ -25,6 +25,7 @@ mod downloads;
 mod pauses;
 mod routing;
 mod snapshots;
+mod volumes;
 
 const KEY: &str = "key-hosts";
 const ENVD: u16 = 49983;
@@ -51,6 +52,8 @@ struct Setup {
     capacity: Option<u32>,
     /// More arguments for every gateway.
     gateway_args: Vec<String>,
+    /// More arguments for every node.
+    node_args: Vec<String>,
 }
 
 /// A blob store as the parts are given it.
@@ -230,6 +233,7 @@ impl Hosts {
                 extra.push("--cache-dir".into());
                 extra.push(h.dir().join("cache").display().to_string());
             }
+            extra.extend(setup.node_args.iter().cloned());
             nodes.push(start(Role::Node, h, HTTP, &extra).await);
         }
         let mut gateways = Vec::new();

@@ -152,7 +152,7 @@ async fn a_filesystem_paused_sandbox_resumes_on_another_host_once_its_own_is_gon
 
 /// Pulls the cable of `node`'s host and resumes sandbox `id` through
 /// `gateway`: the sandbox as it answers (201).
-async fn cut_off_and_resume(h: &Hosts, node: &str, gateway: &str, id: &str) -> Value {
+pub(super) async fn cut_off_and_resume(h: &Hosts, node: &str, gateway: &str, id: &str) -> Value {
     let host = h
         .node_hosts
         .iter()
@@ -172,7 +172,7 @@ async fn cut_off_and_resume(h: &Hosts, node: &str, gateway: &str, id: &str) -> V
 }
 
 /// Pauses sandbox `id` filesystem-only through `gateway`.
-async fn pause_filesystem_only(gateway: &str, id: &str) {
+pub(super) async fn pause_filesystem_only(gateway: &str, id: &str) {
     let r = send(
         gateway,
         Method::POST,

@@ -1,5 +1,6 @@
 //! Bindings: place, reassign, record, node events, reads and timeouts.
 
+use super::volumes::{self, Pin};
 use super::{
     binding_from_row, map_json, nodes, sealed_env, sealed_token, to_i64, SqlStore, WriteTx,
 };
@@ -21,9 +22,12 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
             .fetch_optional(tx.conn())
             .await?;
         if let Some(row) = row {
+            let binding = binding_from_row(&row, &tx.sealer)?;
+            let mounts = volumes::mounts_in(&mut tx, &binding.sandbox_id).await?;
             return Ok(Placed {
-                binding: binding_from_row(&row, &tx.sealer)?,
+                binding,
                 existing: true,
+                mounts,
             });
         }
     }
@@ -37,13 +41,22 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         spec.lifecycle = parent.lifecycle;
     }
     check_quota(&mut tx, &spec.team_id, spec.quota).await?;
+    // A fork mounts its parent's volumes (on its parent's node); a create
+    // the ones it names, which decide where it may go.
+    let (mounts, pin) = match &spec.fork_of {
+        Some(_) => (Vec::new(), Pin::Anywhere),
+        None => volumes::resolve(&mut tx, &spec.team_id, &spec.volume_mounts).await?,
+    };
+    let (required, store_kind) = placement_for(&pin, spec.require_node_id.as_deref())?;
     let chosen = nodes::choose(
         &mut tx,
-        spec.require_node_id.as_deref(),
+        required,
         spec.avoid_node_id.as_deref().unwrap_or(""),
         spec.prefer_layer.as_deref(),
+        store_kind,
     )
-    .await?;
+    .await
+    .map_err(|e| pinned(&pin, e))?;
     let generation = tx.next_generation().await?;
     let sandbox_id = fresh_sandbox_id(&mut tx).await?;
     let now = tx.now;
@@ -98,11 +111,50 @@ pub(super) async fn place(store: &SqlStore, mut spec: PlaceSpec) -> Result<Place
         .execute(tx.conn())
         .await?;
     tx.count_sandboxes(&binding.node_id, 1).await?;
+    match &spec.fork_of {
+        Some(parent) => volumes::copy_mounts(&mut tx, parent, &binding.sandbox_id).await?,
+        None => volumes::write_mounts(&mut tx, &binding.sandbox_id, &mounts).await?,
+    }
+    let mounts = volumes::mounts_in(&mut tx, &binding.sandbox_id).await?;
     tx.commit(&store.changed).await?;
     Ok(Placed {
         binding,
         existing: false,
+        mounts,
     })
+}
+
+/// The node a placement must use and the volume store it must have, for
+/// a sandbox whose volumes say `pin` (and a caller that requires
+/// `required`).
+fn placement_for<'a>(
+    pin: &'a Pin,
+    required: Option<&'a str>,
+) -> Result<(Option<&'a str>, Option<&'static str>)> {
+    match pin {
+        Pin::Anywhere => Ok((required, None)),
+        Pin::SharedStore => Ok((required, Some(crate::store::volumes::STORE_SHARED))),
+        Pin::Node(n) => match required {
+            Some(r) if r != n => Err(Error::invalid(format!(
+                "the sandbox must be on node {r}, but the volumes it mounts are on node {n}"
+            ))),
+            _ => Ok((Some(n.as_str()), None)),
+        },
+    }
+}
+
+/// A placement error, saying which volumes pinned the sandbox where.
+fn pinned(pin: &Pin, e: Error) -> Error {
+    match (pin, e) {
+        (Pin::Node(n), Error::NodeDown(_)) => Error::NodeDown(format!(
+            "the volumes the sandbox mounts are local to node {n}, which is down; they are \
+             available again when that node is back"
+        )),
+        (Pin::Node(n), Error::NoCapacity(m)) => Error::NoCapacity(format!(
+            "the volumes the sandbox mounts are local to node {n}, and it has no room: {m}"
+        )),
+        (_, e) => e,
+    }
 }
 
 /// Refuses a new sandbox past the team's quotas, and takes one token from
@@ -183,7 +235,20 @@ pub(super) async fn reassign(
         .ok_or_else(|| Error::NotFound(format!("sandbox {sandbox_id} not found")))?;
     // Without a target, "move" means "somewhere else".
     let exclude = if node_id.is_none() { &old.node_id } else { "" };
-    let chosen = nodes::choose(&mut tx, node_id, exclude, None).await?;
+    // Its volumes come along: local ones keep it on their node.
+    let pin = volumes::pin_of(&volumes::mounts_in(&mut tx, sandbox_id).await?);
+    if let Pin::Node(n) = &pin {
+        if node_id.is_none() && *n == old.node_id {
+            return Err(Error::NodeDown(format!(
+                "sandbox {sandbox_id} mounts volumes local to node {n}, so it cannot move to \
+                 another node; it can resume when node {n} is back"
+            )));
+        }
+    }
+    let (required, store_kind) = placement_for(&pin, node_id)?;
+    let chosen = nodes::choose(&mut tx, required, exclude, None, store_kind)
+        .await
+        .map_err(|e| pinned(&pin, e))?;
     let generation = tx.next_generation().await?;
     let now = tx.now;
     let moved = sqlx::query(sql::REASSIGN)

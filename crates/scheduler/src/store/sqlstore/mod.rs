@@ -10,7 +10,8 @@
 //! - `sweep.rs`: the sweep pass, the change log reads, the census.
 //! - `records.rs`: template records, unused-blob notes, team usage;
 //!   `builds.rs`: template builds and their logs; `uploads.rs`: COPY
-//!   uploads (each with its part of the sweep and its `SqlStore` methods).
+//!   uploads; `volumes.rs`: volumes and their mounts (each with its part
+//!   of the sweep and its `SqlStore` methods).
 //!
 //! Writes go through a pool of exactly one connection, so this process's
 //! writers queue in FIFO order here instead of inside the database; every
@@ -26,6 +27,7 @@ mod open;
 mod records;
 mod sweep;
 mod uploads;
+mod volumes;
 
 pub use builds::LINE_COST;
 

@@ -34,6 +34,8 @@ pub(super) async fn register(
         .bind(tx.now)
         .bind(roster_json(&reg.roster))
         .bind(reg.cached_layers.join(" "))
+        .bind(&reg.volume_store)
+        .bind(to_i64(reg.volume_max_bytes))
         .execute(tx.conn())
         .await?;
     let out = reconcile(
@@ -389,12 +391,14 @@ pub(super) struct Chosen {
 }
 
 /// Picks the node for a new assignment: `required` if it is live and has
-/// room, else the least loaded live node with room other than `exclude`.
+/// room, else the least loaded live node with room other than `exclude`;
+/// either with the volume store `store` when one is named.
 pub(super) async fn choose(
     tx: &mut WriteTx,
     required: Option<&str>,
     exclude: &str,
     prefer_layer: Option<&str>,
+    store: Option<&str>,
 ) -> Result<Chosen> {
     let now = tx.now;
     if let Some(node_id) = required {
@@ -415,6 +419,12 @@ pub(super) async fn choose(
                 "node {node_id} is full ({used} of {capacity} sandboxes)"
             )));
         }
+        let has: String = row.try_get(5)?;
+        if let Some(kind) = store.filter(|k| *k != has) {
+            return Err(Error::precondition(format!(
+                "node {node_id} has no {kind} volume store"
+            )));
+        }
         return Ok(Chosen {
             node_id: row.try_get(0)?,
             endpoint: row.try_get(1)?,
@@ -424,9 +434,15 @@ pub(super) async fn choose(
         .bind(now)
         .bind(exclude)
         .bind(prefer_layer.map_or_else(|| "%".to_string(), |l| format!("%{l}%")))
+        .bind(store.unwrap_or(""))
         .fetch_optional(tx.conn())
         .await?
-        .ok_or_else(|| Error::NoCapacity("no live node with capacity".into()))?;
+        .ok_or_else(|| match store {
+            Some(kind) => Error::NoCapacity(format!(
+                "no live node with capacity has the {kind} volume store"
+            )),
+            None => Error::NoCapacity("no live node with capacity".into()),
+        })?;
     Ok(Chosen {
         node_id: row.try_get(0)?,
         endpoint: row.try_get(1)?,

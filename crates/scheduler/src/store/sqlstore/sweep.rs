@@ -38,6 +38,13 @@ pub(super) async fn run(store: &SqlStore, settings: &SweepSettings) -> Result<Sw
     // The records' TTLs (the gateways named them when they made each one).
     super::builds::sweep(store, &mut report).await?;
     super::uploads::sweep(store, &mut report).await?;
+    let stale = super::volumes::sweep(store).await?;
+    if stale > 0 {
+        tracing::debug!(
+            stale,
+            "removed the volume mounts of sandboxes that are gone"
+        );
+    }
 
     let bounds = change_bounds(store).await?;
     if bounds.head > settings.watch_retention {
