@@ -404,6 +404,8 @@ async fn create(c: Create) -> anyhow::Result<()> {
                                 incarnation,
                                 roster: Vec::new(),
                                 cached_layers: vec![],
+                                paused: Vec::new(),
+                                lists_paused: false,
                             })
                             .await
                         }

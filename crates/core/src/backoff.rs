@@ -53,7 +53,8 @@ impl Backoff {
 
 /// `d` ± up to 25%.
 fn jitter(d: Duration) -> Duration {
-    d.mul_f64(0.75 + rand::random::<f64>() * 0.5)
+    use rand::Rng;
+    d.mul_f64(0.75 + crate::entropy::with(|r| r.random::<f64>()) * 0.5)
 }
 
 #[cfg(test)]

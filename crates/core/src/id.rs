@@ -133,13 +133,16 @@ pub fn is_e2b_api_key(key: &str) -> bool {
     })
 }
 
-/// A random string of `[a-z0-9]`, for ids and access tokens.
+/// A random string of `[a-z0-9]`, for ids and access tokens (from the
+/// thread's OS-seeded generator; on the simulation's thread, from its seed:
+/// [`crate::entropy`]).
 pub fn random_token(len: usize) -> String {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut rng = rand::rng();
-    (0..len)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
+    crate::entropy::with(|rng| {
+        (0..len)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+            .collect()
+    })
 }
 
 #[cfg(test)]

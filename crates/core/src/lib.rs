@@ -21,12 +21,17 @@
 //! - [`shutdown`]: SIGTERM/Ctrl-C as a future, readiness flag.
 //! - [`logging`]: `tracing` setup (text or JSON).
 //! - [`time`]: wall-clock milliseconds for stored timestamps.
+//! - [`entropy`], [`blocking`]: where randomness comes from and where
+//!   blocking work runs; the deterministic simulation (`crates/sim`)
+//!   switches both on its own thread, nothing else does.
 //! - [`volume`]: volume ids, names and mount paths, checked alike everywhere.
 
 pub mod admin;
 pub mod backoff;
+pub mod blocking;
 pub mod body;
 pub mod config;
+pub mod entropy;
 pub mod env;
 pub mod headers;
 pub mod id;

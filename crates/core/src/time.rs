@@ -2,14 +2,32 @@
 //!
 //! Durations and deadlines inside a process use `tokio::time::Instant` so that
 //! paused-clock tests stay deterministic; only values that leave the process
-//! are wall-clock.
+//! are wall-clock. The deterministic simulation (`crates/sim`) replaces this
+//! clock with its own ([`set_wall_clock`]): the one seam through which a
+//! store's lease and deadline arithmetic sees simulated time and skew.
+
+use std::sync::OnceLock;
+
+/// The simulation's clock, when one was installed.
+static WALL_CLOCK: OnceLock<fn() -> i64> = OnceLock::new();
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
+    if let Some(clock) = WALL_CLOCK.get() {
+        return clock();
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// Makes [`now_ms`] read `clock` for the rest of the process: for the
+/// simulation only (its test process), never set by a part of warren.
+/// False when a clock was installed already.
+#[doc(hidden)]
+pub fn set_wall_clock(clock: fn() -> i64) -> bool {
+    WALL_CLOCK.set(clock).is_ok()
 }
 
 /// RFC 3339 (UTC, millisecond precision) for a Unix-epoch millisecond value,

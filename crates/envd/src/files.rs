@@ -364,19 +364,35 @@ async fn upload_multipart(
     metadata: &BTreeMap<String, String>,
     body: Incoming,
 ) -> Result<Vec<serde_json::Value>, Response<Body>> {
-    let boundary = multer::parse_boundary(content_type).map_err(|e| {
-        reply::error(
-            StatusCode::BAD_REQUEST,
-            format!("bad multipart Content-Type: {e}"),
-        )
-    })?;
     // multer stops at the closing boundary; whatever follows it (a final
     // CRLF, often sent in a packet of its own) is read and dropped after the
     // answer, so the connection is not closed under a sender still writing
     // it (the node would report that as a 502).
     let stream = BodyStream::new(crate::drain::DrainOnDrop::new(body))
         .try_filter_map(|frame| async move { Ok(frame.into_data().ok()) });
-    let mut multipart = multer::Multipart::new(stream, boundary);
+    upload_parts(jail, query, content_type, metadata, stream).await
+}
+
+/// A `multipart/form-data` upload whose body is `body`, whatever carries
+/// it (the request's body; a fuzz target's bytes, [`fuzz_multipart`]).
+async fn upload_parts<S, E>(
+    jail: &Jail,
+    query: &Query,
+    content_type: &str,
+    metadata: &BTreeMap<String, String>,
+    body: S,
+) -> Result<Vec<serde_json::Value>, Response<Body>>
+where
+    S: futures_util::Stream<Item = Result<bytes::Bytes, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+{
+    let boundary = multer::parse_boundary(content_type).map_err(|e| {
+        reply::error(
+            StatusCode::BAD_REQUEST,
+            format!("bad multipart Content-Type: {e}"),
+        )
+    })?;
+    let mut multipart = multer::Multipart::new(body, boundary);
     let bad = |e: multer::Error| {
         reply::error(StatusCode::BAD_REQUEST, format!("bad multipart body: {e}"))
     };
@@ -430,6 +446,24 @@ async fn upload_multipart(
         ));
     }
     Ok(written)
+}
+
+/// A `multipart/form-data` upload of `body` under `content_type`, with
+/// the `/files` query `query`, into `jail`: the status and answer a client
+/// would get. For the fuzz targets (`fuzz/`); not an API.
+#[doc(hidden)]
+pub async fn fuzz_multipart(
+    jail: &Jail,
+    query: Option<&str>,
+    content_type: &str,
+    body: Vec<bytes::Bytes>,
+) -> (StatusCode, Vec<serde_json::Value>) {
+    let query = Query::parse(query);
+    let stream = futures_util::stream::iter(body.into_iter().map(Ok::<_, std::io::Error>));
+    match upload_parts(jail, &query, content_type, &BTreeMap::new(), stream).await {
+        Ok(written) => (StatusCode::OK, written),
+        Err(answer) => (answer.status(), Vec::new()),
+    }
 }
 
 /// A file being written, optionally through a gzip decoder.

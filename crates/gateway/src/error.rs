@@ -180,6 +180,20 @@ impl ApiError {
     /// way, and the request was not safe to send twice (a body that was
     /// streamed, a WebSocket, a streaming RPC, or a method without an
     /// `Idempotency-Key`). The client retries; its retry goes to the new node.
+    /// The sandbox's node took the request but gave no answer within the
+    /// request timeout: whether it acted is unknown (a pause or resume may
+    /// have happened), so the client is told to look or retry, not that
+    /// the gateway failed.
+    pub fn upstream_timeout(what: &str, timeout: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::BAD_GATEWAY,
+            "upstream_timeout",
+            format!(
+                "the sandbox's node did not answer within {timeout:?}; the {what} may or may                  not have happened: check the sandbox, then retry"
+            ),
+        )
+    }
+
     pub fn sandbox_moved(id: &str) -> Self {
         let mut e = Self::new(
             StatusCode::SERVICE_UNAVAILABLE,

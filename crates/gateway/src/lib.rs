@@ -71,6 +71,10 @@ pub mod target;
 
 pub use config::{Config, Settings};
 
+/// Entry points for the fuzz targets (`fuzz/`); not an API.
+#[doc(hidden)]
+pub use control::fuzzing;
+
 use anyhow::Context;
 use std::future::Future;
 use std::sync::Arc;
@@ -124,6 +128,64 @@ pub async fn main(config: Config) -> anyhow::Result<()> {
     .await
 }
 
+/// The gateway's shared state over `scheduler` and `http`: its metrics
+/// (registered with `admin`), its resolver (the route cache with its
+/// `WatchBindings` follower, whose task is returned, or one `LookupNode`
+/// per request) and [`state::App`]. What [`run`] serves, and what the
+/// deterministic simulation (`crates/sim`) serves over its own network.
+pub fn assemble(
+    settings: Settings,
+    admin: &Admin,
+    scheduler: Arc<warren_proto::client::Scheduler>,
+    http: node_client::NodeHttp,
+) -> anyhow::Result<(Arc<state::App>, Option<tokio::task::JoinHandle<()>>)> {
+    let metrics = metrics::Metrics::register(admin);
+    let source = Arc::new(resolver::LookupNode::new(
+        scheduler.clone(),
+        metrics.clone(),
+    ));
+    let mut watch = None;
+    let resolver: Arc<dyn resolver::Resolver> = match settings.route_cache {
+        None => Arc::new(resolver::UncachedResolver::new(source)),
+        Some(cache_settings) => {
+            let cache = resolver::CachedResolver::new(cache_settings, source, metrics.clone());
+            cache.register_gauge(admin);
+            if cache_settings.watch {
+                watch = Some(resolver::watch::spawn(cache.clone(), scheduler.clone()));
+            }
+            Arc::new(cache)
+        }
+    };
+    let upload_dir = settings.uploads.staging.clone();
+    let app = Arc::new(
+        state::App::new(settings, scheduler, resolver, http, metrics).map_err(|e| {
+            warren_core::config::ConfigError::Invalid(format!(
+                "cannot make the gateway's upload staging directory in {} (or open --blob-store): {e}",
+                upload_dir.display()
+            ))
+        })?,
+    );
+    Ok((app, watch))
+}
+
+/// Serves the public API on `listener` on this runtime (no worker
+/// threads, no TLS) until `shutdown` resolves, then drains for up to
+/// `limits.drain`: how the deterministic simulation (`crates/sim`) runs a
+/// gateway over its simulated network. A response cut off upstream ends
+/// the client's connection as HTTP/1.1 does without the reset
+/// [`run`]'s listeners send.
+pub async fn serve_plain<L>(
+    app: Arc<state::App>,
+    listener: L,
+    shutdown: impl Future<Output = ()>,
+    limits: warren_core::server::Limits,
+    metrics: warren_core::server::ListenerMetrics,
+) where
+    L: warren_core::server::Accept<Peer = std::net::SocketAddr>,
+{
+    server::serve_plain(app, listener, shutdown, limits, metrics).await;
+}
+
 /// Runs a gateway on already-bound listeners until `shutdown` resolves, then
 /// turns readiness off, stops accepting, and drains in-flight requests for
 /// up to `settings.drain_timeout`. Announces the listeners on stdout.
@@ -159,24 +221,7 @@ async fn run_trusted(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let admin = Admin::new("warren_gateway");
-    let metrics = metrics::Metrics::register(&admin);
     let scheduler = Arc::new(check::scheduler(&settings, trust.as_deref())?);
-    let source = Arc::new(resolver::LookupNode::new(
-        scheduler.clone(),
-        metrics.clone(),
-    ));
-    let mut watch = None;
-    let resolver: Arc<dyn resolver::Resolver> = match settings.route_cache {
-        None => Arc::new(resolver::UncachedResolver::new(source)),
-        Some(cache_settings) => {
-            let cache = resolver::CachedResolver::new(cache_settings, source, metrics.clone());
-            cache.register_gauge(&admin);
-            if cache_settings.watch {
-                watch = Some(resolver::watch::spawn(cache.clone(), scheduler.clone()));
-            }
-            Arc::new(cache)
-        }
-    };
     let workers = warren_core::server::Workers::start(settings.worker_threads, "gateway-worker")
         .context("cannot start the worker threads")?;
     let http = check::node_http(&settings, trust.as_deref(), Some(&workers))?;
@@ -190,15 +235,7 @@ async fn run_trusted(
         )
         .into());
     }
-    let upload_dir = settings.uploads.staging.clone();
-    let app = Arc::new(
-        state::App::new(settings, scheduler, resolver, http, metrics).map_err(|e| {
-            warren_core::config::ConfigError::Invalid(format!(
-                "cannot make the gateway's upload staging directory in {} (or open --blob-store): {e}",
-                upload_dir.display()
-            ))
-        })?,
-    );
+    let (app, watch) = assemble(settings, &admin, scheduler, http)?;
 
     let mut listeners = listeners.into_iter();
     let listener = listeners

@@ -285,3 +285,25 @@ pub async fn serve(
     let handler = move |peer, req| handle(app.clone(), peer, req);
     warren_core::server::serve_on(workers, listener, handler, shutdown, limits, metrics).await;
 }
+
+/// Serves `listener` on this runtime (no workers, no TLS, no reset on an
+/// aborted response): the simulation's gateways (`crate::serve_plain`).
+pub(crate) async fn serve_plain<L>(
+    app: Arc<App>,
+    listener: L,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+    metrics: ListenerMetrics,
+) where
+    L: warren_core::server::Accept<Peer = SocketAddr>,
+{
+    let handler = move |addr: SocketAddr, req| {
+        let peer = Peer {
+            addr,
+            abort: Abort::default(),
+            tls: false,
+        };
+        handle(app.clone(), peer, req)
+    };
+    warren_core::server::serve(listener, handler, shutdown, limits, metrics).await;
+}

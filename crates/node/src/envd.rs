@@ -7,9 +7,99 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::UnixStream;
+
+/// A connection to a sandbox's envd: its Unix socket, or, in the
+/// deterministic simulation (`crates/sim`), an in-memory pipe to the
+/// simulated sandbox ([`simulate_envd`]).
+pub enum EnvdStream {
+    Unix(UnixStream),
+    Simulated(tokio::io::DuplexStream),
+}
+
+/// What the simulation answers for a socket path: `None` for a path it
+/// does not simulate (dialed for real).
+pub type SimulatedDial = fn(&Path) -> Option<std::io::Result<tokio::io::DuplexStream>>;
+
+/// The simulation's envd dialer, when one was installed.
+static SIMULATED: OnceLock<SimulatedDial> = OnceLock::new();
+
+/// Makes every envd dial ask `dial` first, for the rest of the process:
+/// for the simulation only (its test process), never set by a node.
+#[doc(hidden)]
+pub fn simulate_envd(dial: SimulatedDial) -> bool {
+    SIMULATED.set(dial).is_ok()
+}
+
+async fn dial(sock: &Path) -> std::io::Result<EnvdStream> {
+    if let Some(r) = SIMULATED.get().and_then(|d| d(sock)) {
+        return r.map(EnvdStream::Simulated);
+    }
+    UnixStream::connect(sock).await.map(EnvdStream::Unix)
+}
+
+impl AsyncRead for EnvdStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EnvdStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+            EnvdStream::Simulated(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for EnvdStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            EnvdStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+            EnvdStream::Simulated(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EnvdStream::Unix(s) => Pin::new(s).poll_flush(cx),
+            EnvdStream::Simulated(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            EnvdStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+            EnvdStream::Simulated(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            EnvdStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            EnvdStream::Simulated(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            EnvdStream::Unix(s) => s.is_write_vectored(),
+            EnvdStream::Simulated(s) => s.is_write_vectored(),
+        }
+    }
+}
 
 /// Why a relay connection to a sandbox port failed.
 #[derive(Debug, thiserror::Error)]
@@ -24,13 +114,13 @@ pub enum RelayError {
 }
 
 /// Opens a connection to envd's API socket.
-pub async fn connect_api(sock: &Path) -> std::io::Result<UnixStream> {
-    UnixStream::connect(sock).await
+pub async fn connect_api(sock: &Path) -> std::io::Result<EnvdStream> {
+    dial(sock).await
 }
 
 /// Opens a relayed connection to `127.0.0.1:<port>` inside the sandbox.
-pub async fn connect_relay(sock: &Path, port: u16) -> Result<UnixStream, RelayError> {
-    let mut s = UnixStream::connect(sock).await?;
+pub async fn connect_relay(sock: &Path, port: u16) -> Result<EnvdStream, RelayError> {
+    let mut s = dial(sock).await?;
     s.write_all(format!("{port}\n").as_bytes()).await?;
     // Read the answer a byte at a time: whatever follows `OK\n` belongs to
     // the relayed stream and must not be swallowed here.

@@ -32,7 +32,9 @@ pub fn not_found_marker(message: impl std::fmt::Display) -> Response<Body> {
     r
 }
 
-async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+/// Answers one request: the data plane ([`crate::proxy`]) or the control
+/// API ([`crate::control`]).
+pub async fn route(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
     if req.headers().contains_key(warren_core::headers::SANDBOX_ID) {
         return crate::proxy::handle(&shared, req).await;
     }

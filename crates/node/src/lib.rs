@@ -27,6 +27,8 @@
 //!   per-sandbox rings.
 //! - [`logs`]: each sandbox's log (E2B's sandbox logs): envd's entries
 //!   and the node's, bounded, handed on with the sandbox's DELETE.
+//! - `mutations` (feature `mutations`, the simulation's only): a switch
+//!   that turns the generation check off, to show the simulation notices.
 //! - [`volumes`]: the volume store (`--volume-dir`): E2B's persistent
 //!   volumes, their content calls (confined to each volume) and what a
 //!   sandbox that mounts one is given.
@@ -62,6 +64,8 @@ pub mod http;
 pub mod link;
 pub mod logs;
 pub mod metrics;
+#[cfg(feature = "mutations")]
+pub mod mutations;
 pub mod proxy;
 pub mod runtime;
 pub mod samples;

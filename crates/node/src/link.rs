@@ -114,41 +114,62 @@ impl Link {
             .collect()
     }
 
+    // The roster is read for each attempt: a call that fails over to
+    // another replica after a timeout must not carry the roster of seconds
+    // ago (it would lack what was created meanwhile).
+
     async fn register(&self) -> Result<pb::RegisterNodeResponse, tonic::Status> {
-        let req = pb::RegisterNodeRequest {
-            node_id: self.me.node_id.clone(),
-            endpoint: self.me.endpoint.clone(),
-            capacity: self.me.capacity,
-            incarnation: self.me.incarnation,
-            roster: self.roster(),
-            cached_layers: self.registry.cached_layers(),
-            volume_store: self
-                .registry
-                .volumes()
-                .map_or_else(String::new, |v| v.kind().to_string()),
-            volume_max_bytes: self.registry.volumes().map_or(0, |v| v.max_bytes()),
-        };
         self.scheduler
             .call("RegisterNode", |mut c| {
-                let req = req.clone();
+                let req = pb::RegisterNodeRequest {
+                    node_id: self.me.node_id.clone(),
+                    endpoint: self.me.endpoint.clone(),
+                    capacity: self.me.capacity,
+                    incarnation: self.me.incarnation,
+                    roster: self.roster(),
+                    cached_layers: self.registry.cached_layers(),
+                    volume_store: self
+                        .registry
+                        .volumes()
+                        .map_or_else(String::new, |v| v.kind().to_string()),
+                    volume_max_bytes: self.registry.volumes().map_or(0, |v| v.max_bytes()),
+                    paused: self.paused(),
+                    lists_paused: true,
+                };
                 async move { c.register_node(req).await }
             })
             .await
     }
 
     async fn heartbeat(&self) -> Result<pb::HeartbeatResponse, tonic::Status> {
-        let req = pb::HeartbeatRequest {
-            node_id: self.me.node_id.clone(),
-            incarnation: self.me.incarnation,
-            roster: self.roster(),
-            cached_layers: self.registry.cached_layers(),
-        };
         self.scheduler
             .call("Heartbeat", |mut c| {
-                let req = req.clone();
+                let req = pb::HeartbeatRequest {
+                    node_id: self.me.node_id.clone(),
+                    incarnation: self.me.incarnation,
+                    roster: self.roster(),
+                    cached_layers: self.registry.cached_layers(),
+                    paused: self.paused(),
+                    lists_paused: true,
+                };
                 async move { c.heartbeat(req).await }
             })
             .await
+    }
+
+    /// The roster's sandboxes that are paused here (frozen or
+    /// filesystem-only), so a binding that went LOST while its node was
+    /// cut off comes back PAUSED, not RUNNING.
+    fn paused(&self) -> Vec<pb::SandboxRef> {
+        self.registry
+            .hosted()
+            .into_iter()
+            .filter(|s| s.is_paused())
+            .map(|s| pb::SandboxRef {
+                sandbox_id: s.info.sandbox_id.clone(),
+                generation: s.info.generation,
+            })
+            .collect()
     }
 
     /// Kills sandboxes the scheduler says must go, each in its own task so a

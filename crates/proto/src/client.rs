@@ -122,19 +122,13 @@ impl Scheduler {
         trust: Option<&warren_trust::Trust>,
     ) -> Result<Self, UrlError> {
         let mut replicas = Vec::with_capacity(urls.len());
-        let mut channels = Vec::with_capacity(urls.len());
         for url in urls {
             let dialed = match (trust, url.strip_prefix("http://")) {
                 (Some(_), Some(rest)) => format!("https://{rest}"),
                 (None, None) => return Err(UrlError::Tls(url.clone())),
                 _ => url.clone(),
             };
-            let endpoint = Endpoint::from_shared(dialed)
-                .map_err(|e| UrlError::Invalid(url.clone(), e.to_string()))?
-                .connect_timeout(connect_timeout)
-                .tcp_nodelay(true)
-                .http2_keep_alive_interval(Duration::from_secs(10))
-                .keep_alive_while_idle(true);
+            let endpoint = endpoint(url, dialed, connect_timeout)?;
             let channel = match trust {
                 None => endpoint.connect_lazy(),
                 Some(t) => {
@@ -149,12 +143,46 @@ impl Scheduler {
                     endpoint.connect_with_connector_lazy(connector)
                 }
             };
-            channels.push(channel.clone());
-            replicas.push((url.clone(), SchedulerClient::new(channel)));
+            replicas.push((url.clone(), channel));
         }
+        Self::of(replicas, timeout)
+    }
+
+    /// The same over connections `connector` makes (plain HTTP/2, no TLS):
+    /// how the deterministic simulation (`crates/sim`) dials schedulers
+    /// over its simulated network. Production parts use [`Scheduler::new`].
+    pub fn with_connector<C>(
+        urls: &[String],
+        connect_timeout: Duration,
+        timeout: Duration,
+        connector: C,
+    ) -> Result<Self, UrlError>
+    where
+        C: tonic::codegen::Service<http::Uri> + Clone + Send + 'static,
+        C::Response: hyper::rt::Read + hyper::rt::Write + Send + Unpin,
+        C::Future: Send,
+        tonic::codegen::StdError: From<C::Error> + Send,
+    {
+        let mut replicas = Vec::with_capacity(urls.len());
+        for url in urls {
+            let channel = endpoint(url, url.clone(), connect_timeout)?
+                .connect_with_connector_lazy(connector.clone());
+            replicas.push((url.clone(), channel));
+        }
+        Self::of(replicas, timeout)
+    }
+
+    /// One client per replica's channel (and the channel itself, for the
+    /// `Secrets` service).
+    fn of(replicas: Vec<(String, Channel)>, timeout: Duration) -> Result<Self, UrlError> {
         if replicas.is_empty() {
             return Err(UrlError::Empty);
         }
+        let channels = replicas.iter().map(|(_, c)| c.clone()).collect();
+        let replicas = replicas
+            .into_iter()
+            .map(|(url, c)| (url, SchedulerClient::new(c)))
+            .collect();
         Ok(Scheduler {
             replicas,
             channels,
@@ -231,6 +259,17 @@ impl Scheduler {
         }
         Err(last)
     }
+}
+
+/// One replica's endpoint: connect timeout, no Nagle, HTTP/2 pings so a
+/// dead peer is noticed.
+fn endpoint(url: &str, dialed: String, connect_timeout: Duration) -> Result<Endpoint, UrlError> {
+    Ok(Endpoint::from_shared(dialed)
+        .map_err(|e| UrlError::Invalid(url.to_string(), e.to_string()))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_while_idle(true))
 }
 
 #[cfg(test)]

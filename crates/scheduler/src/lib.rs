@@ -21,8 +21,12 @@
 //!   under a [`sweep::LeaderLease`].
 //! - [`metrics`]: `warren_scheduler_*` Prometheus metrics.
 //! - [`error`]: the error type and its gRPC status mapping.
-//! - this file: [`main`] (binds, announces, serves until SIGTERM) and [`serve`]
-//!   (the same on listeners passed in, for in-process tests). The gRPC
+//! - `mutations` (feature `mutations`, the simulation's only): a switch
+//!   that unfences binding removals, to show the simulation notices.
+//! - this file: [`main`] (binds, announces, serves until SIGTERM), [`serve`]
+//!   (the same on listeners passed in, for in-process tests) and
+//!   [`serve_on`] (the gRPC API alone over an open store on any
+//!   listener: the deterministic simulation's replicas). The gRPC
 //!   service runs on `warren_core::server`, the loop and listener limits
 //!   every part shares.
 // Dev-dependencies are for the integration tests under tests/; this crate's
@@ -33,6 +37,8 @@ pub mod check;
 pub mod config;
 pub mod error;
 pub mod metrics;
+#[cfg(feature = "mutations")]
+pub mod mutations;
 pub mod service;
 pub mod store;
 pub mod sweep;
@@ -146,9 +152,38 @@ async fn serve_trusted(
         "scheduler",
     )
     .map_err(warren_core::config::ConfigError::Invalid)?;
-    let result = serve_store(config, store.clone(), lease, grpc, admin, shutdown).await;
+    let secure = grpc.is_tls();
+    let result = serve_store(
+        config,
+        store.clone(),
+        lease,
+        grpc,
+        secure,
+        Some(admin),
+        shutdown,
+    )
+    .await;
     store.close().await;
     result
+}
+
+/// Serves the scheduler's gRPC API on `grpc` over an open `store` until
+/// `shutdown` resolves: watch hub, sweeps (as the sole replica: several
+/// such schedulers over one store all sweep, each write fenced), no admin
+/// listener and no TLS. How the deterministic simulation (`crates/sim`)
+/// runs scheduler replicas over its simulated network, with the same
+/// service, hub and sweep as [`serve`].
+pub async fn serve_on<L>(
+    config: Config,
+    store: Arc<SqlStore>,
+    grpc: L,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError>
+where
+    L: warren_core::server::Accept<Peer = warren_trust::Peer>,
+{
+    let lease = ReplicaLease::Sole(sweep::SoleReplica);
+    serve_store(config, store, lease, grpc, false, None, shutdown).await
 }
 
 /// The store's sealer: from `--store-key-file`, else the default key file
@@ -257,14 +292,18 @@ async fn open_store(
     }
 }
 
-async fn serve_store(
+async fn serve_store<L>(
     config: Config,
     store: Arc<SqlStore>,
     lease: ReplicaLease,
-    grpc: warren_trust::Listener,
-    admin_listener: TcpListener,
+    grpc: L,
+    secure: bool,
+    admin_listener: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), ServeError> {
+) -> Result<(), ServeError>
+where
+    L: warren_core::server::Accept<Peer = warren_trust::Peer>,
+{
     let (grpc_limits, admin_limits) = config.listener_limits()?;
     let admin = Admin::new("warren_scheduler");
     let metrics = match admin.registry.write() {
@@ -303,11 +342,13 @@ async fn serve_store(
         metrics.clone(),
         stopped.clone(),
     ));
-    let admin_task = tokio::spawn(admin.clone().serve(
-        admin_listener,
-        flipped(admin_stopped),
-        admin_limits,
-    ));
+    let admin_task = admin_listener.map(|listener| {
+        tokio::spawn(
+            admin
+                .clone()
+                .serve(listener, flipped(admin_stopped), admin_limits),
+        )
+    });
 
     let store_name = store.backend().name();
     let service = service::SchedulerService::new(
@@ -319,7 +360,7 @@ async fn serve_store(
                 roster_grace: config.creating_timeout,
             },
             heartbeat_interval: config.heartbeat_interval(),
-            secure: grpc.is_tls(),
+            secure,
             logs: service::LogSettings {
                 retention: config.sandbox_log_retention,
                 team_max_bytes: config.sandbox_log_team_bytes,
@@ -381,7 +422,9 @@ async fn serve_store(
         }
     }
     let _ = admin_stop.send(true);
-    let _ = tokio::time::timeout(TASK_STOP_TIMEOUT, admin_task).await;
+    if let Some(admin_task) = admin_task {
+        let _ = tokio::time::timeout(TASK_STOP_TIMEOUT, admin_task).await;
+    }
     tracing::info!("scheduler stopped");
     Ok(())
 }

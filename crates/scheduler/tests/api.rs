@@ -290,6 +290,8 @@ async fn placement_prefers_a_node_holding_the_layer(store: TestStore) {
             incarnation: inc_a,
             roster: vec![],
             cached_layers: vec![layer.clone(); 1001],
+            paused: Vec::new(),
+            lists_paused: false,
         })
         .await;
     assert_status(st, Code::InvalidArgument, "cached_layers");
@@ -303,6 +305,8 @@ async fn heartbeat_layers(c: &Client, node_id: &str, incarnation: u64, layers: V
             incarnation,
             roster: vec![],
             cached_layers: layers,
+            paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap();
@@ -459,6 +463,8 @@ async fn timeouts_pause_and_resume(store: TestStore) {
             incarnation: inc,
             roster: vec![sref(&id, p.generation)],
             cached_layers: vec![],
+            paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap()
@@ -634,6 +640,8 @@ async fn heartbeats_say_when_the_next_sandbox_ends(store: TestStore) {
                 incarnation: inc,
                 roster,
                 cached_layers: vec![],
+                paused: Vec::new(),
+                lists_paused: false,
             })
             .await
             .unwrap()

@@ -90,6 +90,8 @@ async fn malformed_sandbox_ids_are_rejected_everywhere(store: TestStore) {
                 incarnation: inc,
                 roster: vec![sref(id, 1)],
                 cached_layers: vec![],
+                paused: Vec::new(),
+                lists_paused: false,
             })
             .await;
         assert_status(hb, Code::InvalidArgument, "roster entry");
@@ -283,6 +285,8 @@ async fn bad_registrations_and_heartbeats_are_refused(store: TestStore) {
         incarnation,
         roster: vec![],
         cached_layers: vec![],
+        paused: Vec::new(),
+        lists_paused: false,
     };
     assert_status(
         c.heartbeat(hb("node-a", inc ^ 0xff)).await,

@@ -451,6 +451,8 @@ async fn a_black_holed_node_costs_a_request_about_the_connect_timeout() {
                         incarnation: 7,
                         roster: vec![],
                         cached_layers: vec![],
+                        paused: Vec::new(),
+                        lists_paused: false,
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(500)).await;

@@ -116,6 +116,8 @@ fn keep_alive(c: &Client, node_id: &str, incarnation: u64) -> tokio::task::JoinH
                     incarnation,
                     roster: vec![],
                     cached_layers: vec![],
+                    paused: Vec::new(),
+                    lists_paused: false,
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -252,6 +254,8 @@ async fn killing_the_sweeping_replica_hands_the_lease_to_the_other() {
                     incarnation: alive_inc,
                     roster: roster.clone(),
                     cached_layers: vec![],
+                    paused: Vec::new(),
+                    lists_paused: false,
                 })
                 .await;
             tokio::time::sleep(Duration::from_millis(200)).await;

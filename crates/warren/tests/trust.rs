@@ -168,6 +168,8 @@ async fn internal_apis_refuse_clients_without_the_right_certificate() {
                 incarnation: 1,
                 roster: vec![],
                 cached_layers: vec![],
+                paused: Vec::new(),
+                lists_paused: false,
             })
             .await
         })

@@ -44,6 +44,7 @@
 mod builds;
 mod catalog;
 mod create;
+pub mod fuzzing;
 pub(crate) mod layers;
 mod logs;
 mod manage;

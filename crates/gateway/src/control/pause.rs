@@ -539,6 +539,14 @@ async fn change(app: &App, id: &str, b: &Binding, how: Change) -> Result<(), Api
         // Reassign fences the copy the cut-off node may still hold (it is
         // an orphan there once the node is back).
         Err(NodeError::Unreachable { .. }) => return Err(ApiError::upstream_unreachable()),
+        // It took the request and said nothing in time: unreachable it is
+        // not (a resume elsewhere could run the sandbox twice).
+        Err(NodeError::Timeout { timeout, .. }) => {
+            return Err(ApiError::upstream_timeout(
+                if pause { "pause" } else { "resume" },
+                timeout,
+            ))
+        }
         Err(e) => {
             return Err(ApiError::internal(format!(
                 "cannot {} sandbox {id}: {e}",

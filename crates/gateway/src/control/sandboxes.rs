@@ -478,7 +478,7 @@ pub(super) async fn describe(
 
 /// `startedAfter` (E2B: `format: date-time`, RFC 3339 with an offset) as
 /// Unix milliseconds; anything else is a 400 that names the parameter.
-fn parse_started_after(v: &str) -> Result<i64, ApiError> {
+pub(super) fn parse_started_after(v: &str) -> Result<i64, ApiError> {
     v.trim()
         .parse::<jiff::Timestamp>()
         .map(|t| t.as_millisecond())

@@ -379,7 +379,7 @@ pub(super) async fn create(
 /// The optional `name` of E2B's `SandboxSnapshotRequest`. `memory` (a full
 /// snapshot, E2B's default) is accepted either way: warren's snapshots
 /// keep the filesystem only, and sandboxes made from one start fresh.
-fn parse_request(body: &[u8]) -> Result<Option<String>, ApiError> {
+pub(super) fn parse_request(body: &[u8]) -> Result<Option<String>, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }

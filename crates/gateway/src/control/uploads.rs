@@ -183,13 +183,6 @@ impl Uploads {
         }
     }
 
-    fn signature(&self, team: &str, hash: &str, expires: u64) -> Result<Hmac<Sha256>, ApiError> {
-        // HMAC takes a key of any length: the error is never reached.
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).map_err(internal)?;
-        mac.update(format!("warren-upload-v1\n{team}\n{hash}\n{expires}").as_bytes());
-        Ok(mac)
-    }
-
     /// The team's upload of `hash`, if it is there and has not expired.
     async fn get(&self, team: &str, hash: &str) -> Result<Option<pb::Upload>, ApiError> {
         let req = pb::GetUploadRequest {
@@ -238,16 +231,7 @@ impl Uploads {
             _ => "http",
         };
         let expires = unix_now() + self.settings.ttl.as_secs();
-        let sig = self
-            .signature(&team.0, hash, expires)?
-            .finalize()
-            .into_bytes();
-        let sig: String = sig.iter().map(|b| format!("{b:02x}")).collect();
-        let query = form_urlencoded::Serializer::new(String::new())
-            .append_pair("team", &team.0)
-            .append_pair("expires", &expires.to_string())
-            .append_pair("signature", &sig)
-            .finish();
+        let query = link_query(&self.key, &team.0, hash, expires)?;
         Ok(serde_json::json!({
             "present": present,
             "url": format!("{scheme}://{host}/_warren/v1/uploads/{hash}?{query}"),
@@ -256,40 +240,7 @@ impl Uploads {
 
     /// Checks an upload link; the team it was made for.
     fn check(&self, hash: &str, query: &str) -> Result<String, ApiError> {
-        validate_hash(hash)?;
-        let (mut team, mut expires, mut sig) = (None, None, None);
-        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-            match k.as_ref() {
-                "team" => team = Some(v.into_owned()),
-                "expires" => expires = Some(v.into_owned()),
-                "signature" => sig = Some(v.into_owned()),
-                _ => {}
-            }
-        }
-        let (Some(team), Some(expires), Some(sig)) = (team, expires, sig) else {
-            return Err(forbidden(
-                "this upload link lacks its team, expires or signature; ask for a new one \
-                 (GET /templates/{id}/files/{hash})",
-            ));
-        };
-        let expires: u64 = expires
-            .parse()
-            .map_err(|_| forbidden("this upload link's expiry is not a number"))?;
-        let sig = decode_hex(&sig).ok_or_else(|| forbidden("this upload link is not valid"))?;
-        self.signature(&team, hash, expires)?
-            .verify_slice(&sig)
-            .map_err(|_| {
-                forbidden(
-                    "this upload link is not valid (not made for this team and files hash by a \
-                     gateway with this gateway's --build-upload-key-file)",
-                )
-            })?;
-        if unix_now() > expires {
-            return Err(forbidden(
-                "this upload link has expired; ask for a new one (GET /templates/{id}/files/{hash})",
-            ));
-        }
-        Ok(team)
+        check_link(&self.key, hash, query, unix_now())
     }
 
     /// `PUT /_warren/v1/uploads/{hash}?...`: stores the body as the team's
@@ -477,6 +428,75 @@ impl Uploads {
     }
 }
 
+/// Checks an upload link made with `key` for `hash` at `now` (Unix
+/// seconds): the team it was made for. Every part of the query is the
+/// client's: a missing, malformed, forged or expired part is a 403.
+pub(crate) fn check_link(
+    key: &[u8],
+    hash: &str,
+    query: &str,
+    now: u64,
+) -> Result<String, ApiError> {
+    validate_hash(hash)?;
+    let (mut team, mut expires, mut sig) = (None, None, None);
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match k.as_ref() {
+            "team" => team = Some(v.into_owned()),
+            "expires" => expires = Some(v.into_owned()),
+            "signature" => sig = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    let (Some(team), Some(expires), Some(sig)) = (team, expires, sig) else {
+        return Err(forbidden(
+            "this upload link lacks its team, expires or signature; ask for a new one \
+             (GET /templates/{id}/files/{hash})",
+        ));
+    };
+    let expires: u64 = expires
+        .parse()
+        .map_err(|_| forbidden("this upload link's expiry is not a number"))?;
+    let sig = decode_hex(&sig).ok_or_else(|| forbidden("this upload link is not valid"))?;
+    link_mac(key, &team, hash, expires)?
+        .verify_slice(&sig)
+        .map_err(|_| {
+            forbidden(
+                "this upload link is not valid (not made for this team and files hash by a \
+                 gateway with this gateway's --build-upload-key-file)",
+            )
+        })?;
+    if now > expires {
+        return Err(forbidden(
+            "this upload link has expired; ask for a new one (GET /templates/{id}/files/{hash})",
+        ));
+    }
+    Ok(team)
+}
+
+/// The query of an upload link for `team`'s `hash` until `expires`.
+pub(crate) fn link_query(
+    key: &[u8],
+    team: &str,
+    hash: &str,
+    expires: u64,
+) -> Result<String, ApiError> {
+    let sig = link_mac(key, team, hash, expires)?.finalize().into_bytes();
+    let sig: String = sig.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(form_urlencoded::Serializer::new(String::new())
+        .append_pair("team", team)
+        .append_pair("expires", &expires.to_string())
+        .append_pair("signature", &sig)
+        .finish())
+}
+
+/// The MAC an upload link for `team`'s `hash` until `expires` carries.
+fn link_mac(key: &[u8], team: &str, hash: &str, expires: u64) -> Result<Hmac<Sha256>, ApiError> {
+    // HMAC takes a key of any length: the error is never reached.
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).map_err(internal)?;
+    mac.update(format!("warren-upload-v1\n{team}\n{hash}\n{expires}").as_bytes());
+    Ok(mac)
+}
+
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
     if !s.len().is_multiple_of(2) || s.len() > 128 {
         return None;
@@ -544,8 +564,7 @@ mod tests {
         let (_d, u) = uploads();
         let h = "a".repeat(64);
         let sig = |team: &str, expires: u64| {
-            let s = u
-                .signature(team, &h, expires)
+            let s = link_mac(&u.key, team, &h, expires)
                 .unwrap()
                 .finalize()
                 .into_bytes();

@@ -5,7 +5,7 @@
 mod metrics;
 mod pool;
 
-pub use pool::{NodePool, PooledBody, SendError, IDLE_TIMEOUT};
+pub use pool::{Dial, DialIo, DialedIo, NodePool, PooledBody, SendError, IDLE_TIMEOUT};
 
 use bytes::Bytes;
 use http::{header, Method, Request, StatusCode};
@@ -82,6 +82,16 @@ impl NodeHttp {
             per_worker,
             workers: workers.cloned(),
         })
+    }
+
+    /// One pool for everything, no worker threads: the simulation's
+    /// gateways (`crates/sim`), over [`NodePool::with_dial`].
+    pub fn single(pool: NodePool) -> Self {
+        NodeHttp {
+            shared: pool,
+            per_worker: Arc::from(Vec::new()),
+            workers: None,
+        }
     }
 
     /// The pool of the thread this runs on.

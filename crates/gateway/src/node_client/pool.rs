@@ -78,7 +78,7 @@ pub struct NodePool {
 }
 
 struct Inner {
-    connector: HttpsConnector,
+    connector: Dialer,
     /// `https` or `http`, for the URIs the connector dials.
     scheme: &'static str,
     /// node endpoint (`host:port`) → idle connections, oldest first. The
@@ -98,9 +98,41 @@ struct Idle {
     since: Instant,
 }
 
+/// A connection to a node, as a [`Dial`] makes one.
+pub type DialedIo = Box<dyn DialIo>;
+
+/// What a [`Dial`]'s connection must be: a byte stream.
+pub trait DialIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> DialIo for T {}
+
+/// Opens a plain connection to a node's `host:port`: how the
+/// deterministic simulation (`crates/sim`) dials nodes over its simulated
+/// network ([`NodePool::with_dial`]). Gateways dial with TCP and TLS.
+pub type Dial = Arc<
+    dyn Fn(&str) -> futures_util::future::BoxFuture<'static, std::io::Result<DialedIo>>
+        + Send
+        + Sync,
+>;
+
+/// How a pool dials: TCP and (mutual) TLS, or the simulation's [`Dial`].
+enum Dialer {
+    Tls(HttpsConnector),
+    Custom(Dial),
+}
+
 impl NodePool {
     /// A pool dialing with `connector` to `scheme://endpoint`.
     pub fn new(connector: HttpsConnector, scheme: &'static str) -> Self {
+        Self::of(Dialer::Tls(connector), scheme)
+    }
+
+    /// A pool dialing plain HTTP over the connections `dial` opens (the
+    /// simulation's network).
+    pub fn with_dial(dial: Dial) -> Self {
+        Self::of(Dialer::Custom(dial), "http")
+    }
+
+    fn of(connector: Dialer, scheme: &'static str) -> Self {
         NodePool {
             inner: Arc::new(Inner {
                 connector,
@@ -190,27 +222,42 @@ impl NodePool {
         let uri: Uri = format!("{}://{endpoint}/", self.inner.scheme)
             .parse()
             .map_err(|_| SendError::Endpoint(endpoint.to_string()))?;
-        let io = self
-            .inner
-            .connector
-            .clone()
-            .call(uri)
-            .await
-            .map_err(SendError::Connect)?;
-        let (sender, conn) = http1::Builder::new()
-            .handshake(io)
-            .await
-            .map_err(|e| SendError::Connect(e.into()))?;
-        let endpoint = endpoint.to_string();
-        // On the runtime this runs on: a worker's connections are driven
-        // by that worker.
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(node = %endpoint, error = %e, "node connection ended");
+        match &self.inner.connector {
+            Dialer::Tls(connector) => {
+                let io = connector
+                    .clone()
+                    .call(uri)
+                    .await
+                    .map_err(SendError::Connect)?;
+                handshake(io, endpoint).await
             }
-        });
-        Ok(sender)
+            Dialer::Custom(dial) => {
+                let io = dial(endpoint)
+                    .await
+                    .map_err(|e| SendError::Connect(e.into()))?;
+                handshake(hyper_util::rt::TokioIo::new(io), endpoint).await
+            }
+        }
     }
+}
+
+/// HTTP/1.1 over `io`, its connection driven on a task of this runtime (a
+/// worker's connections are driven by that worker).
+async fn handshake<I>(io: I, endpoint: &str) -> Result<http1::SendRequest<Body>, SendError>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Send + Unpin + 'static,
+{
+    let (sender, conn) = http1::Builder::new()
+        .handshake(io)
+        .await
+        .map_err(|e| SendError::Connect(e.into()))?;
+    let endpoint = endpoint.to_string();
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(node = %endpoint, error = %e, "node connection ended");
+        }
+    });
+    Ok(sender)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

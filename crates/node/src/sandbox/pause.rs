@@ -40,7 +40,7 @@ impl Registry {
                     let rt = self.runtime.clone();
                     let handle = sb.handle.clone();
                     let done =
-                        tokio::task::spawn_blocking(move || rt.set_frozen(&handle, pause)).await;
+                        warren_core::blocking::run(move || rt.set_frozen(&handle, pause)).await;
                     match done {
                         Ok(Ok(())) => {
                             sb.paused.store(pause, std::sync::atomic::Ordering::SeqCst);
@@ -149,7 +149,7 @@ impl Registry {
                 None
             }
         });
-        let done = tokio::task::spawn_blocking(move || rt.halt(&paths, &handle)).await;
+        let done = warren_core::blocking::run(move || rt.halt(&paths, &handle)).await;
         let failed = match done {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e.to_string()),
@@ -257,7 +257,7 @@ impl Registry {
                     };
                     let frozen = sb.is_paused();
                     let s2 = sb.clone();
-                    let done = tokio::task::spawn_blocking(move || {
+                    let done = warren_core::blocking::run(move || {
                         rt.snapshot(&s2.paths, &s2.handle, frozen, &spec)
                     })
                     .await;
@@ -345,7 +345,7 @@ impl Registry {
         };
         let (rt, s2) = (self.runtime.clone(), sb.clone());
         let mut own = sb.own_layers.clone();
-        tokio::task::spawn_blocking(move || {
+        warren_core::blocking::run(move || {
             rt.set_frozen(&s2.handle, true).map_err(|e| e.to_string())?;
             let mut t = rt
                 .snapshot(&s2.paths, &s2.handle, true, &spec)

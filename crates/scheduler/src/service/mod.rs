@@ -184,6 +184,8 @@ impl SchedulerService {
             incarnation: r.incarnation,
             roster,
             cached_layers: r.cached_layers,
+            paused: validate::roster(&r.paused)?,
+            lists_paused: r.lists_paused,
             volume_store: r.volume_store,
             volume_max_bytes: r.volume_max_bytes,
         };
@@ -200,13 +202,14 @@ impl SchedulerService {
         validate::node_id(&r.node_id)?;
         validate::incarnation(r.incarnation)?;
         let roster = validate::roster(&r.roster)?;
+        let paused = validate::roster(&r.paused)?;
         cached_layers(&r.cached_layers)?;
         let out = self
             .store
             .heartbeat_with_layers(
                 &r.node_id,
                 r.incarnation,
-                &roster,
+                (&roster, r.lists_paused.then_some(&paused[..])),
                 Some(r.cached_layers),
                 self.settings.nodes,
             )

@@ -52,6 +52,6 @@ pub mod volumes;
 
 pub use backend::Backend;
 pub use records::*;
-pub use sqlstore::{redact_url, OpenError, SqlStore, LINE_COST};
+pub use sqlstore::{redact_url, Executor, OpenError, SqlStore, LINE_COST};
 pub use types::*;
 pub use volumes::{MountRequest, MountRow, VolumeBounds, VolumeRouteRow, VolumeRow, VolumeState};

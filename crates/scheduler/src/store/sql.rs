@@ -60,7 +60,7 @@ pub const RENEW_NODE: &str = "UPDATE nodes SET lease_expires_at_ms = $3, state =
 pub const MARK_NODE_UNREACHABLE: &str = "UPDATE nodes SET unreachable_since_ms = $2 \
      WHERE node_id = $1 AND unreachable_since_ms IS NULL";
 pub const NODE_BINDINGS: &str =
-    "SELECT sandbox_id, generation, state, endpoint, missing_since_ms, auto_pause \
+    "SELECT sandbox_id, generation, state, endpoint, missing_since_ms, auto_pause, updated_at_ms \
      FROM bindings WHERE node_id = $1";
 pub const NODE_FOR_PLACEMENT: &str =
     "SELECT n.node_id, n.endpoint, n.capacity, n.lease_expires_at_ms, n.sandboxes, \
@@ -140,6 +140,11 @@ pub const SET_MISSING_SINCE: &str = "UPDATE bindings SET missing_since_ms = $4 \
 /// **fenced** Removes a binding.
 pub const DELETE_BINDING: &str =
     "DELETE FROM bindings WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";
+/// [`DELETE_BINDING`] without its fence: the `mutations` feature's
+/// broken variant (crate::mutations), never used otherwise.
+#[cfg(feature = "mutations")]
+pub const DELETE_BINDING_UNFENCED: &str =
+    "DELETE FROM bindings WHERE sandbox_id = $1 AND $2 = $2 AND $3 = $3";
 /// **fenced** New end time and (maybe) state.
 pub const SET_END_AT: &str = "UPDATE bindings SET end_at_ms = $4, state = $5, updated_at_ms = $6 \
      WHERE sandbox_id = $1 AND node_id = $2 AND generation = $3";

@@ -198,6 +198,10 @@ pub struct NodeRegistration {
     pub roster: Vec<SandboxRef>,
     /// The layers its cache holds (see `nodes.cached_layers`).
     pub cached_layers: Vec<String>,
+    /// The roster's sandboxes that are paused on the node.
+    pub paused: Vec<SandboxRef>,
+    /// Whether `paused` lists every paused one (the rest run).
+    pub lists_paused: bool,
     /// Its volume store: '' none, `local` or `shared`.
     pub volume_store: String,
     /// The size limit of each new volume in that store (0: none).

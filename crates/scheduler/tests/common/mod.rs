@@ -298,6 +298,8 @@ pub async fn heartbeat(
             incarnation,
             roster: roster.to_vec(),
             cached_layers: vec![],
+            paused: Vec::new(),
+            lists_paused: false,
         })
         .await
         .unwrap()
@@ -456,6 +458,8 @@ impl Heartbeats {
                         incarnation,
                         roster: roster.clone(),
                         cached_layers: vec![],
+                        paused: Vec::new(),
+                        lists_paused: false,
                     })
                     .await;
                 tokio::time::sleep(Duration::from_millis(50)).await;

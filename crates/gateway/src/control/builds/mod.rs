@@ -226,6 +226,13 @@ fn new_build_id() -> String {
     )
 }
 
+/// The build steps of a `TemplateBuildStartV2` body as the build handler
+/// reads them, described one line per step (for the fuzz targets).
+pub(crate) fn plan_lines(body: &[u8]) -> Result<Vec<String>, ApiError> {
+    let plan = plan::parse_plan(body)?;
+    Ok(plan.steps.iter().map(plan::Step::describe).collect())
+}
+
 /// Checks a tag: 1 to 64 of `A-Z a-z 0-9 . _ -`, starting with a letter
 /// or digit (so no `:`; `name:tag` is how a name carries one).
 pub(crate) fn validate_tag(t: &str) -> Result<(), ApiError> {

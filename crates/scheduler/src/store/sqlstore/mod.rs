@@ -44,6 +44,7 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -67,6 +68,38 @@ pub struct SqlStore {
     /// Seals team secrets (`--secrets-key-file`); None: the store keeps
     /// none (`sqlstore/secrets.rs`).
     secrets: Option<Arc<Sealer>>,
+    /// Where operations run: `None` (every part of warren) on the caller's
+    /// runtime, writes on a task of their own; `Some` only in the
+    /// deterministic simulation ([`SqlStore::with_executor`]).
+    exec: Option<Executor>,
+}
+
+/// Runs a store operation to its end elsewhere (its own runtime and
+/// thread) while the calling thread waits for it. SQLite's driver answers
+/// from a thread of its own; the simulation (`crates/sim`,
+/// docs/simulation.md) cannot replay when those answers land among its
+/// tasks, but it can make every operation take no simulated time at all.
+pub type Executor = Arc<dyn Fn(Pin<Box<dyn Future<Output = ()> + Send>>) + Send + Sync>;
+
+/// `fut` run to its end by `exec`; its result.
+fn run_on<T: Send + 'static>(
+    exec: &Executor,
+    fut: impl Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let out = slot.clone();
+    exec(Box::pin(async move {
+        let r = fut.await;
+        if let Ok(mut o) = out.lock() {
+            *o = Some(r);
+        }
+    }));
+    let taken = slot.lock().ok().and_then(|mut o| o.take());
+    taken.unwrap_or_else(|| {
+        Err(Error::Internal(
+            "the store's executor did not run the operation".into(),
+        ))
+    })
 }
 
 impl SqlStore {
@@ -78,6 +111,15 @@ impl SqlStore {
     /// The PostgreSQL URL, if the store is on PostgreSQL.
     pub fn postgres_url(&self) -> Option<&str> {
         self.pg_url.as_deref()
+    }
+
+    /// The same store, every operation of which `exec` runs to its end while
+    /// the caller's thread waits ([`Executor`]). For the deterministic
+    /// simulation only: a scheduler process never sets one.
+    #[doc(hidden)]
+    pub fn with_executor(mut self, exec: Executor) -> SqlStore {
+        self.exec = Some(exec);
+        self
     }
 
     /// Closes both pools (waits for checked-out connections).
@@ -204,7 +246,7 @@ impl WriteTx {
 
     /// **fenced** Removes a binding and logs REMOVED; false when the fence missed.
     async fn delete_fenced(&mut self, sandbox_id: &str, node_id: &str, gen: u64) -> Result<bool> {
-        let done = sqlx::query(sql::DELETE_BINDING)
+        let done = sqlx::query(delete_binding())
             .bind(sandbox_id)
             .bind(node_id)
             .bind(to_i64(gen))
@@ -297,6 +339,16 @@ impl WriteTx {
     }
 }
 
+/// The statement that removes a binding: fenced, unless the simulation's
+/// `mutations` switch unfenced it.
+fn delete_binding() -> &'static str {
+    #[cfg(feature = "mutations")]
+    if crate::mutations::removals_unfenced() {
+        return sql::DELETE_BINDING_UNFENCED;
+    }
+    sql::DELETE_BINDING
+}
+
 /// Store integers are i64; ours are u64 well below 2^63.
 fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -384,6 +436,9 @@ impl SqlStore {
         Fut: Future<Output = Result<T>> + Send + 'static,
         T: Send + 'static,
     {
+        if let Some(exec) = &self.exec {
+            return run_on(exec, op(self.clone()));
+        }
         match tokio::spawn(op(self.clone())).await {
             Ok(r) => r,
             Err(e) => Err(Error::Internal(format!("store task ended early: {e}"))),
@@ -412,27 +467,32 @@ impl SqlStore {
         roster: &[SandboxRef],
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        self.heartbeat_with_layers(node_id, incarnation, roster, None, timing)
+        self.heartbeat_with_layers(node_id, incarnation, (roster, None), None, timing)
             .await
     }
 
     /// [`SqlStore::heartbeat`], replacing the layers the node's cache holds
-    /// when `cached_layers` is given.
+    /// when `cached_layers` is given; `roster` is what the node hosts and,
+    /// of it, what is paused there (`None`: a node that does not say).
     pub async fn heartbeat_with_layers(
         &self,
         node_id: &str,
         incarnation: u64,
-        roster: &[SandboxRef],
+        roster: (&[SandboxRef], Option<&[SandboxRef]>),
         cached_layers: Option<Vec<String>>,
         timing: NodeTiming,
     ) -> Result<Reconciled> {
-        let (node_id, roster) = (node_id.to_string(), roster.to_vec());
+        let (node_id, hosted, paused) = (
+            node_id.to_string(),
+            roster.0.to_vec(),
+            roster.1.map(<[SandboxRef]>::to_vec),
+        );
         self.detached(|s| async move {
             nodes::heartbeat(
                 &s,
                 &node_id,
                 incarnation,
-                &roster,
+                (&hosted, paused.as_deref()),
                 cached_layers.as_deref(),
                 timing,
             )
@@ -477,11 +537,19 @@ impl SqlStore {
 
     /// The highest generation ever issued: anything above it is from the future.
     pub async fn issued_generation(&self) -> Result<u64> {
+        if let Some(exec) = &self.exec {
+            let s = self.clone();
+            return run_on(exec, async move { sweep::issued_generation(&s).await });
+        }
         sweep::issued_generation(self).await
     }
 
     /// Fails with `FailedPrecondition` unless the node is registered.
     pub async fn require_node(&self, node_id: &str) -> Result<()> {
+        if let Some(exec) = &self.exec {
+            let (s, id) = (self.clone(), node_id.to_string());
+            return run_on(exec, async move { nodes::require(&s, &id).await });
+        }
         nodes::require(self, node_id).await
     }
 
@@ -544,6 +612,14 @@ impl SqlStore {
 
     /// One binding, if it exists.
     pub async fn get(&self, sandbox_id: &str) -> Result<Option<BindingRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, id) = (self.clone(), sandbox_id.to_string());
+            return run_on(exec, async move { s.get_now(&id).await });
+        }
+        self.get_now(sandbox_id).await
+    }
+
+    async fn get_now(&self, sandbox_id: &str) -> Result<Option<BindingRow>> {
         let row = sqlx::query(sql::BINDING_BY_ID)
             .bind(sandbox_id)
             .fetch_optional(&self.reader)
@@ -555,6 +631,14 @@ impl SqlStore {
 
     /// Where a sandbox is, if it exists (the columns `LookupNode` answers).
     pub async fn route(&self, sandbox_id: &str) -> Result<Option<RouteRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, id) = (self.clone(), sandbox_id.to_string());
+            return run_on(exec, async move { s.route_now(&id).await });
+        }
+        self.route_now(sandbox_id).await
+    }
+
+    async fn route_now(&self, sandbox_id: &str) -> Result<Option<RouteRow>> {
         let row = sqlx::query(sql::ROUTE_BY_ID)
             .bind(sandbox_id)
             .fetch_optional(&self.reader)
@@ -576,6 +660,10 @@ impl SqlStore {
 
     /// A page of bindings matching `filter`, and where the next one starts.
     pub async fn list(&self, filter: &ListFilter) -> Result<(Vec<BindingRow>, Option<ListCursor>)> {
+        if let Some(exec) = &self.exec {
+            let (s, f) = (self.clone(), filter.clone());
+            return run_on(exec, async move { bindings::list(&s, &f).await });
+        }
         bindings::list(self, filter).await
     }
 
@@ -589,6 +677,10 @@ impl SqlStore {
     }
 
     pub async fn list_nodes(&self) -> Result<Vec<NodeRow>> {
+        if let Some(exec) = &self.exec {
+            let s = self.clone();
+            return run_on(exec, async move { nodes::list(&s).await });
+        }
         nodes::list(self).await
     }
 
@@ -601,21 +693,40 @@ impl SqlStore {
 
     /// The oldest retained and the newest revision in the change log.
     pub async fn change_bounds(&self) -> Result<ChangeBounds> {
+        if let Some(exec) = &self.exec {
+            let s = self.clone();
+            return run_on(exec, async move { sweep::change_bounds(&s).await });
+        }
         sweep::change_bounds(self).await
     }
 
     /// Up to `limit` changes with a revision above `after`, oldest first.
     pub async fn changes_after(&self, after: u64, limit: u32) -> Result<Vec<Change>> {
+        if let Some(exec) = &self.exec {
+            let s = self.clone();
+            return run_on(
+                exec,
+                async move { sweep::changes_after(&s, after, limit).await },
+            );
+        }
         sweep::changes_after(self, after, limit).await
     }
 
     /// One pass of every sweep (see `crate::sweep`).
     pub async fn sweep(&self, settings: &SweepSettings) -> Result<SweepReport> {
+        if let Some(exec) = &self.exec {
+            let (s, settings) = (self.clone(), *settings);
+            return run_on(exec, async move { sweep::run(&s, &settings).await });
+        }
         sweep::run(self, settings).await
     }
 
     /// Counts for the state gauges.
     pub async fn census(&self) -> Result<Census> {
+        if let Some(exec) = &self.exec {
+            let s = self.clone();
+            return run_on(exec, async move { sweep::census(&s).await });
+        }
         sweep::census(self).await
     }
 

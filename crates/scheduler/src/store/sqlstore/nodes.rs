@@ -46,6 +46,7 @@ pub(super) async fn register(
             new_incarnation,
             moved_endpoint,
             roster_grace: timing.roster_grace,
+            paused: reg.lists_paused.then_some(&reg.paused[..]),
         },
     )
     .await?;
@@ -61,10 +62,11 @@ pub(super) async fn heartbeat(
     store: &SqlStore,
     node_id: &str,
     incarnation: u64,
-    roster: &[SandboxRef],
+    roster: (&[SandboxRef], Option<&[SandboxRef]>),
     cached_layers: Option<&[String]>,
     timing: NodeTiming,
 ) -> Result<Reconciled> {
+    let (roster, paused) = roster;
     let mut tx = store.write().await?;
     let current: Option<(i64, String)> = sqlx::query_as(sql::NODE_INCARNATION)
         .bind(node_id)
@@ -114,6 +116,7 @@ pub(super) async fn heartbeat(
         new_incarnation: false,
         moved_endpoint: None,
         roster_grace: timing.roster_grace,
+        paused,
     };
     let mut out = reconcile(&mut tx, node_id, roster, how).await?;
     let next_end: Option<i64> = sqlx::query_scalar(sql::NODE_NEXT_END)
@@ -132,19 +135,30 @@ struct Reconcile<'a> {
     new_incarnation: bool,
     /// The node now listens here.
     moved_endpoint: Option<&'a str>,
-    /// How long a RUNNING/PAUSED binding may be missing from the roster.
+    /// How long a RUNNING/PAUSED/LOST binding may be missing from the roster.
     roster_grace: Duration,
+    /// The roster's sandboxes the node says are paused; `None` from a node
+    /// that does not say (then nothing is judged by it).
+    paused: Option<&'a [SandboxRef]>,
 }
 
 /// Brings this node's bindings in line with what it reports hosting:
 /// - a new incarnation lost everything not in its roster: removed (fenced);
-/// - LOST and in the roster: the node is alive and has it, RUNNING again;
-/// - LOST or EXPIRING and not in the roster: the node is alive and lacks it
-///   (it died, or was killed and the DELETE report got lost), removed;
-/// - RUNNING or PAUSED and not in the roster: noted (`missing_since_ms`) and
-///   removed once missing for `roster_grace` (the sandbox died on the node
-///   without a DELETE; until then the roster may just predate its create);
-///   listed again, the note is cleared;
+/// - LOST and in the roster: the node is alive and has it, RUNNING again
+///   (PAUSED again when the node says it is paused there: it was paused
+///   before its node was cut off);
+/// - EXPIRING and not in the roster: the node is alive and lacks it (it
+///   was killed and the DELETE report got lost), removed;
+/// - RUNNING, PAUSED or LOST and not in the roster: noted
+///   (`missing_since_ms`) and removed once missing for `roster_grace` (the
+///   sandbox died on the node without a DELETE; until then the roster may
+///   just predate its create: a heartbeat sent before it, delayed or
+///   failed over to another replica, arrives after it); listed again, the
+///   note is cleared;
+/// - RUNNING, unchanged for `roster_grace`, and paused on the node: PAUSED
+///   (a pause whose answer never reached its gateway); PAUSED, unchanged
+///   as long, and running there: RUNNING (for a node that lists what it
+///   has paused);
 /// - a moved endpoint is copied to every binding (gateways re-resolve on STATE).
 ///
 /// Returns the roster entries not assigned to this node at that generation
@@ -172,26 +186,64 @@ async fn reconcile(
         let endpoint: String = row.try_get(3)?;
         let missing_since: Option<i64> = row.try_get(4)?;
         let auto_pause = row.try_get::<i64, _>(5)? != 0;
+        let updated_at: i64 = row.try_get(6)?;
         let fence = (sandbox_id.as_str(), node_id, gen);
         let has_it = hosted.contains(&(sandbox_id.as_str(), gen));
-        let gone = how.new_incarnation || matches!(state, State::Lost | State::Expiring);
+        let gone = how.new_incarnation || state == State::Expiring;
         if !has_it && gone {
             tx.delete_fenced(&sandbox_id, node_id, gen).await?;
             continue;
         }
-        if !has_it && matches!(state, State::Running | State::Paused) {
+        if !has_it && matches!(state, State::Running | State::Paused | State::Lost) {
             if missing(tx, fence, missing_since, how.roster_grace).await? {
                 continue;
             }
         } else if has_it && missing_since.is_some() {
             set_missing_since(tx, fence, None).await?;
         }
-        if state == State::Lost
-            && tx
-                .set_state_fenced(fence, State::Lost, State::Running, ChangeKind::State)
+        let this = SandboxRef {
+            sandbox_id: sandbox_id.clone(),
+            generation: gen,
+        };
+        let paused_there = how.paused.is_some_and(|p| p.contains(&this));
+        let running_there = has_it && how.paused.is_some_and(|p| !p.contains(&this));
+        if state == State::Lost && has_it {
+            let back = if paused_there {
+                State::Paused
+            } else {
+                State::Running
+            };
+            if tx
+                .set_state_fenced(fence, State::Lost, back, ChangeKind::State)
                 .await?
-        {
-            state = State::Running;
+            {
+                state = back;
+            }
+        }
+        // Paused on its node while RUNNING here, unchanged for longer than
+        // any roster can be stale: a pause whose answer was lost (the node
+        // paused it, the gateway never reported it). Requests would be
+        // answered "paused" and a resume refused as "already running", so
+        // the node's word is taken (the deterministic simulation found it).
+        // And the other way: PAUSED here, running there (a resume whose
+        // answer was lost, or a LOST binding judged PAUSED from a roster
+        // sent before its resume): a request would be answered "paused"
+        // with the sandbox running; the node's word is taken alike.
+        let settled = tx.now.saturating_sub(updated_at) >= ms(how.roster_grace);
+        let healed = match state {
+            State::Running if paused_there && settled => Some(State::Paused),
+            State::Paused if running_there && settled => Some(State::Running),
+            _ => None,
+        };
+        if let Some(to) = healed {
+            if tx
+                .set_state_fenced(fence, state, to, ChangeKind::State)
+                .await?
+            {
+                tracing::warn!(sandbox = %sandbox_id, node = %node_id, generation = gen, state = ?to,
+                    "binding state taken from its node: reported so for longer than --creating-timeout");
+                state = to;
+            }
         }
         if let Some(ep) = how.moved_endpoint.filter(|ep| *ep != endpoint) {
             let moved = sqlx::query(sql::SET_ENDPOINT)

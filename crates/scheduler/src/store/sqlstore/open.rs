@@ -128,6 +128,7 @@ impl SqlStore {
             pg_url: None,
             sealer,
             secrets: None,
+            exec: None,
         })
     }
 
@@ -164,6 +165,7 @@ impl SqlStore {
             pg_url: Some(url.to_string()),
             sealer,
             secrets: None,
+            exec: None,
         })
     }
 }
