@@ -596,7 +596,8 @@ impl Registry {
         };
         let volumes = {
             let (store, mounts) = (self.volumes.clone(), mounts.clone());
-            tokio::task::spawn_blocking(move || crate::volumes::sources(store.as_deref(), &mounts))
+            // Through the blocking seam, so the simulation replays it.
+            warren_core::blocking::run(move || crate::volumes::sources(store.as_deref(), &mounts))
                 .await
                 .map_err(|e| NodeError::Internal(format!("the volume task failed: {e}")))?
                 .map_err(|e| match e {
