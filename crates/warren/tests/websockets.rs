@@ -1,10 +1,10 @@
 //! Long-lived WebSockets through the gateway and the node (a desktop
 //! sandbox's stream is one: docs/desktop.md): a sandbox's WebSocket server
 //! reached through both, and a stream that stays idle longer than the
-//! listeners' `--idle-timeout` (and whose header-read and body-progress
-//! timeouts are as short) and still carries the next message. Each listener
-//! timeout is for requests: once a connection is upgraded, none applies
-//! (docs/desktop.md, "Long streams"). Real processes, `--runtime process`
+//! listeners' `--idle-timeout` (and whose body-progress timeout is as
+//! short) and still carries the next message. Each listener timeout is for
+//! requests: once a connection is upgraded, none applies (docs/desktop.md,
+//! "Long streams"). Real processes, `--runtime process`
 //! nodes, all on 127.0.0.1:0.
 #![allow(unused_crate_dependencies)]
 
@@ -246,20 +246,15 @@ async fn websocket_echo_inside_a_sandbox_through_the_gateway() {
     assert!(r.message().contains("is not open"), "{}", r.message());
 }
 
-/// With the gateway's and node's idle, header-read and body-progress
-/// timeouts at 1 s, a kept-alive HTTP connection that sends nothing is
-/// closed (the timeouts are live), and a WebSocket through both that stays
-/// silent for 4 s, twice, still carries the next message each way.
+/// With the gateway's and node's idle and body-progress timeouts at 1 s, a
+/// kept-alive HTTP connection that sends nothing is closed (the idle
+/// timeout is live), and a WebSocket through both that stays silent for
+/// 4 s, twice, still carries the next message each way. (The header-read
+/// timeout bounds the wait for a request's head; an upgraded connection
+/// has no more of them.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_websocket_outlives_the_listeners_timeouts() {
-    let timeouts = [
-        "--idle-timeout",
-        "1s",
-        "--header-read-timeout",
-        "1s",
-        "--body-progress-timeout",
-        "1s",
-    ];
+    let timeouts = ["--idle-timeout", "1s", "--body-progress-timeout", "1s"];
     let c = cluster(&timeouts).await;
     let (id, token) = create(&c).await;
     let (port, _server) = start_echo(&c, &id, &token).await;
