@@ -643,8 +643,14 @@ fn print_summary(
     }
     println!();
     println!("Ctrl-C stops everything.");
-    // Machine-readable lines for scripts and tests, in the same form every part uses.
+    // Machine-readable lines for scripts and tests, in the same form every
+    // part uses: `dev gateway-N` (its HTTP listener) last, and before it
+    // `dev gateway-N https` for a first TLS listener given in --gateway-args
+    // (`--public-tls-listen 127.0.0.1:0` lands on a port only this tells).
     for p in parts.iter().filter(|p| p.label.starts_with("gateway")) {
+        if let Some(addr) = p.addrs.get("gateway https") {
+            warren_core::announce("dev", &format!("{} https", p.label), addr);
+        }
         if let Some(addr) = p.addrs.get("gateway http") {
             warren_core::announce("dev", &p.label, addr);
         }

@@ -1,26 +1,24 @@
 //! `warren gateway` against real processes: a scheduler, `--runtime process`
 //! nodes and a gateway, all on 127.0.0.1:0, driven with plain HTTP, the
-//! envd Connect client and a WebSocket client — what an e2b SDK user does.
+//! envd Connect client — what an e2b SDK user does. (WebSockets:
+//! `websockets.rs`.)
 // Each file under tests/ is its own crate and sees every dependency of the
 // package; the ones only the library or other test files use are not unused.
 #![allow(unused_crate_dependencies)]
 
 use bytes::Bytes;
-use futures_util::{SinkExt, StreamExt};
 use http::{Method, StatusCode};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 use std::time::Duration;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::Message;
 use warren_envd_proto::process::{
     process_event, ProcessClient, ProcessConfig, StartRequest, StartResponse,
 };
 use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::http::{Answer, Http};
-use warren_test_support::{free_port, wait_until};
+use warren_test_support::wait_until;
 
 const KEY_A: &str = "key-team-a";
 const KEY_B: &str = "key-team-b";
@@ -777,157 +775,6 @@ async fn lifecycle_options_and_auto_pause_on_the_process_runtime() {
         },
     )
     .await;
-}
-
-/// A tiny WebSocket echo server (RFC 6455 handshake and framing) for inside
-/// a sandbox, without third-party Python packages.
-const WS_ECHO: &str = r#"
-import base64, hashlib, socket, sys, threading
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8)
-print("listening", flush=True)
-def exact(c, n):
-    b = b""
-    while len(b) < n:
-        d = c.recv(n - len(b))
-        if not d: raise EOFError
-        b += d
-    return b
-def serve(c):
-    req = b""
-    while b"\r\n\r\n" not in req:
-        d = c.recv(4096)
-        if not d: return
-        req += d
-    key = [l.split(":", 1)[1].strip() for l in req.decode().split("\r\n") if l.lower().startswith("sec-websocket-key:")][0]
-    acc = base64.b64encode(hashlib.sha1((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
-    c.sendall(("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + acc + "\r\n\r\n").encode())
-    try:
-        while True:
-            h = exact(c, 2); op = h[0] & 15; n = h[1] & 127
-            if n == 126: n = int.from_bytes(exact(c, 2), "big")
-            elif n == 127: n = int.from_bytes(exact(c, 8), "big")
-            mask = exact(c, 4) if h[1] & 128 else b"\0\0\0\0"
-            data = bytes(b ^ mask[i % 4] for i, b in enumerate(exact(c, n)))
-            if op == 8:
-                c.sendall(b"\x88\x00"); return
-            hdr = bytes([128 | op, n]) if n < 126 else bytes([128 | op, 126]) + n.to_bytes(2, "big") if n < 65536 else bytes([128 | op, 127]) + n.to_bytes(8, "big")
-            c.sendall(hdr + data)
-    except EOFError:
-        pass
-    finally:
-        c.close()
-while True:
-    c, _ = s.accept(); threading.Thread(target=serve, args=(c,), daemon=True).start()
-"#;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn websocket_echo_inside_a_sandbox_through_the_gateway() {
-    let c = cluster(1).await;
-    let sb = create(&c, json!({"templateID": "base"}), &[]).await;
-    let id = sb["sandboxID"].as_str().expect("id").to_string();
-    let token = sb["envdAccessToken"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let port = ENVD.to_string();
-    let envd = process_client(
-        &c,
-        &[
-            ("e2b-sandbox-id", &id),
-            ("e2b-sandbox-port", &port),
-            ("x-access-token", &token),
-        ],
-    );
-    let ws_port = free_port();
-    let mut server = envd
-        .start(StartRequest {
-            process: ProcessConfig {
-                cmd: "python3".into(),
-                args: vec!["-c".into(), WS_ECHO.into(), ws_port.to_string()],
-                ..Default::default()
-            }
-            .into(),
-            stdin: Some(false),
-            ..Default::default()
-        })
-        .await
-        .expect("start the echo server");
-    // Wait for "listening" on its stdout; keep the stream open afterwards.
-    let mut seen = Vec::new();
-    while !String::from_utf8_lossy(&seen).contains("listening") {
-        let msg = tokio::time::timeout(Duration::from_secs(20), server.message::<StartResponse>())
-            .await
-            .expect("echo server starts")
-            .expect("stream")
-            .expect("echo server exited early");
-        match msg
-            .to_owned_message()
-            .event
-            .into_option()
-            .and_then(|e| e.event)
-        {
-            Some(process_event::Event::Data(d)) => match d.output {
-                Some(process_event::data_event::Output::Stdout(b))
-                | Some(process_event::data_event::Output::Stderr(b)) => seen.extend_from_slice(&b),
-                _ => {}
-            },
-            Some(process_event::Event::End(end)) => {
-                panic!(
-                    "echo server ended: {end:?} {}",
-                    String::from_utf8_lossy(&seen)
-                )
-            }
-            _ => {}
-        }
-    }
-
-    let mut req = format!("ws://{}/echo", c.gateway(0))
-        .into_client_request()
-        .expect("ws request");
-    req.headers_mut()
-        .insert("e2b-sandbox-id", id.parse().expect("header"));
-    req.headers_mut().insert(
-        "e2b-sandbox-port",
-        ws_port.to_string().parse().expect("header"),
-    );
-    let (mut ws, resp) = tokio::time::timeout(
-        Duration::from_secs(20),
-        tokio_tungstenite::connect_async(req),
-    )
-    .await
-    .expect("handshake in time")
-    .expect("WebSocket handshake through the gateway");
-    assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
-    for text in ["hello", "through warren"] {
-        ws.send(Message::text(text)).await.expect("send");
-        let echoed = tokio::time::timeout(Duration::from_secs(10), ws.next())
-            .await
-            .expect("echo in time")
-            .expect("a frame")
-            .expect("frame ok");
-        assert_eq!(echoed.into_text().expect("text").as_str(), text);
-    }
-    let big = vec![7u8; 100_000];
-    ws.send(Message::binary(big.clone()))
-        .await
-        .expect("send binary");
-    let echoed = ws.next().await.expect("a frame").expect("frame ok");
-    assert_eq!(echoed.into_data().as_ref(), big.as_slice());
-    ws.close(None).await.expect("close");
-
-    // A port nothing listens on is a clear 502, not a hang.
-    let closed = free_port().to_string();
-    let r = http(
-        &c.gateway(0),
-        Method::GET,
-        "/",
-        &[("e2b-sandbox-id", &id), ("e2b-sandbox-port", &closed)],
-        None,
-    )
-    .await;
-    assert_eq!(r.status, StatusCode::BAD_GATEWAY);
-    assert!(r.message().contains("is not open"), "{}", r.message());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
