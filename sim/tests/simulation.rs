@@ -79,7 +79,15 @@ fn one_seed_replays_exactly() {
     let a = warren_sim::run(&Options::new(20_260_101));
     let b = warren_sim::run(&Options::new(20_260_101));
     assert!(a.answers > 0, "the run did something");
-    assert_eq!(a.trace, b.trace, "the same seed ran differently");
+    if let Some(i) =
+        (0..a.trace.len().max(b.trace.len())).find(|&i| a.trace.get(i) != b.trace.get(i))
+    {
+        panic!(
+            "the same seed ran differently from trace entry {i}:\n  first:  {:?}\n  second: {:?}",
+            a.trace.get(i),
+            b.trace.get(i)
+        );
+    }
     assert_eq!(a.fingerprint(), b.fingerprint());
 }
 

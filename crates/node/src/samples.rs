@@ -100,7 +100,7 @@ impl Samples {
                 _ = stop.wait_for(|s| *s) => return,
             }
             let hosted = registry.hosted();
-            let read = tokio::task::spawn_blocking(move || {
+            let read = warren_core::blocking::run(move || {
                 hosted
                     .into_iter()
                     .map(|sb| {

@@ -475,7 +475,8 @@ fn open_lock(path: &Path) -> Result<File, TemplateError> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, TemplateError> + Send + 'static,
 ) -> Result<T, TemplateError> {
-    tokio::task::spawn_blocking(f)
+    // warren_core::blocking: the simulation runs it inline (one seed, one run).
+    warren_core::blocking::run(f)
         .await
         .map_err(|e| TemplateError::Invalid(format!("a cache task failed: {e}")))?
 }

@@ -238,7 +238,14 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
     assert_eq!(a.status, StatusCode::NO_CONTENT, "{:?}", a.json);
     let a = health(&http, &gw, &deleted).await.expect("answers");
     assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{:?}", a.json);
-    assert_eq!(a.str("error_code"), "sandbox_not_found", "{:?}", a.json);
+    // E2B's answer for a sandbox that is gone: no error_code, its id.
+    assert_eq!(
+        a.str("message"),
+        "The sandbox was not found",
+        "{:?}",
+        a.json
+    );
+    assert_eq!(a.str("sandboxId"), deleted, "{:?}", a.json);
 
     // Move another lost sandbox to node-2 (a new generation), as an operator
     // recovering it would: Reassign, create on the node, RecordAssignment.
@@ -353,11 +360,12 @@ async fn a_killed_node_heals_in_seconds_and_comes_back_clean() {
         } else {
             assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{id}: {:?}", a.json);
             assert_eq!(
-                a.str("error_code"),
-                "sandbox_not_found",
+                a.str("message"),
+                "The sandbox was not found",
                 "{id}: {:?}",
                 a.json
             );
+            assert_eq!(a.str("sandboxId"), *id, "{id}: {:?}", a.json);
         }
     }
     let roster = http

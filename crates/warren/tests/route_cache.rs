@@ -384,7 +384,7 @@ async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached()
     for n in 1..=2 {
         let r = c.health(1, "doesnotexist0").await;
         assert_eq!(r.status, StatusCode::BAD_GATEWAY);
-        assert_eq!(r.error_code(), "sandbox_not_found");
+        assert_eq!(r.message(), "The sandbox was not found", "{}", r.text());
         assert_eq!(c.lookups(1).await, 1.0 + n as f64);
     }
     let shown = c.route(1, "doesnotexist0").await;
@@ -436,7 +436,7 @@ async fn a_delete_through_one_gateway_evicts_the_other_by_watch() {
     // stale-route refetch.
     let r = c.health(1, &id).await;
     assert_eq!(r.status, StatusCode::BAD_GATEWAY);
-    assert_eq!(r.error_code(), "sandbox_not_found");
+    assert_eq!(r.message(), "The sandbox was not found", "{}", r.text());
     for outcome in ["not_found", "same_node", "moved", "error"] {
         assert_eq!(c.refetches(1, outcome).await, 0.0, "{outcome}");
     }
@@ -492,8 +492,8 @@ async fn a_moved_sandbox_is_refetched_once_and_only_replay_safe_requests_retry()
         .await;
     assert_eq!(r.status, StatusCode::NOT_FOUND, "{}", r.text());
     assert_ne!(
-        r.error_code(),
-        "sandbox_not_found",
+        r.message(),
+        "The sandbox was not found",
         "envd's 404, not the gateway's"
     );
     assert_eq!(c.lookups(0).await, lookups + 1.0);

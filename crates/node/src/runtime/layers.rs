@@ -86,7 +86,7 @@ impl Layers {
             // this host stacks.
             Layers::Shared(store) => {
                 let (store, digests) = (store.clone(), digests.to_vec());
-                let leases = tokio::task::spawn_blocking(move || {
+                let leases = warren_core::blocking::run(move || {
                     digests
                         .iter()
                         .map(|d| store.lease(d))

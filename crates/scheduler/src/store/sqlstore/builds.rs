@@ -680,11 +680,35 @@ impl SqlStore {
 
     /// A build, unless past its TTL.
     pub async fn get_build(&self, build_id: &str) -> Result<Option<BuildRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, id) = (self.clone(), build_id.to_string());
+            return super::run_on(exec, async move { s.get_build_now(&id).await });
+        }
+        self.get_build_now(build_id).await
+    }
+
+    async fn get_build_now(&self, build_id: &str) -> Result<Option<BuildRow>> {
         get(self, build_id).await
     }
 
     /// A page of `team`'s builds (of `template`, unless empty), newest first.
     pub async fn list_builds(
+        &self,
+        team: &str,
+        template: &str,
+        after: Option<(i64, String)>,
+        limit: u32,
+    ) -> Result<(Vec<BuildRow>, Option<(i64, String)>)> {
+        if let Some(exec) = &self.exec {
+            let (s, team, template) = (self.clone(), team.to_string(), template.to_string());
+            return super::run_on(exec, async move {
+                s.list_builds_now(&team, &template, after, limit).await
+            });
+        }
+        self.list_builds_now(team, template, after, limit).await
+    }
+
+    async fn list_builds_now(
         &self,
         team: &str,
         template: &str,
@@ -743,6 +767,21 @@ impl SqlStore {
 
     /// Up to `limit` lines of a build's log from `from_seq` on.
     pub async fn read_build_log(
+        &self,
+        build_id: &str,
+        from_seq: u64,
+        limit: u32,
+    ) -> Result<Vec<LogLine>> {
+        if let Some(exec) = &self.exec {
+            let (s, id) = (self.clone(), build_id.to_string());
+            return super::run_on(exec, async move {
+                s.read_build_log_now(&id, from_seq, limit).await
+            });
+        }
+        self.read_build_log_now(build_id, from_seq, limit).await
+    }
+
+    async fn read_build_log_now(
         &self,
         build_id: &str,
         from_seq: u64,

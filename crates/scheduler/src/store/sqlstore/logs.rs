@@ -148,6 +148,21 @@ impl SqlStore {
         sandbox_id: &str,
         team: &str,
     ) -> Result<Vec<SandboxLogLine>> {
+        if let Some(exec) = &self.exec {
+            let (s, id, team) = (self.clone(), sandbox_id.to_string(), team.to_string());
+            return super::run_on(
+                exec,
+                async move { s.read_sandbox_log_now(&id, &team).await },
+            );
+        }
+        self.read_sandbox_log_now(sandbox_id, team).await
+    }
+
+    async fn read_sandbox_log_now(
+        &self,
+        sandbox_id: &str,
+        team: &str,
+    ) -> Result<Vec<SandboxLogLine>> {
         read(self, sandbox_id, team).await
     }
 }

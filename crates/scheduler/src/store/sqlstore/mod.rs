@@ -70,7 +70,11 @@ pub struct SqlStore {
     secrets: Option<Arc<Sealer>>,
     /// Where operations run: `None` (every part of warren) on the caller's
     /// runtime, writes on a task of their own; `Some` only in the
-    /// deterministic simulation ([`SqlStore::with_executor`]).
+    /// deterministic simulation ([`SqlStore::with_executor`]). Every
+    /// public operation, reads included, goes through it when set (a
+    /// write by [`SqlStore::detached`], a read by the `<op>`/`<op>_now`
+    /// pair): one that awaited the driver directly would land at a
+    /// moment of the simulation no seed fixes, and seeds would not replay.
     exec: Option<Executor>,
 }
 

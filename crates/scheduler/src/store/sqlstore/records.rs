@@ -623,6 +623,14 @@ impl SqlStore {
     }
 
     pub async fn get_record(&self, name: &str) -> Result<Option<TemplateRecord>> {
+        if let Some(exec) = &self.exec {
+            let (s, name) = (self.clone(), name.to_string());
+            return super::run_on(exec, async move { s.get_record_now(&name).await });
+        }
+        self.get_record_now(name).await
+    }
+
+    async fn get_record_now(&self, name: &str) -> Result<Option<TemplateRecord>> {
         get(self, name).await
     }
 
@@ -631,11 +639,30 @@ impl SqlStore {
         &self,
         filter: &RecordFilter,
     ) -> Result<(Vec<TemplateRecord>, Option<RecordCursor>)> {
+        if let Some(exec) = &self.exec {
+            let (s, filter) = (self.clone(), filter.clone());
+            return super::run_on(exec, async move { s.list_records_now(&filter).await });
+        }
+        self.list_records_now(filter).await
+    }
+
+    async fn list_records_now(
+        &self,
+        filter: &RecordFilter,
+    ) -> Result<(Vec<TemplateRecord>, Option<RecordCursor>)> {
         list(self, filter).await
     }
 
     /// What `team` keeps, as the bounds count it.
     pub async fn team_usage(&self, team: &str) -> Result<TeamUsage> {
+        if let Some(exec) = &self.exec {
+            let (s, team) = (self.clone(), team.to_string());
+            return super::run_on(exec, async move { s.team_usage_now(&team).await });
+        }
+        self.team_usage_now(team).await
+    }
+
+    async fn team_usage_now(&self, team: &str) -> Result<TeamUsage> {
         team_usage(self, team).await
     }
 
@@ -647,6 +674,21 @@ impl SqlStore {
 
     /// Notes made at least `grace_ms` ago, by digest after `after`.
     pub async fn due_blobs(
+        &self,
+        grace_ms: i64,
+        after: &str,
+        limit: u32,
+    ) -> Result<(Vec<UnusedBlob>, Option<String>)> {
+        if let Some(exec) = &self.exec {
+            let (s, after) = (self.clone(), after.to_string());
+            return super::run_on(exec, async move {
+                s.due_blobs_now(grace_ms, &after, limit).await
+            });
+        }
+        self.due_blobs_now(grace_ms, after, limit).await
+    }
+
+    async fn due_blobs_now(
         &self,
         grace_ms: i64,
         after: &str,

@@ -174,6 +174,14 @@ impl SqlStore {
 
     /// One of the team's secrets (never its value).
     pub async fn get_secret(&self, team: &str, key: &SecretKey) -> Result<Option<SecretRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, team, key) = (self.clone(), team.to_string(), key.clone());
+            return super::run_on(exec, async move { s.get_secret_now(&team, &key).await });
+        }
+        self.get_secret_now(team, key).await
+    }
+
+    async fn get_secret_now(&self, team: &str, key: &SecretKey) -> Result<Option<SecretRow>> {
         self.secrets_sealer()?;
         let row = sqlx::query(key.select())
             .bind(team)
@@ -186,6 +194,21 @@ impl SqlStore {
     /// Up to `limit` of the team's secrets by name after `after`, and the
     /// name the next page starts after (None: this was the last page).
     pub async fn list_secrets(
+        &self,
+        team: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<(Vec<SecretRow>, Option<String>)> {
+        if let Some(exec) = &self.exec {
+            let (s, team, after) = (self.clone(), team.to_string(), after.map(str::to_string));
+            return super::run_on(exec, async move {
+                s.list_secrets_now(&team, after.as_deref(), limit).await
+            });
+        }
+        self.list_secrets_now(team, after, limit).await
+    }
+
+    async fn list_secrets_now(
         &self,
         team: &str,
         after: Option<&str>,
@@ -242,6 +265,28 @@ impl SqlStore {
         generation: u64,
         names: &[String],
     ) -> Result<BTreeMap<String, String>> {
+        if let Some(exec) = &self.exec {
+            let (s, id, node, names) = (
+                self.clone(),
+                sandbox_id.to_string(),
+                node_id.to_string(),
+                names.to_vec(),
+            );
+            return super::run_on(exec, async move {
+                s.resolve_secrets_now(&id, &node, generation, &names).await
+            });
+        }
+        self.resolve_secrets_now(sandbox_id, node_id, generation, names)
+            .await
+    }
+
+    async fn resolve_secrets_now(
+        &self,
+        sandbox_id: &str,
+        node_id: &str,
+        generation: u64,
+        names: &[String],
+    ) -> Result<BTreeMap<String, String>> {
         let sealer = self.secrets_sealer()?;
         let binding = self
             .get(sandbox_id)
@@ -276,6 +321,14 @@ impl SqlStore {
     /// secrets sealed under another (a rotation). Returns how many it
     /// looked at; 0 when none is left (or there is no secrets key).
     pub async fn reseal_secrets(&self, batch: u32) -> Result<usize> {
+        if let Some(exec) = &self.exec {
+            let s = self.clone();
+            return super::run_on(exec, async move { s.reseal_secrets_now(batch).await });
+        }
+        self.reseal_secrets_now(batch).await
+    }
+
+    async fn reseal_secrets_now(&self, batch: u32) -> Result<usize> {
         let Some(sealer) = self.secrets.clone() else {
             return Ok(0);
         };

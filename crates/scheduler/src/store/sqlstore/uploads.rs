@@ -260,6 +260,14 @@ impl SqlStore {
 
     /// The team's upload of `files_hash`, unless it expired.
     pub async fn get_upload(&self, team: &str, files_hash: &str) -> Result<Option<UploadRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, team, hash) = (self.clone(), team.to_string(), files_hash.to_string());
+            return super::run_on(exec, async move { s.get_upload_now(&team, &hash).await });
+        }
+        self.get_upload_now(team, files_hash).await
+    }
+
+    async fn get_upload_now(&self, team: &str, files_hash: &str) -> Result<Option<UploadRow>> {
         get(self, team, files_hash).await
     }
 

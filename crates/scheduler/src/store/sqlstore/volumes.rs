@@ -514,6 +514,14 @@ impl SqlStore {
 
     /// One volume, if it exists.
     pub async fn volume(&self, id: &str) -> Result<Option<VolumeRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, id) = (self.clone(), id.to_string());
+            return super::run_on(exec, async move { s.volume_now(&id).await });
+        }
+        self.volume_now(id).await
+    }
+
+    async fn volume_now(&self, id: &str) -> Result<Option<VolumeRow>> {
         let row = sqlx::query(&by_id())
             .bind(id)
             .fetch_optional(&self.reader)
@@ -525,6 +533,14 @@ impl SqlStore {
 
     /// A team's volumes, by name.
     pub async fn volumes(&self, team: &str) -> Result<Vec<VolumeRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, team) = (self.clone(), team.to_string());
+            return super::run_on(exec, async move { s.volumes_now(&team).await });
+        }
+        self.volumes_now(team).await
+    }
+
+    async fn volumes_now(&self, team: &str) -> Result<Vec<VolumeRow>> {
         let rows = sqlx::query(&of_team())
             .bind(team)
             .fetch_all(&self.reader)
@@ -555,6 +571,26 @@ impl SqlStore {
         token: &str,
         avoid: Option<&str>,
     ) -> Result<VolumeRouteRow> {
+        if let Some(exec) = &self.exec {
+            let (s, id, token, avoid) = (
+                self.clone(),
+                id.to_string(),
+                token.to_string(),
+                avoid.map(str::to_string),
+            );
+            return super::run_on(exec, async move {
+                s.route_volume_now(&id, &token, avoid.as_deref()).await
+            });
+        }
+        self.route_volume_now(id, token, avoid).await
+    }
+
+    async fn route_volume_now(
+        &self,
+        id: &str,
+        token: &str,
+        avoid: Option<&str>,
+    ) -> Result<VolumeRouteRow> {
         route(self, id, token, avoid).await
     }
 
@@ -562,6 +598,14 @@ impl SqlStore {
     /// tokens stored under another key (`SqlStore::reseal` does the
     /// bindings'). Returns how many it looked at; 0 when none is left.
     pub async fn reseal_volumes(&self, batch: u32) -> Result<usize> {
+        if let Some(exec) = &self.exec {
+            let s = self.clone();
+            return super::run_on(exec, async move { s.reseal_volumes_now(batch).await });
+        }
+        self.reseal_volumes_now(batch).await
+    }
+
+    async fn reseal_volumes_now(&self, batch: u32) -> Result<usize> {
         let rows: Vec<(String, String)> = sqlx::query_as(UNSEALED)
             .bind(self.sealer.current_pattern())
             .bind(i64::from(batch))
@@ -589,6 +633,14 @@ impl SqlStore {
 
     /// The volumes a sandbox mounts.
     pub async fn volume_mounts(&self, sandbox_id: &str) -> Result<Vec<MountRow>> {
+        if let Some(exec) = &self.exec {
+            let (s, id) = (self.clone(), sandbox_id.to_string());
+            return super::run_on(exec, async move { s.volume_mounts_now(&id).await });
+        }
+        self.volume_mounts_now(sandbox_id).await
+    }
+
+    async fn volume_mounts_now(&self, sandbox_id: &str) -> Result<Vec<MountRow>> {
         let rows = sqlx::query(MOUNTS_OF)
             .bind(sandbox_id)
             .fetch_all(&self.reader)
