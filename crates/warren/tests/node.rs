@@ -1353,7 +1353,8 @@ async fn a_filesystem_only_pause_on_a_blob_store_answers_and_reports_its_record(
         node_http: c.node(1),
         data_dir: c.dir().join("node-1"),
         c,
-        http: Http::default(),
+        // The first create unpacks the base template from the blob store.
+        http: Http::new(Duration::from_secs(300)),
         runtime: Runtime::Isolated,
     };
     rig.node_ready().await;
