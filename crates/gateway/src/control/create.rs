@@ -28,7 +28,7 @@ use warren_proto::scheduler::v1::{
 /// How much longer a create may take where the node may first fetch the
 /// template's layers from the blob store (and unpack them): a 1 GB layer
 /// at a slow 10 MB/s, with room.
-const LAYER_FETCH_TIME: Duration = Duration::from_secs(300);
+pub(super) const LAYER_FETCH_TIME: Duration = Duration::from_secs(300);
 
 /// Longest `Idempotency-Key` accepted.
 const MAX_IDEMPOTENCY_KEY: usize = 256;

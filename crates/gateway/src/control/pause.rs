@@ -404,7 +404,10 @@ async fn move_paused(
         // only to a node with that store).
         volumes: super::volumes::node_mounts(&moved),
     };
-    let extra = super::create::ready_time(&record.defaults);
+    // The new node fetches the pause's layers (and any of the template's
+    // it lacks) from the blob store before it boots: as a create from a
+    // blob store, it gets that much longer than `--request-timeout`.
+    let extra = super::create::ready_time(&record.defaults) + super::create::LAYER_FETCH_TIME;
     if let Err(e) = app.nodes.create(&placement.endpoint, &create, extra).await {
         tracing::warn!(sandbox_id = id, node = %placement.node_id, error = %e,
             "cannot boot the paused sandbox on another node");

@@ -245,12 +245,6 @@ impl Hosts {
                 &keys,
                 "--connect-timeout",
                 "500ms",
-                // A create or a resume that boots elsewhere may fetch and
-                // unpack a template's layers from the blob store first:
-                // under load that outlasts the default 30 s (as `send`'s
-                // own 300 s allows for).
-                "--request-timeout",
-                "300s",
                 "--admin-team",
                 "team-hosts",
             ]);
