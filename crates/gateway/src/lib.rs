@@ -18,7 +18,7 @@
 //! - [`control`]: the E2B REST API (create, list, get, kill, timeout,
 //!   connect, fork); [`models`]: its JSON; [`auth`]: `X-API-Key` → team.
 //! - [`resolver`]: the [`Resolver`](resolver::Resolver) trait the data plane
-//!   routes through: the route cache (moka; positive-only, TTL that hits
+//!   routes through: the route cache (sharded compact slots; positive-only, TTL that hits
 //!   never renew, coalesced misses, evicted by the scheduler's
 //!   `WatchBindings` and by stale-route signals), or with
 //!   `--route-cache-capacity 0` one `LookupNode` per request.

@@ -349,8 +349,7 @@ async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached()
         .await;
     assert_eq!(misses + hits, 200.0);
     assert_eq!(coalesced, misses - 1.0, "every miss but one waited");
-    // moka counts entries eventually (its housekeeping runs after the
-    // insert), so the gauge is waited for, never read once.
+    // The gauge is waited for, never read once: it only has to get there.
     wait_until(
         "the entries gauge to count the route",
         Duration::from_secs(10),

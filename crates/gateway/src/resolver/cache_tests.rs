@@ -7,7 +7,7 @@
 use super::*;
 use crate::resolver::watch;
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use warren_proto::scheduler::v1::{BindingChange, BindingState, ChangeKind};
 
@@ -287,4 +287,224 @@ async fn watch_changes_evict_what_they_make_wrong() {
     };
     assert_eq!(watch::apply(&cache, &resync, rev).await, 60);
     assert!(cache.cached("a").await.is_none());
+}
+
+// The compact table's own properties.
+
+fn route_on(id: &str, node: &str, team: &str) -> Route {
+    Route {
+        team_id: team.into(),
+        ..route(id, node, 1)
+    }
+}
+
+#[test]
+fn ids_pack_without_collisions_and_odd_ones_do_not_pack() {
+    let ids = ["a", "a0", "0a", "aa", "0", "00", "z9", "9z"];
+    let keys: Vec<_> = ids.iter().map(|id| Key::pack(id).unwrap()).collect();
+    for (i, a) in keys.iter().enumerate() {
+        for b in &keys[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+    assert!(Key::pack(&"z".repeat(INLINE_ID_LEN)).is_some());
+    for odd in [
+        String::new(),
+        "z".repeat(INLINE_ID_LEN + 1),
+        "Abc".into(),
+        "a-b".into(),
+        "é".into(),
+    ] {
+        assert!(Key::pack(&odd).is_none(), "{odd:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn ids_too_long_to_pack_are_resolved_uncached() {
+    let routes = Arc::new(Routes::default());
+    let long = "l".repeat(INLINE_ID_LEN + 1);
+    routes.put(route(&long, "n1", 1));
+    let fits = "f".repeat(INLINE_ID_LEN);
+    routes.put(route(&fits, "n1", 1));
+    let (cache, m) = cache_with(routes.clone(), 100);
+
+    for _ in 0..3 {
+        assert_eq!(cache.resolve(&long).await.unwrap().sandbox_id, long);
+    }
+    assert_eq!(routes.calls(), 3, "every request asked the scheduler");
+    cache.learn(Arc::new(route(&long, "n1", 2))).await;
+    assert!(cache.cached(&long).await.is_none());
+    cache
+        .evict(&route(&long, "n1", 2), EvictReason::Stale)
+        .await;
+    assert_eq!(m.cache_hits.get(), 0);
+    assert_eq!(cache.len().await, 0);
+
+    // The longest id that packs is cached as usual.
+    cache.resolve(&fits).await.unwrap();
+    assert_eq!(cache.resolve(&fits).await.unwrap().sandbox_id, fits);
+    assert_eq!(routes.calls(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn churn_never_grows_past_capacity_and_spares_hot_routes() {
+    let routes = Arc::new(Routes::default());
+    let capacity = 500u64;
+    let (cache, m) = cache_with(routes.clone(), capacity);
+    let hot: Vec<String> = (0..10).map(|i| format!("hot{i}")).collect();
+    for id in &hot {
+        routes.put(route(id, "n1", 1));
+        cache.resolve(id).await.unwrap();
+    }
+    for i in 0..20_000u64 {
+        cache
+            .learn(Arc::new(route(&format!("c{i}"), "n1", 1)))
+            .await;
+        // The hot routes are read all along; the churned ones never again.
+        cache.resolve(&hot[(i % 10) as usize]).await.unwrap();
+        assert!(cache.len().await <= capacity);
+    }
+    assert_eq!(cache.len().await, capacity);
+    assert_eq!(
+        cache.allocated(),
+        capacity as usize,
+        "the slab was never allocated past its capacity"
+    );
+    assert_eq!(routes.calls(), 10, "no hot route was evicted");
+    assert_eq!(
+        m.evictions(EvictReason::Capacity),
+        20_000 + 10 - capacity,
+        "one eviction per route beyond capacity"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_shard_takes_expired_routes_first() {
+    let routes = Arc::new(Routes::default());
+    let (cache, m) = cache_with(routes, 4);
+    for i in 0..4 {
+        cache
+            .learn(Arc::new(route(&format!("old{i}"), "n1", 1)))
+            .await;
+    }
+    tokio::time::advance(TTL).await;
+    for i in 0..4 {
+        cache
+            .learn(Arc::new(route(&format!("new{i}"), "n1", 1)))
+            .await;
+    }
+    assert_eq!(m.evictions(EvictReason::Ttl), 4);
+    assert_eq!(m.evictions(EvictReason::Capacity), 0);
+    for i in 0..4 {
+        assert!(cache.cached(&format!("new{i}")).await.is_some());
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn large_caches_are_sharded_and_bounded_in_all() {
+    let routes = Arc::new(Routes::default());
+    let capacity = 64 * ROUTES_PER_SHARD;
+    let (cache, m) = cache_with(routes.clone(), capacity);
+    assert_eq!(cache.inner.shards.len(), MAX_SHARDS);
+    let shares: usize = cache.inner.shards.iter().map(|s| s.lock().capacity).sum();
+    assert_eq!(shares as u64, capacity, "the shares add up to the capacity");
+    for i in 0..20_000 {
+        cache
+            .learn(Arc::new(route(&format!("s{i}"), "n1", 1)))
+            .await;
+    }
+    assert_eq!(cache.len().await, 20_000);
+    for i in (0..20_000).step_by(97) {
+        assert_eq!(cache.resolve(&format!("s{i}")).await.unwrap().node_id, "n1");
+    }
+    assert_eq!(routes.calls(), 0);
+    // Past the capacity: bounded overall, every extra route an eviction.
+    for i in 20_000..(capacity + 5_000) {
+        cache
+            .learn(Arc::new(route(&format!("s{i}"), "n1", 1)))
+            .await;
+    }
+    let len = cache.len().await;
+    assert!(len <= capacity);
+    assert_eq!(m.evictions(EvictReason::Capacity), capacity + 5_000 - len);
+    // Small capacities are a single shard with an exact bound.
+    let (small, _) = cache_with(routes, 1000);
+    assert_eq!(small.inner.shards.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nodes_and_teams_are_interned_once_and_released() {
+    let routes = Arc::new(Routes::default());
+    let (cache, _) = cache_with(routes, 1000);
+    for i in 0..300 {
+        let node = if i % 2 == 0 { "n1" } else { "n2" };
+        let team = ["ta", "tb", "tc"][i % 3];
+        cache
+            .learn(Arc::new(route_on(&format!("s{i}"), node, team)))
+            .await;
+    }
+    assert_eq!(cache.interned(), (2, 3), "one copy of each node and team");
+    let r = cache.resolve("s3").await.unwrap();
+    assert_eq!(
+        (r.node_id.as_str(), r.endpoint.as_str(), r.team_id.as_str()),
+        ("n2", "n2.local:1", "ta")
+    );
+    // Moving every n2 route to n3 releases n2.
+    for i in (1..300).step_by(2) {
+        cache
+            .learn(Arc::new(route_on(&format!("s{i}"), "n3", "ta")))
+            .await;
+    }
+    assert_eq!(cache.interned(), (2, 3));
+    assert_eq!(cache.resolve("s3").await.unwrap().node_id, "n3");
+    // The last route of a node or team gone: so is its entry.
+    for i in (0..300).step_by(2) {
+        cache
+            .evict(&route(&format!("s{i}"), "n1", 1), EvictReason::Stale)
+            .await;
+    }
+    assert_eq!(cache.interned(), (1, 1));
+    cache.flush(EvictReason::Watch).await;
+    assert_eq!(cache.interned(), (0, 0));
+    assert_eq!(cache.len().await, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_learn_during_a_lookup_wins_over_its_answer() {
+    let routes = Arc::new(Routes {
+        delay: Duration::from_millis(50),
+        ..Default::default()
+    });
+    routes.put(route("s", "n1", 1));
+    let (cache, _) = cache_with(routes.clone(), 100);
+    let miss = {
+        let cache = cache.clone();
+        tokio::spawn(async move { cache.resolve("s").await.map(|r| r.generation) })
+    };
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    cache.learn(Arc::new(route("s", "n2", 2))).await;
+    assert_eq!(miss.await.unwrap().unwrap(), 1, "the miss gets its answer");
+    assert_eq!(cache.cached("s").await.unwrap().route.generation, 2);
+    assert_eq!(cache.resolve("s").await.unwrap().node_id, "n2");
+    assert_eq!(routes.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lookup_whose_requests_went_away_still_fills_the_cache() {
+    let routes = Arc::new(Routes {
+        delay: Duration::from_millis(50),
+        ..Default::default()
+    });
+    routes.put(route("s", "n1", 1));
+    let (cache, m) = cache_with(routes.clone(), 100);
+    let gave_up = tokio::time::timeout(Duration::from_millis(10), cache.resolve("s")).await;
+    assert!(gave_up.is_err());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(cache.resolve("s").await.unwrap().node_id, "n1");
+    assert_eq!(routes.calls(), 1);
+    assert_eq!(m.cache_hits.get(), 1);
+    // A lookup that found nothing leaves no trace either.
+    assert!(cache.resolve("none").await.unwrap_err().is_not_found());
+    assert!(cache.resolve("none").await.unwrap_err().is_not_found());
+    assert_eq!(routes.calls(), 3);
 }

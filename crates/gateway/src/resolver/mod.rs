@@ -12,7 +12,7 @@
 //! - this file: [`Route`], [`ResolveError`], the [`Resolver`] trait, the
 //!   [`RouteSource`] a resolver asks ([`LookupNode`] against the scheduler),
 //!   and [`UncachedResolver`].
-//! - [`cache`]: [`CachedResolver`] over moka.
+//! - [`cache`]: [`CachedResolver`], a sharded table of fixed-size slots.
 //! - [`watch`]: the task that follows `WatchBindings` and evicts.
 
 mod cache;
