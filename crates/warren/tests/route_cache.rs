@@ -636,6 +636,21 @@ async fn a_broken_watch_serves_cached_routes_and_resumes_where_it_stopped() {
     let mut c = Rig::start(&["--route-cache-ttl", "1h"]).await;
     let (id, _) = c.create(0).await;
     assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
+    // The watch may bring the create's change while that lookup is in
+    // flight, and then its answer is not cached: ask until it is.
+    wait_until(
+        "the route cached on gateway 1",
+        Duration::from_secs(10),
+        || async {
+            if c.route(1, &id).await["cached"].is_null() {
+                assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
+                None
+            } else {
+                Some(())
+            }
+        },
+    )
+    .await;
     let revision = c
         .metric(1, "warren_gateway_route_cache_watch_revision", "")
         .await;
