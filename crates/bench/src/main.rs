@@ -305,7 +305,13 @@ async fn lookup(l: Lookup) -> anyhow::Result<()> {
     let _ = sched
         .call("LookupNode", |mut c| {
             let sandbox_id = first.clone();
-            async move { c.lookup_node(pb::LookupNodeRequest { sandbox_id }).await }
+            async move {
+                c.lookup_node(pb::LookupNodeRequest {
+                    sandbox_id,
+                    ..Default::default()
+                })
+                .await
+            }
         })
         .await
         .context("the first LookupNode")?;
@@ -322,7 +328,13 @@ async fn lookup(l: Lookup) -> anyhow::Result<()> {
                     let r = sched
                         .call("LookupNode", |mut c| {
                             let sandbox_id = sandbox_id.clone();
-                            async move { c.lookup_node(pb::LookupNodeRequest { sandbox_id }).await }
+                            async move {
+                                c.lookup_node(pb::LookupNodeRequest {
+                                    sandbox_id,
+                                    ..Default::default()
+                                })
+                                .await
+                            }
                         })
                         .await;
                     tally.record(t, r.map(|_| ()));

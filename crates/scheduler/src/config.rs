@@ -69,6 +69,17 @@ pub struct Config {
     #[arg(long, env = "WARREN_SCHEDULER_DATABASE_POOL_SIZE", default_value_t = 8)]
     pub database_pool_size: u32,
 
+    /// Keep every binding's route in memory (about 100 bytes a sandbox,
+    /// loaded at start, kept exact by the change log) so `LookupNode` is a
+    /// memory read; false reads the store for every lookup.
+    #[arg(
+        long,
+        env = "WARREN_SCHEDULER_LOOKUP_VIEW",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub lookup_view: bool,
+
     /// Node liveness lease: a node that has not heartbeated for this long is down.
     #[arg(long, env = "WARREN_SCHEDULER_LEASE", default_value = "10s", value_parser = parse_duration)]
     pub lease: Duration,

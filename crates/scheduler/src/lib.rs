@@ -17,6 +17,8 @@
 //!   every binding change is logged in the same transaction.
 //! - [`service`]: the tonic service: input validation, status codes, metrics.
 //! - [`watch`]: the change-log hub behind `WatchBindings`.
+//! - [`route_view`]: every binding's route in memory, kept exact by the
+//!   hub, so `LookupNode` is a memory read (`--lookup-view`).
 //! - [`sweep`]: dead nodes, expired sandboxes, stuck creates, log pruning,
 //!   under a [`sweep::LeaderLease`].
 //! - [`metrics`]: `warren_scheduler_*` Prometheus metrics.
@@ -39,6 +41,7 @@ pub mod error;
 pub mod metrics;
 #[cfg(feature = "mutations")]
 pub mod mutations;
+pub mod route_view;
 pub mod service;
 pub mod store;
 pub mod sweep;
@@ -323,7 +326,11 @@ where
             stopped.clone(),
         ))
     });
-    let (hub, hub_task) = watch::Hub::start(store.clone(), stopped.clone()).await?;
+    let view = Arc::new(route_view::RouteView::new(
+        config.lookup_view,
+        metrics.clone(),
+    ));
+    let (hub, hub_task) = watch::Hub::start(store.clone(), view.clone(), stopped.clone()).await?;
     let timing = sweep::SweepTiming {
         interval: config.sweep_interval,
         lease: config.lease,
@@ -354,6 +361,7 @@ where
     let service = service::SchedulerService::new(
         store,
         hub,
+        view,
         service::ServiceSettings {
             nodes: store::NodeTiming {
                 lease: config.lease,

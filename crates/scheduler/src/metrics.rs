@@ -18,6 +18,11 @@ struct RpcLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnswerLabel {
+    answer: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabel {
     state: &'static str,
 }
@@ -43,6 +48,11 @@ pub struct Metrics {
     watch_subscribers: Gauge,
     watch_resyncs: Counter,
     leader: Gauge,
+    /// `lookups{answer="view"}` and `{answer="store"}`, resolved once.
+    lookups_view: Counter,
+    lookups_store: Counter,
+    route_view_routes: Gauge,
+    route_view_ready: Gauge,
 }
 
 impl Metrics {
@@ -60,6 +70,10 @@ impl Metrics {
             watch_subscribers: Gauge::default(),
             watch_resyncs: Counter::default(),
             leader: Gauge::default(),
+            lookups_view: Counter::default(),
+            lookups_store: Counter::default(),
+            route_view_routes: Gauge::default(),
+            route_view_ready: Gauge::default(),
         };
         registry.register(
             "rpc_requests",
@@ -104,7 +118,50 @@ impl Metrics {
             "1 while this replica holds the sweep lease (it runs the sweeps), else 0",
             m.leader.clone(),
         );
+        let lookups = Family::<AnswerLabel, Counter>::default();
+        let answer = |answer| lookups.get_or_create(&AnswerLabel { answer }).clone();
+        let m = Metrics {
+            lookups_view: answer("view"),
+            lookups_store: answer("store"),
+            ..m
+        };
+        registry.register(
+            "lookups",
+            "LookupNode answers, by where they came from: answer=\"view\" (memory) \
+             or \"store\" (a query: a sandbox the view lacks, a view not yet \
+             loaded or behind the caller, a consistent read, --lookup-view false)",
+            lookups,
+        );
+        registry.register(
+            "route_view_routes",
+            "Routes held in memory by the route view (--lookup-view)",
+            m.route_view_routes.clone(),
+        );
+        registry.register(
+            "route_view_ready",
+            "1 once the route view has loaded every binding and answers lookups, else 0",
+            m.route_view_ready.clone(),
+        );
         m
+    }
+
+    /// A `LookupNode` answered from the route view (`true`) or the store.
+    pub fn lookup_answered(&self, from_view: bool) {
+        if from_view {
+            self.lookups_view.inc();
+        } else {
+            self.lookups_store.inc();
+        }
+    }
+
+    /// The route view gained (1) or lost (-1) a route.
+    pub fn route_view_routes(&self, delta: i64) {
+        self.route_view_routes.inc_by(delta);
+    }
+
+    /// The route view finished loading.
+    pub fn route_view_ready(&self, ready: bool) {
+        self.route_view_ready.set(i64::from(ready));
     }
 
     /// Whether this replica holds the sweep lease now.

@@ -19,6 +19,7 @@
 //! has been pruned, it gets a HELLO with `resync_required` instead.
 
 use crate::metrics::Metrics;
+use crate::route_view::RouteView;
 use crate::service::convert;
 use crate::store::{Change, ChangeBounds, SqlStore};
 use std::sync::Arc;
@@ -53,14 +54,27 @@ impl Hub {
     /// Reads the head of the log, then starts the tail task from there; it
     /// stops when `shutdown` flips to true. Call before serving: a
     /// subscriber must never see a head older than the hub's starting point.
+    ///
+    /// It keeps `view` ([`RouteView`]) exact: each batch of new rows is
+    /// applied to the view before it is broadcast. The view's load starts
+    /// here too, beside the tail, from the same head.
     pub async fn start(
         store: Arc<SqlStore>,
+        view: Arc<RouteView>,
         shutdown: watch::Receiver<bool>,
     ) -> crate::error::Result<(Hub, tokio::task::JoinHandle<()>)> {
         let head = store.change_bounds().await?.head;
+        view.start_at(head);
         let (tx, _) = broadcast::channel(BROADCAST_CAPACITY);
         let hub = Hub { tx: tx.clone() };
-        let task = tokio::spawn(tail(store, tx, head, shutdown));
+        let load = {
+            let (store, view, stop) = (store.clone(), view.clone(), shutdown.clone());
+            tokio::spawn(async move { view.load(&store, stop).await })
+        };
+        let task = tokio::spawn(async move {
+            tail(store, view, tx, head, shutdown).await;
+            load.abort();
+        });
         Ok((hub, task))
     }
 
@@ -94,6 +108,7 @@ impl Hub {
 
 async fn tail(
     store: Arc<SqlStore>,
+    view: Arc<RouteView>,
     tx: broadcast::Sender<Arc<Change>>,
     mut cursor: u64,
     mut shutdown: watch::Receiver<bool>,
@@ -103,7 +118,7 @@ async fn tail(
         if *shutdown.borrow() {
             return;
         }
-        let pause = match forward_new(&store, &tx, &mut cursor).await {
+        let pause = match forward_new(&store, &view, &tx, &mut cursor).await {
             Ok(()) => POLL_BACKSTOP,
             Err(e) => {
                 tracing::warn!(error = %e, "watch hub cannot read the change log");
@@ -118,18 +133,28 @@ async fn tail(
     }
 }
 
+/// Applies the rows after `cursor` to the view, then broadcasts them. A
+/// batch the view could not apply is neither broadcast nor passed: the
+/// next round reads it again.
 async fn forward_new(
     store: &SqlStore,
+    view: &RouteView,
     tx: &broadcast::Sender<Arc<Change>>,
     cursor: &mut u64,
 ) -> crate::error::Result<()> {
     loop {
-        let batch = store.changes_after(*cursor, READ_BATCH).await?;
+        let batch: Vec<Arc<Change>> = store
+            .changes_after(*cursor, READ_BATCH)
+            .await?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
         let full = batch.len() == READ_BATCH as usize;
+        view.follow(store, &batch).await?;
         for change in batch {
             *cursor = change.revision;
             // No receivers is fine: nobody is watching.
-            let _ = tx.send(Arc::new(change));
+            let _ = tx.send(change);
         }
         if !full {
             return Ok(());

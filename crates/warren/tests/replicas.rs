@@ -1,7 +1,8 @@
 //! Two `warren scheduler` processes on one real PostgreSQL database: a change
 //! made through one replica reaches a `WatchBindings` stream on the other
 //! within milliseconds (LISTEN/NOTIFY), `LookupNode` answers the same on
-//! either, and when the replica that sweeps is SIGKILLed the other one takes
+//! either (each from its in-memory route view, never older than the
+//! revision its caller has seen on the other), and when the replica that sweeps is SIGKILLed the other one takes
 //! the sweep lease (`warren_scheduler_leader`) and keeps detecting dead nodes.
 // Each file under tests/ is its own crate and sees every dependency of the
 // package; the ones only the library or other test files use are not unused.
@@ -150,6 +151,18 @@ async fn running(c: &mut Client, node_id: &str) -> pb::Placement {
 async fn lookup(c: &mut Client, id: &str) -> Result<pb::Route, tonic::Status> {
     c.lookup_node(pb::LookupNodeRequest {
         sandbox_id: id.into(),
+        ..Default::default()
+    })
+    .await
+    .map(|r| r.into_inner())
+}
+
+/// `LookupNode` for a caller that has seen every change up to `seen`.
+async fn lookup_after(c: &mut Client, id: &str, seen: u64) -> Result<pb::Route, tonic::Status> {
+    c.lookup_node(pb::LookupNodeRequest {
+        sandbox_id: id.into(),
+        min_revision: seen,
+        consistent: false,
     })
     .await
     .map(|r| r.into_inner())
@@ -300,4 +313,56 @@ async fn killing_the_sweeping_replica_hands_the_lease_to_the_other() {
     let route = lookup(&mut c, &kept.sandbox_id).await.unwrap();
     assert_eq!(route.state, BindingState::Running as i32);
     heartbeats.abort();
+}
+
+/// A gateway watching replica 2 and looking up through replica 1 names the
+/// revision it has seen; replica 1's route view may not have applied it
+/// yet (it follows replica 2's commits through NOTIFY), and then it answers
+/// from the store: never the route the caller already knows is gone.
+#[tokio::test]
+async fn a_replica_behind_the_callers_revision_answers_from_its_store() {
+    let pg = PgServer::start().unwrap();
+    let (r1, r2) = two_replicas(&pg, "behind").await;
+    let (mut c1, mut c2) = (client(&r1).await, client(&r2).await);
+    let inc = register(&mut c2, "node-a").await;
+    let beating = keep_alive(&c2, "node-a", inc);
+    let mut watch = c2
+        .watch_bindings(pb::WatchBindingsRequest { from_revision: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(next_change(&mut watch).await.kind, ChangeKind::Hello as i32);
+    for _ in 0..30 {
+        let p = running(&mut c2, "node-a").await;
+        let assigned = next_change(&mut watch).await;
+        assert_eq!(assigned.kind, ChangeKind::Assigned as i32);
+        let route = lookup_after(&mut c1, &p.sandbox_id, assigned.revision)
+            .await
+            .unwrap();
+        assert_eq!(
+            (route.generation, route.state),
+            (p.generation, BindingState::Running as i32)
+        );
+        c2.report_sandbox_event(pb::ReportSandboxEventRequest {
+            node_id: "node-a".into(),
+            events: vec![pb::SandboxEvent {
+                sandbox_id: p.sandbox_id.clone(),
+                generation: p.generation,
+                r#type: EventType::Delete as i32,
+                paused_record: None,
+                logs: Vec::new(),
+            }],
+        })
+        .await
+        .unwrap();
+        let removed = next_change(&mut watch).await;
+        assert_eq!(removed.kind, ChangeKind::Removed as i32);
+        let gone = lookup_after(&mut c1, &p.sandbox_id, removed.revision).await;
+        assert_eq!(
+            gone.as_ref().map_err(|s| s.code()).err(),
+            Some(Code::NotFound),
+            "{gone:?}"
+        );
+    }
+    beating.abort();
 }

@@ -378,7 +378,13 @@ impl Resolver for CachedResolver {
         &'a self,
         sandbox_id: &'a str,
     ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>> {
-        Box::pin(async move { self.inner.source.lookup(sandbox_id).await.map(Arc::new) })
+        Box::pin(async move {
+            self.inner
+                .source
+                .lookup_consistent(sandbox_id)
+                .await
+                .map(Arc::new)
+        })
     }
 
     fn evict<'a>(&'a self, route: &'a Route, reason: EvictReason) -> BoxFuture<'a, ()> {

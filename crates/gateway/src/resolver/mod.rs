@@ -170,7 +170,8 @@ pub trait Resolver: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>>;
 
     /// One `LookupNode` that neither reads nor fills the cache, nor joins a
-    /// coalesced lookup: after a stale-route signal, and for `warren route`.
+    /// coalesced lookup, answered from the scheduler's store (not its route
+    /// view): after a stale-route signal, and for `warren route`.
     fn lookup_uncached<'a>(
         &'a self,
         sandbox_id: &'a str,
@@ -200,8 +201,18 @@ pub trait Resolver: Send + Sync + 'static {
 /// Where routes come from on a miss. The scheduler's `LookupNode` in
 /// production ([`LookupNode`]); unit tests count calls to their own.
 pub trait RouteSource: Send + Sync + 'static {
-    /// The scheduler's current route for `sandbox_id`.
+    /// The scheduler's current route for `sandbox_id`, at least as new as
+    /// every watch change this gateway has applied.
     fn lookup<'a>(&'a self, sandbox_id: &'a str) -> BoxFuture<'a, Result<Route, ResolveError>>;
+
+    /// The same, read from the scheduler's store rather than its route
+    /// view: after a node has proved the route this gateway had wrong.
+    fn lookup_consistent<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+    ) -> BoxFuture<'a, Result<Route, ResolveError>> {
+        self.lookup(sandbox_id)
+    }
 }
 
 /// `LookupNode` on the scheduler, counted in
@@ -218,33 +229,50 @@ impl LookupNode {
     }
 }
 
-impl RouteSource for LookupNode {
-    fn lookup<'a>(&'a self, sandbox_id: &'a str) -> BoxFuture<'a, Result<Route, ResolveError>> {
-        Box::pin(async move {
-            self.metrics.scheduler_lookups.inc();
-            let route = self
-                .scheduler
-                .call("LookupNode", |mut c| async move {
-                    c.lookup_node(LookupNodeRequest {
-                        sandbox_id: sandbox_id.to_string(),
-                    })
-                    .await
+impl LookupNode {
+    /// One `LookupNode`: the scheduler answers at least as new as the
+    /// watch revision this gateway has applied, from its store when
+    /// `consistent`.
+    async fn ask(&self, sandbox_id: &str, consistent: bool) -> Result<Route, ResolveError> {
+        self.metrics.scheduler_lookups.inc();
+        let min_revision = u64::try_from(self.metrics.watch_revision.get()).unwrap_or(0);
+        let route = self
+            .scheduler
+            .call("LookupNode", |mut c| async move {
+                c.lookup_node(LookupNodeRequest {
+                    sandbox_id: sandbox_id.to_string(),
+                    min_revision,
+                    consistent,
                 })
                 .await
-                .map_err(|status| ResolveError {
-                    sandbox_id: sandbox_id.to_string(),
-                    status,
-                })?;
-            Ok(Route {
-                sandbox_id: route.sandbox_id,
-                node_id: route.node_id,
-                endpoint: route.endpoint,
-                generation: route.generation,
-                state: BindingState::try_from(route.state).unwrap_or(BindingState::Unspecified),
-                team_id: route.team_id,
-                auto_resume: route.auto_resume,
             })
+            .await
+            .map_err(|status| ResolveError {
+                sandbox_id: sandbox_id.to_string(),
+                status,
+            })?;
+        Ok(Route {
+            sandbox_id: route.sandbox_id,
+            node_id: route.node_id,
+            endpoint: route.endpoint,
+            generation: route.generation,
+            state: BindingState::try_from(route.state).unwrap_or(BindingState::Unspecified),
+            team_id: route.team_id,
+            auto_resume: route.auto_resume,
         })
+    }
+}
+
+impl RouteSource for LookupNode {
+    fn lookup<'a>(&'a self, sandbox_id: &'a str) -> BoxFuture<'a, Result<Route, ResolveError>> {
+        Box::pin(self.ask(sandbox_id, false))
+    }
+
+    fn lookup_consistent<'a>(
+        &'a self,
+        sandbox_id: &'a str,
+    ) -> BoxFuture<'a, Result<Route, ResolveError>> {
+        Box::pin(self.ask(sandbox_id, true))
     }
 }
 
@@ -265,14 +293,19 @@ impl Resolver for UncachedResolver {
         &'a self,
         sandbox_id: &'a str,
     ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>> {
-        self.lookup_uncached(sandbox_id)
+        Box::pin(async move { self.source.lookup(sandbox_id).await.map(Arc::new) })
     }
 
     fn lookup_uncached<'a>(
         &'a self,
         sandbox_id: &'a str,
     ) -> BoxFuture<'a, Result<Arc<Route>, ResolveError>> {
-        Box::pin(async move { self.source.lookup(sandbox_id).await.map(Arc::new) })
+        Box::pin(async move {
+            self.source
+                .lookup_consistent(sandbox_id)
+                .await
+                .map(Arc::new)
+        })
     }
 
     fn status(&self) -> ResolverStatus {

@@ -16,6 +16,7 @@ mod volumes;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
+use crate::route_view::{Freshness, RouteView};
 use crate::store::{
     ListFilter, NodeEvent, NodeRegistration, NodeTiming, PlaceSpec, SqlStore, State,
 };
@@ -84,6 +85,8 @@ pub struct SchedulerService {
     store: Arc<SqlStore>,
     /// Fans the change log out to `WatchBindings` streams.
     hub: Hub,
+    /// Every binding's route in memory: `LookupNode`'s answers.
+    view: Arc<RouteView>,
     settings: ServiceSettings,
     quotas: crate::config::Quotas,
     metrics: Metrics,
@@ -95,6 +98,7 @@ impl SchedulerService {
     pub fn new(
         store: Arc<SqlStore>,
         hub: Hub,
+        view: Arc<RouteView>,
         settings: ServiceSettings,
         quotas: crate::config::Quotas,
         metrics: Metrics,
@@ -103,6 +107,7 @@ impl SchedulerService {
         SchedulerService {
             store,
             hub,
+            view,
             settings,
             quotas,
             metrics,
@@ -326,9 +331,13 @@ impl SchedulerService {
 
     async fn lookup_node(&self, r: pb::LookupNodeRequest) -> Result<pb::Route> {
         validate::sandbox_id(&r.sandbox_id)?;
+        let want = Freshness {
+            min_revision: r.min_revision,
+            consistent: r.consistent,
+        };
         let b = self
-            .store
-            .route(&r.sandbox_id)
+            .view
+            .lookup(&self.store, &r.sandbox_id, want)
             .await?
             .ok_or_else(|| Error::NotFound(format!("sandbox {} not found", r.sandbox_id)))?;
         if b.state == State::Lost {

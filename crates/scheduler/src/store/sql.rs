@@ -14,6 +14,12 @@ macro_rules! binding_columns {
     };
 }
 
+macro_rules! route_columns {
+    () => {
+        "sandbox_id, node_id, endpoint, generation, state, team_id, auto_resume"
+    };
+}
+
 // ---- counters and the change log ----
 
 /// Bumps a counter (`generation` or `revision`) and returns the new value.
@@ -101,9 +107,35 @@ pub const BINDING_BY_ID: &str = concat!(
 /// What `LookupNode` answers with, and nothing else: the hot read of
 /// every gateway's cache misses (no metadata, environment or token to
 /// fetch and decode).
-pub const ROUTE_BY_ID: &str =
-    "SELECT sandbox_id, node_id, endpoint, generation, state, team_id, auto_resume \
-     FROM bindings WHERE sandbox_id = $1";
+pub const ROUTE_BY_ID: &str = concat!(
+    "SELECT ",
+    route_columns!(),
+    " FROM bindings WHERE sandbox_id = $1"
+);
+/// The routes of bindings in id order after `$1`, `$2` at most: the route
+/// view's load at start.
+pub const ROUTES_AFTER: &str = concat!(
+    "SELECT ",
+    route_columns!(),
+    " FROM bindings WHERE sandbox_id > $1 ORDER BY sandbox_id LIMIT $2"
+);
+/// The routes of `n` sandboxes, `$1` to `$n` (at least one).
+pub fn routes_by_ids(n: usize) -> String {
+    let mut q = concat!(
+        "SELECT ",
+        route_columns!(),
+        " FROM bindings WHERE sandbox_id IN ("
+    )
+    .to_string();
+    for i in 1..=n.max(1) {
+        if i > 1 {
+            q.push_str(", ");
+        }
+        q.push_str(&format!("${i}"));
+    }
+    q.push(')');
+    q
+}
 pub const BINDING_BY_KEY: &str = concat!(
     "SELECT ",
     binding_columns!(),

@@ -341,6 +341,7 @@ pub async fn get(c: &mut Client, sandbox_id: &str) -> Result<pb::Binding, Status
 pub async fn lookup(c: &mut Client, sandbox_id: &str) -> Result<pb::Route, Status> {
     c.lookup_node(pb::LookupNodeRequest {
         sandbox_id: sandbox_id.into(),
+        ..Default::default()
     })
     .await
     .map(|r| r.into_inner())
@@ -498,4 +499,32 @@ pub fn bound(s: &Status) -> Option<String> {
         .get(warren_proto::BOUND_METADATA)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string)
+}
+
+/// The admin listener's `/metrics` text.
+pub async fn scrape(admin: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(admin).await.unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+/// The value of the sample named exactly `series` (with its labels, as
+/// exposed: `warren_scheduler_lookups_total{answer="view"}`); 0 when absent.
+pub async fn metric(admin: SocketAddr, series: &str) -> f64 {
+    scrape(admin)
+        .await
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
 }

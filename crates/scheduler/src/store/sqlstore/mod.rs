@@ -8,6 +8,8 @@
 //! - `nodes.rs`: registration, heartbeats, roster reconciliation, node choice.
 //! - `bindings.rs`: place, reassign, record, events, reads, timeouts.
 //! - `sweep.rs`: the sweep pass, the change log reads, the census.
+//! - `routes.rs`: the route columns `LookupNode` answers with, one
+//!   sandbox, a batch, or a page in id order (the scheduler's route view).
 //! - `records.rs`: template records, unused-blob notes, team usage;
 //!   `builds.rs`: template builds and their logs; `uploads.rs`: COPY
 //!   uploads; `volumes.rs`: volumes and their mounts (each with its part
@@ -27,6 +29,7 @@ mod logs;
 mod nodes;
 mod open;
 mod records;
+mod routes;
 mod secrets;
 mod sweep;
 mod uploads;
@@ -45,6 +48,7 @@ use sqlx::{Any, AnyConnection, AnyPool, Row, Transaction};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
 
@@ -62,6 +66,10 @@ pub struct SqlStore {
     /// The PostgreSQL URL, for the connections that are not pooled (the
     /// change listener and the sweep lease).
     pg_url: Option<String>,
+    /// The newest revision this process has committed to the change log
+    /// (0 before its first): a read that must see this process's own
+    /// writes compares against it (`crate::route_view`).
+    committed: Arc<AtomicU64>,
     /// Seals access tokens and `envVars` before they are stored, and opens
     /// them when they are read (`store::seal`).
     sealer: Arc<Sealer>,
@@ -153,6 +161,8 @@ impl SqlStore {
             now,
             sealer: self.sealer.clone(),
             changes: 0,
+            last_revision: 0,
+            committed: self.committed.clone(),
             notify: self.backend.notify(),
             change_at: None,
         })
@@ -187,6 +197,10 @@ struct WriteTx {
     sealer: Arc<Sealer>,
     /// Change-log rows appended, to wake the watch hubs after commit.
     changes: u32,
+    /// The newest revision appended, and the store's record of what this
+    /// process committed, which it raises to that at commit.
+    last_revision: u64,
+    committed: Arc<AtomicU64>,
     /// The backend's statement that wakes other replicas' hubs at commit.
     notify: Option<&'static str>,
     /// When set, the `at_ms` logged with changes instead of `now`: a LOST
@@ -234,6 +248,7 @@ impl WriteTx {
             .execute(self.conn())
             .await?;
         self.changes += 1;
+        self.last_revision = revision;
         Ok(revision)
     }
 
@@ -337,6 +352,8 @@ impl WriteTx {
         }
         self.tx.commit().await?;
         if grew {
+            self.committed
+                .fetch_max(self.last_revision, Ordering::AcqRel);
             changed.notify_one();
         }
         Ok(())
@@ -630,35 +647,6 @@ impl SqlStore {
             .await?;
         row.as_ref()
             .map(|r| binding_from_row(r, &self.sealer))
-            .transpose()
-    }
-
-    /// Where a sandbox is, if it exists (the columns `LookupNode` answers).
-    pub async fn route(&self, sandbox_id: &str) -> Result<Option<RouteRow>> {
-        if let Some(exec) = &self.exec {
-            let (s, id) = (self.clone(), sandbox_id.to_string());
-            return run_on(exec, async move { s.route_now(&id).await });
-        }
-        self.route_now(sandbox_id).await
-    }
-
-    async fn route_now(&self, sandbox_id: &str) -> Result<Option<RouteRow>> {
-        let row = sqlx::query(sql::ROUTE_BY_ID)
-            .bind(sandbox_id)
-            .fetch_optional(&self.reader)
-            .await?;
-        row.as_ref()
-            .map(|r| -> Result<RouteRow> {
-                Ok(RouteRow {
-                    sandbox_id: r.try_get("sandbox_id")?,
-                    node_id: r.try_get("node_id")?,
-                    endpoint: r.try_get("endpoint")?,
-                    generation: to_u64(r.try_get("generation")?, "generation")?,
-                    state: parse_state(r.try_get("state")?)?,
-                    team_id: r.try_get("team_id")?,
-                    auto_resume: r.try_get::<i64, _>("auto_resume")? != 0,
-                })
-            })
             .transpose()
     }
 
