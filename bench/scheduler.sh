@@ -9,14 +9,21 @@
 # DURATION seconds from each CREATE_CONCURRENCY of callers; SANDBOXES
 # running sandboxes are written into the store (`warren-bench seed`:
 # straight into the tables, on one node whose lease never runs out);
-# `warren-bench lookup` calls LookupNode for random ones from each
-# CONCURRENCY of callers; and the creates run again with the store full.
+# the scheduler restarts (its route view loads them: the seed writes no
+# change rows); `warren-bench lookup` calls LookupNode for random ones
+# from each CONCURRENCY of callers, answered from the view (and in
+# `LookupNodes` batches of each BATCH size from BATCH_CALLERS callers;
+# those rows count ids, not calls), then again
+# with `--lookup-view false` (a store query each, the reference); and the
+# creates run again with the store full.
 # The scheduler's CPU time per call comes from /proc/<pid>/stat. One table.
 #
 # Usage: bench/scheduler.sh [SANDBOXES=1000000] [DURATION=10]
 #   env: BACKENDS="sqlite postgres", CONCURRENCY="16 64",
-#        CREATE_CONCURRENCY="1 16", CARGO_TARGET_DIR, KEEP=1
-# Needs: PostgreSQL's initdb/pg_ctl for the postgres backend (Debian:
+#        CREATE_CONCURRENCY="1 16", BATCH="16 64" (ids per LookupNodes
+#        call, as a gateway batches concurrent misses; "" for none),
+#        BATCH_CALLERS=8, CARGO_TARGET_DIR, KEEP=1
+# Needs: curl; PostgreSQL's initdb/pg_ctl for the postgres backend (Debian:
 # apt-get install postgresql); builds warren and warren-bench in release
 # mode. Everything runs on 127.0.0.1 and is stopped on exit.
 set -euo pipefail
@@ -27,6 +34,8 @@ DURATION="${2:-10}"
 BACKENDS="${BACKENDS:-sqlite postgres}"
 CONCURRENCY="${CONCURRENCY:-16 64}"
 CREATE_CONCURRENCY="${CREATE_CONCURRENCY:-1 16}"
+BATCH="${BATCH:-16 64}"
+BATCH_CALLERS="${BATCH_CALLERS:-8}"
 
 cargo build --release -q -p warren -p warren-bench
 TARGET="${CARGO_TARGET_DIR:-$PWD/target}/release"
@@ -97,15 +106,33 @@ for backend in $BACKENDS; do
       (umask 077; od -An -N32 -tx1 /dev/urandom | tr -d ' \n' >"$WORK/store.key")
       db_args=(--database-url "$url" --store-key-file "$WORK/store.key") ;;
   esac
-  WARREN_LOG=warn WARREN_EXIT_WITH_PARENT=1 "$BIN" scheduler --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
-    --data-dir "$WORK/sched-$backend" "${db_args[@]}" --creating-timeout 1h --quota-sandboxes 0 \
-    --tls-ca "$CERTS/ca.pem" --tls-cert "$CERTS/scheduler-bench.pem" --tls-key "$CERTS/scheduler-bench.key" \
-    >"$WORK/sched-$backend.out" 2>"$WORK/sched-$backend.err" &
-  pid=$!
-  PIDS+=("$pid")
-  for _ in $(seq 1 300); do grep -q "^scheduler grpc listening" "$WORK/sched-$backend.out" && break; sleep 0.1; done
-  addr=$(grep "^scheduler grpc listening" "$WORK/sched-$backend.out" | sed 's/.* on //')
-  [ -n "$addr" ] || { echo "bench: the $backend scheduler did not start:" >&2; cat "$WORK/sched-$backend.err" >&2; exit 1; }
+  # start_sched [FLAGS...]: leaves pid, addr and admin.
+  start_sched() {
+    WARREN_LOG=warn,warren_scheduler::route_view=info WARREN_EXIT_WITH_PARENT=1 "$BIN" scheduler --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+      --data-dir "$WORK/sched-$backend" "${db_args[@]}" --creating-timeout 1h --quota-sandboxes 0 \
+      --tls-ca "$CERTS/ca.pem" --tls-cert "$CERTS/scheduler-bench.pem" --tls-key "$CERTS/scheduler-bench.key" \
+      "$@" >"$WORK/sched-$backend.out" 2>"$WORK/sched-$backend.err" &
+    pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 1 300); do grep -q "^scheduler admin listening" "$WORK/sched-$backend.out" && break; sleep 0.1; done
+    addr=$(grep "^scheduler grpc listening" "$WORK/sched-$backend.out" | sed 's/.* on //')
+    admin=$(grep "^scheduler admin listening" "$WORK/sched-$backend.out" | sed 's/.* on //')
+    [ -n "$addr" ] || { echo "bench: the $backend scheduler did not start:" >&2; cat "$WORK/sched-$backend.err" >&2; exit 1; }
+  }
+  stop_sched() {
+    kill -TERM "$pid"
+    for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  }
+  # view_loaded: waits until the route view answers lookups; prints how
+  # long its load took and the scheduler's RSS then.
+  view_loaded() {
+    for _ in $(seq 1 1200); do
+      [ "$(curl -sf "http://$admin/metrics" | awk '$1 == "warren_scheduler_route_view_ready" {print $2}')" = 1 ] && break
+      sleep 0.1
+    done
+    echo "bench: $backend: $(grep -o 'route view loaded.*' "$WORK/sched-$backend.err" | tail -1); scheduler RSS $(( $(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") / 1024 )) MiB" >&2
+  }
+  start_sched
   echo "bench: $backend: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
   create() { # LABEL CALLERS
     measure "$backend $1" "$pid" "$DRIVER" create --scheduler "http://$addr" "${GW_TLS[@]}" \
@@ -115,10 +142,25 @@ for backend in $BACKENDS; do
   # Creates into an empty store, then with SANDBOXES sandboxes in it.
   for c in $CREATE_CONCURRENCY; do create "Place+RecordAssignment (empty store)" "$c"; done
   "$DRIVER" seed --database-url "$url" --count "$SANDBOXES" --endpoint 127.0.0.1:9 >&2
-  for c in $CONCURRENCY; do
-    measure "$backend LookupNode" "$pid" "$DRIVER" lookup --scheduler "http://$addr" "${GW_TLS[@]}" \
-      --count "$SANDBOXES" --concurrency "$c" --duration "$DURATION"
-  done
+  lookups() { # LABEL
+    for c in $CONCURRENCY; do
+      measure "$backend $1" "$pid" "$DRIVER" lookup --scheduler "http://$addr" "${GW_TLS[@]}" \
+        --count "$SANDBOXES" --concurrency "$c" --duration "$DURATION"
+    done
+    for b in $BATCH; do
+      measure "$backend $1 in LookupNodes of $b (per id)" "$pid" "$DRIVER" lookup --scheduler "http://$addr" \
+        "${GW_TLS[@]}" --count "$SANDBOXES" --concurrency "$BATCH_CALLERS" --batch "$b" --duration "$DURATION"
+    done
+  }
+  # The seed writes no change rows: a restart loads what it wrote into the
+  # route view, as any restart over a full store does. Then the reference,
+  # the same lookups with the view off (a query each).
+  stop_sched; start_sched; view_loaded
+  lookups "LookupNode"
+  stop_sched; start_sched --lookup-view false
+  echo "bench: $backend: --lookup-view false: scheduler RSS $(( $(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") / 1024 )) MiB" >&2
+  lookups "LookupNode (--lookup-view false)"
+  stop_sched; start_sched; view_loaded
   for c in $CREATE_CONCURRENCY; do create "Place+RecordAssignment ($SANDBOXES in the store)" "$c"; done
 done
 

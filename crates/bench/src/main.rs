@@ -88,6 +88,11 @@ struct Lookup {
     count: u64,
     #[arg(long, default_value = "b")]
     prefix: String,
+    /// Ids per call: 1 calls `LookupNode`; more call `LookupNodes` with
+    /// that many random ids (what a gateway sends for concurrent misses).
+    /// Rates and counts are then per id, latencies per call.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    batch: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -274,7 +279,13 @@ impl Tally {
         }
     }
 
-    fn report(mut self, what: &str, elapsed: Duration, concurrency: usize) {
+    fn report(self, what: &str, elapsed: Duration, concurrency: usize) {
+        self.report_per(what, elapsed, concurrency, 1)
+    }
+
+    /// As [`Tally::report`] for calls of `per` items each: counts and the
+    /// rate per item, latencies per call.
+    fn report_per(mut self, what: &str, elapsed: Duration, concurrency: usize, per: u32) {
         self.micros.sort_unstable();
         let pct = |p: f64| -> f64 {
             if self.micros.is_empty() {
@@ -283,10 +294,10 @@ impl Tally {
             let i = ((self.micros.len() as f64 - 1.0) * p).round() as usize;
             f64::from(self.micros[i]) / 1000.0
         };
-        let n = self.micros.len();
+        let n = self.micros.len() * per as usize;
         println!(
             "{what}: {n} ok, {} errors in {:.1} s with {concurrency} callers: {:.0}/s, p50 {:.2} ms, p99 {:.2} ms",
-            self.errors,
+            self.errors * u64::from(per),
             elapsed.as_secs_f64(),
             n as f64 / elapsed.as_secs_f64(),
             pct(0.5),
@@ -319,10 +330,37 @@ async fn lookup(l: Lookup) -> anyhow::Result<()> {
     let started = Instant::now();
     let tasks: Vec<_> = (0..l.target.concurrency)
         .map(|_| {
-            let (sched, prefix, count) = (sched.clone(), l.prefix.clone(), l.count);
+            let (sched, prefix, count, batch) = (sched.clone(), l.prefix.clone(), l.count, l.batch);
             tokio::spawn(async move {
                 let mut tally = Tally::default();
                 while Instant::now() < until {
+                    if batch > 1 {
+                        let ids: Vec<String> = (0..batch)
+                            .map(|_| id(&prefix, rand::random_range(0..count)))
+                            .collect();
+                        let t = Instant::now();
+                        let r = sched
+                            .call("LookupNodes", |mut c| {
+                                let sandbox_ids = ids.clone();
+                                async move {
+                                    c.lookup_nodes(pb::LookupNodesRequest {
+                                        sandbox_ids,
+                                        min_revision: 0,
+                                    })
+                                    .await
+                                }
+                            })
+                            .await;
+                        let r =
+                            r.and_then(|r| match r.results.iter().find(|x| x.route.is_none()) {
+                                Some(x) => {
+                                    Err(tonic::Status::new(x.code.into(), x.message.clone()))
+                                }
+                                None => Ok(()),
+                            });
+                        tally.record(t, r);
+                        continue;
+                    }
                     let sandbox_id = id(&prefix, rand::random_range(0..count));
                     let t = Instant::now();
                     let r = sched
@@ -347,7 +385,12 @@ async fn lookup(l: Lookup) -> anyhow::Result<()> {
     for t in tasks {
         tally.merge(t.await?);
     }
-    tally.report("LookupNode", started.elapsed(), l.target.concurrency);
+    if l.batch > 1 {
+        let what = format!("LookupNodes x{}", l.batch);
+        tally.report_per(&what, started.elapsed(), l.target.concurrency, l.batch);
+    } else {
+        tally.report("LookupNode", started.elapsed(), l.target.concurrency);
+    }
     Ok(())
 }
 

@@ -112,8 +112,11 @@ pub struct Metrics {
     durations: Family<PlaneLabels, Histogram, fn() -> Histogram>,
     /// `durations` of each plane (control, data), resolved up front.
     plane_durations: [Histogram; 2],
-    /// `LookupNode` calls made to the scheduler (each one, cached or not).
+    /// Routes asked of the scheduler: a `LookupNode`, or one id of a
+    /// `LookupNodes` batch.
     pub scheduler_lookups: Counter,
+    /// `LookupNode` and `LookupNodes` calls made to the scheduler.
+    pub scheduler_lookup_calls: Counter,
     /// Data-plane routes served from the cache.
     pub cache_hits: Counter,
     /// Data-plane routes not in the cache (or expired there).
@@ -149,6 +152,7 @@ impl Metrics {
             durations,
             plane_durations,
             scheduler_lookups: Counter::default(),
+            scheduler_lookup_calls: Counter::default(),
             cache_hits: Counter::default(),
             cache_misses: Counter::default(),
             cache_coalesced: Counter::default(),
@@ -188,8 +192,13 @@ impl Metrics {
             );
             reg.register(
                 "scheduler_lookups",
-                "LookupNode calls made to the scheduler",
+                "Routes asked of the scheduler (a LookupNode, or one id of a LookupNodes batch)",
                 m.scheduler_lookups.clone(),
+            );
+            reg.register(
+                "scheduler_lookup_calls",
+                "LookupNode and LookupNodes calls made to the scheduler (concurrent misses share one)",
+                m.scheduler_lookup_calls.clone(),
             );
             reg.register(
                 "route_cache_hits",

@@ -220,4 +220,78 @@ on_both_stores!(
     a_caller_ahead_of_the_view_is_answered_from_the_store,
     a_binding_the_view_lacks_is_read_from_the_store,
     with_the_view_off_every_lookup_reads_the_store,
+    lookup_nodes_answers_each_id_as_lookup_node_would,
 );
+
+/// `LookupNodes` answers each id exactly as its own `LookupNode` would:
+/// the route, or the same code, message and reason (unknown, malformed,
+/// on a node that is down); more than 1024 ids is refused as a whole.
+async fn lookup_nodes_answers_each_id_as_lookup_node_would(store: TestStore) {
+    let s = Sched::start_fast(&store, &[]).await;
+    let mut c = s.client().await;
+    // node-a stops heartbeating once its sandbox runs: LOST; node-b lives.
+    register(&mut c, "node-a", 100).await;
+    let lost = running(&mut c, "t").await.sandbox_id;
+    let inc = register(&mut c, "node-b", 100).await;
+    let mut req = place_req("t");
+    req.require_node_id = "node-b".into();
+    let up = c.place(req).await.unwrap().into_inner();
+    record(&mut c, &up).await;
+    let beats = Heartbeats::with_roster(
+        c.clone(),
+        "node-b",
+        inc,
+        vec![sref(&up.sandbox_id, up.generation)],
+    );
+    let cc = c.clone();
+    let id = lost.clone();
+    eventually("node-a's sandbox to be LOST", || {
+        let (mut c, id) = (cc.clone(), id.clone());
+        async move { (get(&mut c, &id).await.ok()?.state == BindingState::Lost as i32).then_some(()) }
+    })
+    .await;
+    let mut cc = c.clone();
+    let ids: Vec<String> = vec![
+        up.sandbox_id.clone(),
+        "nosuchsandbox0000000000000".into(),
+        "NOT/AN-ID".into(),
+        lost.clone(),
+        up.sandbox_id.clone(),
+    ];
+    let batch = cc
+        .lookup_nodes(pb::LookupNodesRequest {
+            sandbox_ids: ids.clone(),
+            min_revision: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(batch.results.len(), ids.len());
+    for (id, got) in ids.iter().zip(&batch.results) {
+        match lookup(&mut cc, id).await {
+            Ok(route) => assert_eq!(got.route.as_ref(), Some(&route), "{id}"),
+            Err(status) => {
+                assert_eq!(got.route, None, "{id}");
+                assert_eq!(got.code, status.code() as i32, "{id}");
+                assert_eq!(got.message, status.message(), "{id}");
+                assert_eq!(
+                    Some(got.reason.clone()),
+                    reason(&status).or(Some(String::new())),
+                    "{id}"
+                );
+            }
+        }
+    }
+    assert_eq!(batch.results[1].code, Code::NotFound as i32);
+    assert_eq!(batch.results[2].code, Code::InvalidArgument as i32);
+    assert_eq!(batch.results[3].reason, "node-down");
+    let many = cc
+        .lookup_nodes(pb::LookupNodesRequest {
+            sandbox_ids: vec![up.sandbox_id.clone(); 1025],
+            min_revision: 0,
+        })
+        .await;
+    assert_status(many, Code::InvalidArgument, "the limit is 1024");
+    drop(beats);
+    s.stop().await;
+}

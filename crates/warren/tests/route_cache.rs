@@ -395,6 +395,57 @@ async fn created_routes_are_hits_misses_coalesce_and_not_found_is_never_cached()
     assert_eq!(c.health(1, &fresh).await.status, StatusCode::NO_CONTENT);
 }
 
+/// Misses for many sandboxes at once share `LookupNodes` calls (the
+/// gateway batches concurrent misses): each request is still routed to
+/// its own sandbox (its node checks the generation, so a route meant for
+/// another would be refused and evicted as stale), and each unknown id
+/// still answers "not found".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_misses_for_many_sandboxes_each_get_their_own_route() {
+    let c = Rig::start(&[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        ids.push(c.create(0).await.0);
+    }
+    let unknown = ["doesnotexist1", "doesnotexist2"];
+    assert_eq!(c.lookups(1).await, 0.0);
+    let gw1 = c.gw(1);
+    let mut requests = Vec::new();
+    for round in 0..3 {
+        for id in ids.iter().map(String::as_str).chain(unknown) {
+            if round > 0 && unknown.contains(&id) {
+                continue;
+            }
+            let (gw, id) = (gw1.clone(), id.to_string());
+            requests.push(tokio::spawn(async move {
+                let headers = [("e2b-sandbox-id", id.as_str()), ("e2b-sandbox-port", ENVD)];
+                let a = send(&gw, Method::GET, "/health", &headers, Bytes::new()).await;
+                (id, a)
+            }));
+        }
+    }
+    for r in requests {
+        let (id, a) = r.await.expect("request task");
+        if unknown.contains(&id.as_str()) {
+            assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{id}: {}", a.text());
+            assert_eq!(a.message(), "The sandbox was not found", "{}", a.text());
+        } else {
+            assert_eq!(a.status, StatusCode::NO_CONTENT, "{id}: {}", a.text());
+        }
+    }
+    // A route given to the wrong id would name another sandbox's
+    // generation: its node would refuse it, and the gateway evict it.
+    assert_eq!(c.evictions(1, "stale").await, 0.0);
+    // One route asked per sandbox (concurrent misses for one id coalesce),
+    // whatever number of calls carried them.
+    assert_eq!(c.lookups(1).await, 14.0);
+    let calls = c
+        .metric(1, "warren_gateway_scheduler_lookup_calls_total", "")
+        .await;
+    eprintln!("14 routes asked in {calls} calls");
+    assert!((1.0..=14.0).contains(&calls), "{calls} calls");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_delete_through_one_gateway_evicts_the_other_by_watch() {
     // An hour of TTL: anything faster than that is the watch. Gateway 0

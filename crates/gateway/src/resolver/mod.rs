@@ -13,20 +13,21 @@
 //!   [`RouteSource`] a resolver asks ([`LookupNode`] against the scheduler),
 //!   and [`UncachedResolver`].
 //! - [`cache`]: [`CachedResolver`], a sharded table of fixed-size slots.
+//! - `lookup`: [`LookupNode`], the scheduler as a [`RouteSource`], which
+//!   batches concurrent misses into `LookupNodes` calls.
 //! - [`watch`]: the task that follows `WatchBindings` and evicts.
 
 mod cache;
+mod lookup;
 pub mod watch;
 
 pub use cache::{CacheSettings, CachedResolver};
 
 use crate::error::ApiError;
-use crate::metrics::Metrics;
 use futures_util::future::BoxFuture;
 use std::sync::Arc;
 use std::time::Duration;
-use warren_proto::client::Scheduler;
-use warren_proto::scheduler::v1::{BindingState, LookupNodeRequest};
+use warren_proto::scheduler::v1::BindingState;
 use warren_proto::{REASON_METADATA, REASON_NODE_DOWN};
 
 /// Where a sandbox lives, as far as this gateway knows.
@@ -215,66 +216,7 @@ pub trait RouteSource: Send + Sync + 'static {
     }
 }
 
-/// `LookupNode` on the scheduler, counted in
-/// `warren_gateway_scheduler_lookups_total`.
-pub struct LookupNode {
-    scheduler: Arc<Scheduler>,
-    metrics: Metrics,
-}
-
-impl LookupNode {
-    /// Lookups against `scheduler`, counted in `metrics`.
-    pub fn new(scheduler: Arc<Scheduler>, metrics: Metrics) -> Self {
-        LookupNode { scheduler, metrics }
-    }
-}
-
-impl LookupNode {
-    /// One `LookupNode`: the scheduler answers at least as new as the
-    /// watch revision this gateway has applied, from its store when
-    /// `consistent`.
-    async fn ask(&self, sandbox_id: &str, consistent: bool) -> Result<Route, ResolveError> {
-        self.metrics.scheduler_lookups.inc();
-        let min_revision = u64::try_from(self.metrics.watch_revision.get()).unwrap_or(0);
-        let route = self
-            .scheduler
-            .call("LookupNode", |mut c| async move {
-                c.lookup_node(LookupNodeRequest {
-                    sandbox_id: sandbox_id.to_string(),
-                    min_revision,
-                    consistent,
-                })
-                .await
-            })
-            .await
-            .map_err(|status| ResolveError {
-                sandbox_id: sandbox_id.to_string(),
-                status,
-            })?;
-        Ok(Route {
-            sandbox_id: route.sandbox_id,
-            node_id: route.node_id,
-            endpoint: route.endpoint,
-            generation: route.generation,
-            state: BindingState::try_from(route.state).unwrap_or(BindingState::Unspecified),
-            team_id: route.team_id,
-            auto_resume: route.auto_resume,
-        })
-    }
-}
-
-impl RouteSource for LookupNode {
-    fn lookup<'a>(&'a self, sandbox_id: &'a str) -> BoxFuture<'a, Result<Route, ResolveError>> {
-        Box::pin(self.ask(sandbox_id, false))
-    }
-
-    fn lookup_consistent<'a>(
-        &'a self,
-        sandbox_id: &'a str,
-    ) -> BoxFuture<'a, Result<Route, ResolveError>> {
-        Box::pin(self.ask(sandbox_id, true))
-    }
-}
+pub use lookup::LookupNode;
 
 /// Asks the scheduler every time (`--route-cache-capacity 0`).
 pub struct UncachedResolver {

@@ -16,10 +16,8 @@ mod volumes;
 
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::route_view::{Freshness, RouteView};
-use crate::store::{
-    ListFilter, NodeEvent, NodeRegistration, NodeTiming, PlaceSpec, SqlStore, State,
-};
+use crate::route_view::RouteView;
+use crate::store::{ListFilter, NodeEvent, NodeRegistration, NodeTiming, PlaceSpec, SqlStore};
 use crate::watch::Hub;
 use std::future::Future;
 use std::sync::Arc;
@@ -329,26 +327,6 @@ impl SchedulerService {
         Ok(convert::binding(&b))
     }
 
-    async fn lookup_node(&self, r: pb::LookupNodeRequest) -> Result<pb::Route> {
-        validate::sandbox_id(&r.sandbox_id)?;
-        let want = Freshness {
-            min_revision: r.min_revision,
-            consistent: r.consistent,
-        };
-        let b = self
-            .view
-            .lookup(&self.store, &r.sandbox_id, want)
-            .await?
-            .ok_or_else(|| Error::NotFound(format!("sandbox {} not found", r.sandbox_id)))?;
-        if b.state == State::Lost {
-            return Err(Error::NodeDown(format!(
-                "sandbox {} is on node {}, which is down",
-                b.sandbox_id, b.node_id
-            )));
-        }
-        Ok(convert::route(b))
-    }
-
     async fn get_binding(&self, sandbox_id: &str) -> Result<crate::store::BindingRow> {
         self.store
             .get(sandbox_id)
@@ -647,6 +625,7 @@ macro_rules! rpc {
 }
 
 // After the macro above, which it uses.
+mod lookups;
 mod secrets;
 
 #[tonic::async_trait]
@@ -700,6 +679,14 @@ impl pb::scheduler_server::Scheduler for SchedulerService {
     ) -> Result<Response<pb::Route>, Status> {
         rpc!(self, req, "LookupNode", Gateways, |r, caller| self
             .lookup_node(r))
+    }
+
+    async fn lookup_nodes(
+        &self,
+        req: Request<pb::LookupNodesRequest>,
+    ) -> Result<Response<pb::LookupNodesResponse>, Status> {
+        rpc!(self, req, "LookupNodes", Gateways, |r, caller| self
+            .lookup_nodes(r))
     }
 
     async fn report_sandbox_event(
