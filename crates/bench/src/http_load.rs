@@ -222,8 +222,8 @@ pub async fn run(args: HttpLoad) -> anyhow::Result<()> {
             _ = tick.tick() => {}
             _ = tokio::time::sleep_until(until) => last = true,
             // A walk ends when every connection has run out of sandboxes.
-            None = tasks.join_next(), if a.walk => {
-                if !tasks.is_empty() {
+            joined = tasks.join_next(), if a.walk => {
+                if joined.is_some() {
                     continue;
                 }
                 last = true;
