@@ -336,7 +336,8 @@ peak = lambda k, rs: max((r[k] for r in rs if r[k] is not None), default=None)
 print()
 for c in comments:
     print(c)
-print(f"- gateway: SIGTERM at 0 s, exited at +{(t_down - t_term) / 1000:.2f} s, listening again at +{(t_up - t_term) / 1000:.2f} s")
+# The script polls for these two; the clients' longest gap is the exact view.
+print(f"- gateway: SIGTERM at 0 s, seen exited at +{(t_down - t_term) / 1000:.2f} s, seen listening again at +{(t_up - t_term) / 1000:.2f} s")
 if gap:
     print(f"- longest time without a 2xx answer: {float(gap.group(1)) / 1000:.2f} s (ended at +{(int(gap.group(2)) - t_term) / 1000:.2f} s)")
 print(f"- first interval with answers after the restart ends at: {f(first_served and first_served['t'], '+.1f')} s")
