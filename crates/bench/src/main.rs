@@ -11,10 +11,17 @@
 //! - `create`: `Place` + `RecordAssignment` from C concurrent callers for D
 //!   seconds, onto a node this driver registers and keeps alive: creates/s,
 //!   p50/p99 per create.
+//! - `http-load`: sandbox traffic through a gateway from C keep-alive
+//!   connections, at a fixed rate or as fast as answered, printing a
+//!   latency timeline and riding out gateway restarts (`http_load.rs`,
+//!   its histogram in `hist.rs`).
 //! - `postgres`: a private PostgreSQL server (`warren_harness::postgres`)
 //!   for the PostgreSQL runs, alive while the script holds its stdin.
 //!
 //! Sandbox ids are `{prefix}{i:019}` (lowercase and digits, as ids must be).
+
+mod hist;
+mod http_load;
 
 use anyhow::Context;
 use clap::Parser;
@@ -35,6 +42,8 @@ enum Command {
     Lookup(Lookup),
     /// Place + RecordAssignment throughput against a scheduler.
     Create(Create),
+    /// Sandbox traffic through a gateway, with a per-interval latency timeline.
+    HttpLoad(http_load::HttpLoad),
     /// A private PostgreSQL server: prints `url <database URL>`, serves
     /// until stdin closes, then stops and removes it.
     Postgres,
@@ -119,6 +128,7 @@ fn main() -> anyhow::Result<()> {
             Command::Seed(s) => seed(s).await,
             Command::Lookup(l) => lookup(l).await,
             Command::Create(c) => create(c).await,
+            Command::HttpLoad(h) => http_load::run(h).await,
             Command::Postgres => postgres().await,
         }
     })
