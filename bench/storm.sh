@@ -3,7 +3,7 @@
 # them through one gateway whose route cache holds them all, then the
 # gateway is restarted and comes back with an empty cache. Prints a
 # timeline and how long until its hit ratio recovers, what the scheduler
-# went through meanwhile (LookupNode/s, CPU) and what clients saw (p99,
+# went through meanwhile (lookups/s, CPU) and what clients saw (p99,
 # failures).
 #
 # The store gets SANDBOXES running sandboxes (`warren-bench seed`, straight
@@ -194,7 +194,9 @@ gw_want = {
     "lookups": lambda n: n == "warren_gateway_scheduler_lookups_total",
     "coalesced": lambda n: n == "warren_gateway_route_cache_coalesced_total",
 }
-sched_want = {"lookups": lambda n: n.startswith("warren_scheduler_rpc_requests_total{") and 'rpc="LookupNode"' in n}
+# Routes the scheduler answered (one per id, whether a LookupNode or one id
+# of a gateway's LookupNodes batch; from its route view or its store).
+sched_want = {"lookups": lambda n: n.startswith("warren_scheduler_lookups_total{")}
 def machine():
     # All CPUs' busy and total ticks (`cpu` line of /proc/stat).
     f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
@@ -317,7 +319,7 @@ for end, ok, other, failed, p50, p99, mx in load:
     prev_end = end
 
 f = lambda v, fmt: "-" if v is None else format(v, fmt)
-print("| t s | req/s | p50 ms | p99 ms | max ms | non-2xx | failed | hit ratio % | scheduler LookupNode/s | scheduler CPU % | gateway CPU % | machine CPU % |")
+print("| t s | req/s | p50 ms | p99 ms | max ms | non-2xx | failed | hit ratio % | scheduler lookups/s | scheduler CPU % | gateway CPU % | machine CPU % |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in timeline:
     print(f"| {r['t'] + 0:+.1f} | {r['rps']:,.0f} | {r['p50']} | {r['p99']} | {r['max']} | {r['other']} | {r['failed']} | "
@@ -344,7 +346,7 @@ print(f"- first interval with answers after the restart ends at: {f(first_served
 for th in sorted({0.9, threshold}):
     r = reached(th)
     print(f"- hit ratio ≥ {th * 100:g} % in an interval: {'never, in ' + str(len(after)) + ' intervals' if r is None else format(r['t'], '+.1f') + ' s after SIGTERM, ' + format((r['end'] - t_up) / 1000, '.1f') + ' s after the new gateway listened'}")
-print(f"- scheduler LookupNode/s: steady peak {f(peak('lookups', steady), ',.0f')}, storm peak {f(peak('lookups', after), ',.0f')}; "
+print(f"- scheduler lookups/s: steady peak {f(peak('lookups', steady), ',.0f')}, storm peak {f(peak('lookups', after), ',.0f')}; "
       f"scheduler CPU %: steady peak {f(peak('sched_cpu', steady), '.0f')}, storm peak {f(peak('sched_cpu', after), '.0f')} (100 = one core); "
       f"machine CPU % (all processes, of {cpus * 100}): steady peak {f(peak('machine', steady), '.0f')}, storm peak {f(peak('machine', after), '.0f')}")
 ps, pt = merged([r["end"] for r in steady]), merged([r["end"] for r in storm])
