@@ -16,7 +16,19 @@
 #           (`--public-tls-listen`), nginx `listen ... ssl`, HAProxy
 #           `bind ... ssl`, all with the same certificate; wrk speaks https
 #           over kept-alive connections, so this is the cost of TLS records,
-#           not of handshakes.
+#           not of handshakes;
+#   h2    — (not in the default MODES) as tls, and the client speaks HTTP/2
+#           in clear text (h2c, prior knowledge): the gateway's public
+#           listener (which tells h2c from HTTP/1.1 by the preface), nginx
+#           `listen ... http2`, HAProxy `bind ... proto h2`. The client is
+#           h2load instead of wrk (wrk speaks only HTTP/1.1): CONNECTIONS
+#           requests in flight as CONNECTIONS/H2_STREAMS connections of
+#           H2_STREAMS concurrent streams each; p50 and p99 come from
+#           h2load's per-request log;
+#   edge-h2 — as h2, over TLS (ALPN h2) to the public TLS listener, nginx
+#           `listen ... ssl http2` and HAProxy `bind ... ssl alpn h2`.
+# Every proxy forwards to the node over HTTP/1.1 with kept-alive
+# connections in every mode.
 # nginx and HAProxy set the headers a gateway sets (X-Warren-Sandbox-Id,
 # -Port, -Generation, X-Forwarded-For) statically; the gateway parses the
 # E2B target, looks the route up in its cache and rewrites the head.
@@ -37,12 +49,15 @@
 #   env: ROUNDS=3, WRK_THREADS=2, WORKERS=2 (gateway tokio worker threads =
 #        nginx worker_processes = HAProxy nbthread), MODES="tls plain",
 #        EXTRA="direct gateway-nocache" (or "" for none); MODES="tls plain edge"
-#        adds client-side TLS, RUNTIME=process,
+#        adds client-side TLS, MODES="h2 edge-h2" client-side HTTP/2,
+#        H2_STREAMS=4 (concurrent streams per h2load connection),
+#        RUNTIME=process,
 #        CARGO_TARGET_DIR, KEEP=1 (keep the work dir with every log and
 #        wrk output), HOLD=1 (start everything, print the addresses and
 #        wait, for profiling by hand).
 # Needs: wrk, nginx, haproxy, python3, curl (Debian: apt-get install wrk
-# nginx haproxy python3 curl); builds warren in release mode.
+# nginx haproxy python3 curl), and for the h2 modes h2load (Debian:
+# apt-get install nghttp2-client); builds warren in release mode.
 # Everything listens on 127.0.0.1; every process it starts is stopped on
 # exit, however the script ends (and the warren parts also stop by
 # themselves if this shell is SIGKILLed).
@@ -56,10 +71,26 @@ THREADS="${WRK_THREADS:-2}"
 WORKERS="${WORKERS:-${GATEWAY_WORKERS:-2}}"
 MODES="${MODES:-tls plain}"
 EXTRA="${EXTRA-direct gateway-nocache}"
+H2_STREAMS="${H2_STREAMS:-4}"
 
 for tool in wrk nginx haproxy python3 curl; do
   command -v "$tool" >/dev/null || { echo "bench: $tool is required (Debian: apt-get install $tool)" >&2; exit 1; }
 done
+for m in $MODES; do
+  case "$m" in
+    tls | plain | edge) ;;
+    h2 | edge-h2)
+      command -v h2load >/dev/null \
+        || { echo "bench: h2load is required for MODES=$m (Debian: apt-get install nghttp2-client)" >&2; exit 1; } ;;
+    *) echo "bench: unknown mode $m (tls, plain, edge, h2, edge-h2)" >&2; exit 64 ;;
+  esac
+done
+if [ "$H2_STREAMS" -lt 1 ] || [ $((CONNS % H2_STREAMS)) -ne 0 ]; then
+  echo "bench: H2_STREAMS=$H2_STREAMS must divide CONNECTIONS=$CONNS" >&2; exit 64
+fi
+# Which side of a mode's client connection is TLS, and whether it is h2.
+client_tls() { [ "$1" = edge ] || [ "$1" = edge-h2 ]; }
+client_h2() { [ "$1" = h2 ] || [ "$1" = edge-h2 ]; }
 
 cargo build --release -q -p warren
 BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/warren"
@@ -119,7 +150,11 @@ CERTS="$WORK/certs"
 "$BIN" certs --dir "$CERTS" init >/dev/null
 "$BIN" certs --dir "$CERTS" issue --role scheduler --name bench --host 127.0.0.1 >/dev/null
 "$BIN" certs --dir "$CERTS" issue --role gateway --name bench >/dev/null
-"$BIN" certs --dir "$CERTS" issue --role node --name bench-tls --host 127.0.0.1 --host localhost >/dev/null
+# One node certificate per cluster that dials its node over TLS.
+for m in $MODES; do
+  [ "$m" = plain ] && continue
+  "$BIN" certs --dir "$CERTS" issue --role node --name "bench-$m" --host 127.0.0.1 --host localhost >/dev/null
+done
 # HAProxy wants the certificate and its key in one file.
 cat "$CERTS/gateway-bench.pem" "$CERTS/gateway-bench.key" >"$CERTS/gateway-bench.bundle.pem"
 # The edge cluster's node certificate, also its proxies' client-facing one
@@ -153,14 +188,14 @@ setup() {
   # The edge mode's client side in TLS: the gateway's public TLS listener
   # (what wrk uses in that mode).
   local edge_flags=""
-  if [ "$m" = edge ]; then
+  if client_tls "$m"; then
     edge_flags="--public-tls-listen 127.0.0.1:0 --public-tls-cert $CERTS/node-bench-edge.pem --public-tls-key $CERTS/node-bench-edge.key"
   fi
   # shellcheck disable=SC2046,SC2086
   start "gateway-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --scheduler "http://$sched" $(tls_flags gateway bench) $edge_flags
   local gw="$ADDR" gw_pid="$PID" nocache=""
-  if [ "$m" = edge ]; then
+  if client_tls "$m"; then
     for _ in $(seq 1 50); do grep -q "^gateway https listening on" "$WORK/gateway-$m.out" && break; sleep 0.1; done
     GW_HTTPS="https://$(grep "^gateway https listening on" "$WORK/gateway-$m.out" | head -1 | sed 's/.* listening on //')"
   fi
@@ -176,7 +211,7 @@ setup() {
     -d '{"templateID":"base","timeout":3600}')
   sbx=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["sandboxID"])' <<<"$created")
   token=$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("envdAccessToken") or "")' <<<"$created")
-  gen=$("$BIN" route "$sbx" --api-url "http://$gw" --api-key "$KEY" --json \
+  gen=$(E2B_API_KEY="$KEY" "$BIN" route "$sbx" --api-url "http://$gw" --json \
     | python3 -c 'import json,sys; print(json.load(sys.stdin)["scheduler"]["generation"])')
   echo "$token" >"$WORK/token-$m"
   echo "$sbx" >"$WORK/sbx-$m"
@@ -202,10 +237,18 @@ setup() {
   # nginx: keepalive upstream, the headers a gateway sets. nginx cannot
   # listen on :0 and say which port it got, so a free port is picked.
   local nginx_port; nginx_port=$(free_port)
-  local haproxy_bind="" front=http
-  if [ "$m" = edge ]; then
+  local haproxy_bind="" front=http nginx_listen="" nginx_cert=""
+  if client_tls "$m"; then
     front=https
     haproxy_bind="ssl crt $CERTS/node-bench-edge.bundle.pem"
+    nginx_listen=" ssl"
+    nginx_cert="ssl_certificate $CERTS/node-bench-edge.pem; ssl_certificate_key $CERTS/node-bench-edge.key;"
+  fi
+  if client_h2 "$m"; then
+    # nginx 1.22 serves h2c with prior knowledge on an `http2` listener
+    # (and only h2 there); HAProxy the same with `proto h2`.
+    nginx_listen="$nginx_listen http2"
+    if client_tls "$m"; then haproxy_bind="$haproxy_bind alpn h2,http/1.1"; else haproxy_bind="proto h2"; fi
   fi
   cat >"$WORK/nginx-$m.conf" <<NGINX
 worker_processes $WORKERS;
@@ -214,10 +257,14 @@ error_log $WORK/nginx-$m.err warn;
 events { worker_connections 4096; }
 http {
   access_log off;
-  upstream node { server $node; keepalive 128; }
+  # nginx closes a kept-alive connection after 1000 requests by default,
+  # on both sides (a new TLS handshake to the node, and an h2 client's
+  # streams in flight cut by GOAWAY); the gateway and HAProxy do not.
+  keepalive_requests 1000000;
+  upstream node { server $node; keepalive 128; keepalive_requests 1000000; }
   server {
-    listen 127.0.0.1:$nginx_port$( [ "$m" = edge ] && echo " ssl");
-    $( [ "$m" = edge ] && echo "ssl_certificate $CERTS/node-bench-edge.pem; ssl_certificate_key $CERTS/node-bench-edge.key;")
+    listen 127.0.0.1:$nginx_port$nginx_listen;
+    $nginx_cert
     location / {
       proxy_pass $scheme://node;
       proxy_http_version 1.1;
@@ -267,7 +314,7 @@ HAPROXY
   # Each path: label, address, the pids whose CPU counts ("nginx" is
   # resolved to its master and workers when measured), the node's pid,
   # and which headers wrk sends.
-  if [ "$m" = edge ]; then
+  if client_tls "$m"; then
     echo "gateway $GW_HTTPS $gw_pid $NODE_PID e2b" >>"$WORK/paths.$m"
   else
     echo "gateway $gw $gw_pid $NODE_PID e2b" >>"$WORK/paths.$m"
@@ -322,25 +369,46 @@ run() {
   n0=$(cpu_ticks "$node_pid")
   local url="$addr/health"
   [[ "$addr" == *://* ]] || url="http://$url"
-  wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${args[@]}" "$url" >"$WORK/wrk-$m-$label.txt"
+  local out="$WORK/wrk-$m-$label.txt"
+  if client_h2 "$m"; then
+    # CONNS requests in flight, as wrk has, H2_STREAMS per connection;
+    # every request's duration logged for the percentiles.
+    h2load -t"$THREADS" -c$((CONNS / H2_STREAMS)) -m"$H2_STREAMS" -D"$DURATION" \
+      --log-file="$out.log" "${args[@]}" "$url" >"$out"
+  else
+    wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency "${args[@]}" "$url" >"$out"
+  fi
   local p1=0 n1; [ "${#pids[@]}" -gt 0 ] && p1=$(cpu_ticks "${pids[@]}")
   n1=$(cpu_ticks "$node_pid")
-  python3 - "$m" "$label" "$WORK/wrk-$m-$label.txt" "$((p1 - p0))" "$((n1 - n0))" "${#pids[@]}" <<'PY' >>"$WORK/rows"
+  python3 - "$m" "$label" "$out" "$((p1 - p0))" "$((n1 - n0))" "${#pids[@]}" <<'PY' >>"$WORK/rows"
 import re, sys
 mode, label, path, pticks, nticks, npids = sys.argv[1:]
 text = open(path).read()
-def lat(p):
-    m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
-    if not m: return float("nan")
-    v, u = float(m.group(1)), m.group(2)
-    return v / 1000 if u == "us" else v * 1000 if u == "s" else v
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
-reqs = int(re.search(r"(\d+) requests in", text).group(1))
-non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
-errors = re.search(r"Socket errors: (.*)", text)
-bad = int(non2xx.group(1)) if non2xx else 0
-if errors:
-    bad += sum(int(n) for n in re.findall(r"\d+", errors.group(1)))
+if text.startswith("starting benchmark"):
+    # h2load: counts from its summary, percentiles from its log
+    # (start µs, status, duration µs per request).
+    rps = float(re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", text).group(1))
+    m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout", text)
+    reqs = int(m.group(1))
+    codes = re.search(r"status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", text)
+    bad = int(m.group(3)) + int(m.group(4)) + int(m.group(5)) + int(codes.group(2)) + int(codes.group(3)) + int(codes.group(4))
+    durations = sorted(int(line.split()[2]) for line in open(path + ".log") if line.strip())
+    def lat(p):
+        if not durations: return float("nan")
+        return durations[min(len(durations) - 1, int(len(durations) * p / 100))] / 1000
+else:
+    def lat(p):
+        m = re.search(rf"^\s+{p}%\s+([\d.]+)(us|ms|s)\s*$", text, re.M)
+        if not m: return float("nan")
+        v, u = float(m.group(1)), m.group(2)
+        return v / 1000 if u == "us" else v * 1000 if u == "s" else v
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+    reqs = int(re.search(r"(\d+) requests in", text).group(1))
+    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    errors = re.search(r"Socket errors: (.*)", text)
+    bad = int(non2xx.group(1)) if non2xx else 0
+    if errors:
+        bad += sum(int(n) for n in re.findall(r"\d+", errors.group(1)))
 pt = pticks if int(npids) > 0 else "-"
 print(mode, label, rps, lat(50), lat(99), reqs, bad, pt, nticks)
 PY
@@ -357,10 +425,13 @@ if [ "${HOLD:-0}" = 1 ]; then
   echo "bench: HOLD=1: holding; stop with Ctrl-C" >&2
   # In the background, so that a signal runs the exit trap at once (bash
   # waits for a foreground child before it runs a trap).
-  while :; do sleep 3600 & wait $!; done
+  # (The sleep is in PIDS so that the exit trap stops it rather than
+  # waiting for it.)
+  while :; do sleep 3600 & PIDS+=("$!"); wait $!; done
 fi
 {
   echo "bench: wrk -t$THREADS -c$CONNS -d${DURATION}s x $ROUNDS rounds; gateway, nginx and HAProxy with $WORKERS workers;"
+  echo "bench: h2 modes: h2load -t$THREADS -c$((CONNS / H2_STREAMS)) -m$H2_STREAMS -D$DURATION"
   echo "bench: $(nproc) CPUs, load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >&2
 for round in $(seq 1 "$ROUNDS"); do
