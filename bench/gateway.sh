@@ -52,7 +52,8 @@
 #        adds client-side TLS, MODES="h2 edge-h2" client-side HTTP/2,
 #        H2_STREAMS=4 (concurrent streams per h2load connection),
 #        RUNTIME=process,
-#        CARGO_TARGET_DIR, KEEP=1 (keep the work dir with every log and
+#        CARGO_TARGET_DIR, WARREN_BIN (a warren binary to run instead of
+#        building this checkout), KEEP=1 (keep the work dir with every log and
 #        wrk output), HOLD=1 (start everything, print the addresses and
 #        wait, for profiling by hand).
 # Needs: wrk, nginx, haproxy, python3, curl (Debian: apt-get install wrk
@@ -92,8 +93,13 @@ fi
 client_tls() { [ "$1" = edge ] || [ "$1" = edge-h2 ]; }
 client_h2() { [ "$1" = h2 ] || [ "$1" = edge-h2 ]; }
 
-cargo build --release -q -p warren
-BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/warren"
+if [ -n "${WARREN_BIN:-}" ]; then
+  # Another build (say, an earlier commit's) to compare with.
+  BIN="$WARREN_BIN"
+else
+  cargo build --release -q -p warren
+  BIN="${CARGO_TARGET_DIR:-$PWD/target}/release/warren"
+fi
 WORK="$(mktemp -d /tmp/warren-bench.XXXXXX)"
 HZ="$(getconf CLK_TCK)"
 
