@@ -128,6 +128,25 @@ impl Rig {
         .await
     }
 
+    /// Asks gateway `g` for `id` until it has cached the route: the watch
+    /// may bring the create's change while a lookup is in flight, and then
+    /// that lookup's answer is not cached.
+    async fn until_cached(&self, g: usize, id: &str) {
+        wait_until(
+            "the route cached on the gateway",
+            Duration::from_secs(10),
+            || async {
+                if self.route(g, id).await["cached"].is_null() {
+                    assert_eq!(self.health(g, id).await.status, StatusCode::NO_CONTENT);
+                    None
+                } else {
+                    Some(())
+                }
+            },
+        )
+        .await;
+    }
+
     /// Creates a sandbox through gateway `g`; returns (id, access token).
     async fn create(&self, g: usize) -> (String, String) {
         create_sandbox(&self.gw(g), KEY).await
@@ -457,21 +476,7 @@ async fn a_delete_through_one_gateway_evicts_the_other_by_watch() {
     .await;
     let (id, _) = c.create(0).await;
     assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
-    // The watch may bring the create's change while that lookup is in
-    // flight, and then its answer is not cached: ask until it is.
-    wait_until(
-        "the route cached on gateway 1",
-        Duration::from_secs(10),
-        || async {
-            if c.route(1, &id).await["cached"].is_null() {
-                assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
-                None
-            } else {
-                Some(())
-            }
-        },
-    )
-    .await;
+    c.until_cached(1, &id).await;
 
     let r = send(
         &c.gw(0),
@@ -698,21 +703,7 @@ async fn a_broken_watch_serves_cached_routes_and_resumes_where_it_stopped() {
     let mut c = Rig::start(&["--route-cache-ttl", "1h"]).await;
     let (id, _) = c.create(0).await;
     assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
-    // The watch may bring the create's change while that lookup is in
-    // flight, and then its answer is not cached: ask until it is.
-    wait_until(
-        "the route cached on gateway 1",
-        Duration::from_secs(10),
-        || async {
-            if c.route(1, &id).await["cached"].is_null() {
-                assert_eq!(c.health(1, &id).await.status, StatusCode::NO_CONTENT);
-                None
-            } else {
-                Some(())
-            }
-        },
-    )
-    .await;
+    c.until_cached(1, &id).await;
     let revision = c
         .metric(1, "warren_gateway_route_cache_watch_revision", "")
         .await;
