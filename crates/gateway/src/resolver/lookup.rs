@@ -243,8 +243,8 @@ fn route_of(sandbox_id: &str, result: LookupResult) -> Result<Route, ResolveErro
         code => code,
     };
     let mut status = Status::new(code, result.message);
-    if let Ok(v) = result.reason.parse() {
-        if !result.reason.is_empty() {
+    if !result.reason.is_empty() {
+        if let Ok(v) = result.reason.parse() {
             status.metadata_mut().insert(REASON_METADATA, v);
         }
     }
