@@ -21,6 +21,7 @@
 //! - [`metrics`]: what every listener counts.
 
 pub mod body;
+pub mod front;
 pub mod limits;
 pub mod metrics;
 pub mod workers;
@@ -31,6 +32,7 @@ mod watchdog;
 
 pub use admission::{Admission, Slot};
 pub use body::{BodyError, Incoming};
+pub use front::{Front, FrontConn, Handover, NoFront, RequestGuard};
 pub use limits::{raise_fd_limit, Limits};
 pub use metrics::{ListenerMetrics, Metrics};
 pub use workers::Workers;
@@ -173,11 +175,14 @@ pub async fn serve<A, H, Fut, B>(
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<crate::body::BoxError>,
 {
-    let dispatch = |listener: &A, conn, peer, task: Connection<H>, slot, accepted_at| {
+    let dispatch = |listener: &A, conn, peer, task: Connection<H, NoFront>, slot, accepted_at| {
         let handshake = listener.handshake(conn, peer);
         tokio::spawn(task.run(handshake, slot, accepted_at));
     };
-    accept_loop::<A, _, _, _, _, _>(listener, dispatch, handler, shutdown, limits, metrics).await;
+    accept_loop::<A, _, _, _, _, _, _>(
+        listener, dispatch, NoFront, handler, shutdown, limits, metrics,
+    )
+    .await;
 }
 
 /// [`serve`], with each connection run by one of `workers` (the one with
@@ -197,7 +202,31 @@ pub async fn serve_on<A, H, Fut, B>(
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
     B::Error: Into<crate::body::BoxError>,
 {
-    let dispatch = |listener: &Arc<A>, conn, peer, task: Connection<H>, slot, accepted_at| {
+    serve_on_front(
+        workers, listener, NoFront, handler, shutdown, limits, metrics,
+    )
+    .await;
+}
+
+/// [`serve_on`], with `front` reading each connection first (see
+/// [`front`]): what it hands over, hyper serves with `handler`.
+pub async fn serve_on_front<A, F, H, Fut, B>(
+    workers: &Workers,
+    listener: A,
+    front: F,
+    handler: H,
+    shutdown: impl Future<Output = ()>,
+    limits: Limits,
+    metrics: ListenerMetrics,
+) where
+    A: Accept + Sync,
+    F: Front<A::Peer>,
+    H: Fn(A::Peer, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = Response<B>> + Send + 'static,
+    B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
+    B::Error: Into<crate::body::BoxError>,
+{
+    let dispatch = |listener: &Arc<A>, conn, peer, task: Connection<H, F>, slot, accepted_at| {
         let listener = listener.clone();
         workers.spawn(async move {
             let conn = match A::rehome(conn) {
@@ -213,9 +242,10 @@ pub async fn serve_on<A, H, Fut, B>(
             task.run(handshake, slot, accepted_at).await;
         });
     };
-    accept_loop::<A, _, _, _, _, _>(
+    accept_loop::<A, _, _, _, _, _, _>(
         Arc::new(listener),
         dispatch,
+        front,
         handler,
         shutdown,
         limits,
@@ -226,9 +256,10 @@ pub async fn serve_on<A, H, Fut, B>(
 
 /// The accept loop both [`serve`] and [`serve_on`] run; `dispatch` starts
 /// each admitted connection's task.
-async fn accept_loop<A, L, D, H, Fut, B>(
+async fn accept_loop<A, L, D, F, H, Fut, B>(
     listener: L,
     mut dispatch: D,
+    front: F,
     handler: H,
     shutdown: impl Future<Output = ()>,
     limits: Limits,
@@ -236,7 +267,8 @@ async fn accept_loop<A, L, D, H, Fut, B>(
 ) where
     A: Accept,
     L: std::borrow::Borrow<A>,
-    D: FnMut(&L, A::Conn, A::Peer, Connection<H>, Slot, tokio::time::Instant),
+    D: FnMut(&L, A::Conn, A::Peer, Connection<H, F>, Slot, tokio::time::Instant),
+    F: Clone,
     H: Fn(A::Peer, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<B>> + Send + 'static,
     B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
@@ -292,6 +324,7 @@ async fn accept_loop<A, L, D, H, Fut, B>(
         let accepted_at = tokio::time::Instant::now();
         let task = Connection {
             handler: handler.clone(),
+            front: front.clone(),
             builder: builder.clone(),
             limits,
             metrics: metrics.clone(),
@@ -322,8 +355,9 @@ async fn accept_loop<A, L, D, H, Fut, B>(
 }
 
 /// One accepted connection's task and what it needs.
-struct Connection<H> {
+struct Connection<H, F> {
     handler: H,
+    front: F,
     builder: auto::Builder<TokioExecutor>,
     limits: Limits,
     metrics: ListenerMetrics,
@@ -331,7 +365,7 @@ struct Connection<H> {
     _alive: mpsc::Sender<()>,
 }
 
-impl<H> Connection<H> {
+impl<H, F> Connection<H, F> {
     async fn run<Io, P, Fut, B>(
         mut self,
         handshake: impl Future<Output = std::io::Result<(Io, P)>>,
@@ -340,6 +374,7 @@ impl<H> Connection<H> {
     ) where
         Io: AsyncRead + AsyncWrite + Send + Unpin + 'static,
         P: std::fmt::Debug + Clone + Send + Sync + 'static,
+        F: Front<P>,
         H: Fn(P, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Response<B>> + Send + 'static,
         B: http_body::Body<Data = Bytes> + Send + Unpin + 'static,
@@ -360,6 +395,11 @@ impl<H> Connection<H> {
         };
         let state = ConnState::new(accepted_at);
         let io = Watched::new(io, state.clone(), slot);
+        let (io, prefix, draining) = match self.front(io, &peer, &state).await {
+            Some((io, Handover::Hyper(prefix), draining)) => (io, prefix, draining),
+            Some((_, Handover::Close, _)) | None => return,
+        };
+        let io = front::Rewind::new(prefix, io);
         let svc = {
             let (handler, state, metrics, who) = (
                 self.handler.clone(),
@@ -414,7 +454,11 @@ impl<H> Connection<H> {
             .serve_connection_with_upgrades(TokioIo::new(io), svc)
             .into_owned();
         tokio::pin!(conn);
-        let mut closing = false;
+        // A drain the front saw: hyper answers the request handed over, then closes.
+        let mut closing = draining;
+        if draining {
+            conn.as_mut().graceful_shutdown();
+        }
         loop {
             tokio::select! {
                 // The connection first: it is what runs on every wake-up.
@@ -448,6 +492,51 @@ impl<H> Connection<H> {
                         _ => {}
                     }
                 }
+            }
+        }
+    }
+}
+
+impl<H, F> Connection<H, F> {
+    /// Runs the front on `io` under the connection's clock and the
+    /// listener's stage: a timeout or a close ends the connection; a drain
+    /// ends it at once between requests, after the response in flight
+    /// otherwise.
+    /// `None` when the connection ended under the front.
+    async fn front<I, P>(
+        &mut self,
+        io: I,
+        peer: &P,
+        state: &Arc<ConnState>,
+    ) -> Option<(I, Handover, bool)>
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+        P: Clone,
+        F: Front<P>,
+    {
+        let conn = Arc::new(front::FrontConn::new(state.clone()));
+        let limits = self.limits;
+        let served = self.front.serve(io, peer.clone(), conn.clone());
+        tokio::pin!(served);
+        loop {
+            tokio::select! {
+                biased;
+                (io, handover) = served.as_mut() => return Some((io, handover, conn.draining())),
+                timeout = state.expired(&limits) => {
+                    // Head or idle: no request is in flight to finish.
+                    self.metrics.timed_out(timeout);
+                    return None;
+                }
+                stage = self.stage.changed() => match stage {
+                    Stage::Closing => return None,
+                    Stage::Draining => {
+                        if !state.is_busy() {
+                            return None;
+                        }
+                        conn.draining.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    Stage::Serving => {}
+                },
             }
         }
     }

@@ -77,6 +77,11 @@ impl ConnState {
 
     /// Bytes arrived on an HTTP/1.1 connection: if it was idle, a new
     /// request has begun and its head must arrive in time.
+    /// Whether a request is in flight.
+    pub(crate) fn is_busy(&self) -> bool {
+        matches!(self.lock().0, Phase::Busy(_))
+    }
+
     fn bytes_arrived(&self) {
         if !self.idle.load(Ordering::Acquire) {
             return;

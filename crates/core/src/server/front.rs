@@ -1,0 +1,173 @@
+//! A listener's own first reader of each connection ([`Front`]), ahead of
+//! hyper: it serves what it recognises and hands the connection, with the
+//! bytes it read but did not serve ([`Handover::Hyper`]), to hyper for
+//! everything else, for good.
+//!
+//! The gateway's proxy uses one for the HTTP/1.1 requests it can forward
+//! without hyper's per-request work (`warren_gateway::proxy::fast`). The
+//! watchdog still runs the connection's clock (the front's reads are
+//! watched; it marks each request busy with [`FrontConn::begin_request`]),
+//! and a drain ends the connection after the request in flight
+//! ([`FrontConn::draining`]).
+
+use super::watchdog::{Busy, ConnState};
+use bytes::{Buf, Bytes};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// What a front decided about its connection.
+#[derive(Debug)]
+pub enum Handover {
+    /// The connection is done (the client closed it, a response was cut
+    /// off, or the listener is draining).
+    Close,
+    /// hyper serves the rest of the connection, starting with these bytes
+    /// (read from the client, not yet answered), then the stream.
+    Hyper(Bytes),
+}
+
+/// Reads a listener's connections before hyper does.
+pub trait Front<P>: Clone + Send + Sync + 'static {
+    /// Serves requests from `io` until it meets one it leaves to hyper, or
+    /// the connection ends, and gives `io` back. It must not have written
+    /// anything of a request it hands over.
+    fn serve<I>(
+        &self,
+        io: I,
+        peer: P,
+        conn: Arc<FrontConn>,
+    ) -> impl Future<Output = (I, Handover)> + Send + 'static
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static;
+}
+
+/// No front: hyper reads every connection from its first byte.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoFront;
+
+impl<P> Front<P> for NoFront {
+    fn serve<I>(
+        &self,
+        io: I,
+        _peer: P,
+        _conn: Arc<FrontConn>,
+    ) -> impl Future<Output = (I, Handover)> + Send + 'static
+    where
+        I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        std::future::ready((io, Handover::Hyper(Bytes::new())))
+    }
+}
+
+/// What a front may know of its connection's lifecycle.
+pub struct FrontConn {
+    pub(super) state: Arc<ConnState>,
+    pub(super) draining: AtomicBool,
+}
+
+/// Marks one request in flight until dropped (no idle timeout meanwhile).
+pub struct RequestGuard(#[allow(dead_code)] Busy);
+
+impl FrontConn {
+    pub(super) fn new(state: Arc<ConnState>) -> Self {
+        FrontConn {
+            state,
+            draining: AtomicBool::new(false),
+        }
+    }
+
+    /// A request's head has arrived: the connection is busy until the
+    /// guard drops (its response is written).
+    pub fn begin_request(&self) -> RequestGuard {
+        RequestGuard(self.state.begin_request())
+    }
+
+    /// The listener is draining: end the connection after this response
+    /// (and say so with `Connection: close`).
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+}
+
+/// `io`, with `prefix` read first.
+pub(super) struct Rewind<Io> {
+    prefix: Bytes,
+    io: Io,
+}
+
+impl<Io> Rewind<Io> {
+    pub(super) fn new(prefix: Bytes, io: Io) -> Self {
+        Rewind { prefix, io }
+    }
+}
+
+impl<Io: AsyncRead + Unpin> AsyncRead for Rewind<Io> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.prefix.has_remaining() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix[..n]);
+            this.prefix.advance(n);
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.io).poll_read(cx, buf)
+    }
+}
+
+impl<Io: AsyncWrite + Unpin> AsyncWrite for Rewind<Io> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn a_rewound_stream_reads_its_prefix_first() {
+        let (mut a, b) = tokio::io::duplex(64);
+        tokio::io::AsyncWriteExt::write_all(&mut a, b" world")
+            .await
+            .unwrap();
+        drop(a);
+        let mut r = Rewind::new(Bytes::from_static(b"hello"), b);
+        let mut s = String::new();
+        r.read_to_string(&mut s).await.unwrap();
+        assert_eq!(s, "hello world");
+    }
+}
