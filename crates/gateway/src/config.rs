@@ -207,6 +207,19 @@ pub struct Config {
     #[arg(long, env = "WARREN_GATEWAY_RETRY_MAX_BODY", default_value_t = 64 * 1024)]
     pub retry_max_body: u64,
 
+    /// Forward plain HTTP/1.1 sandbox requests on the proxy's fast path
+    /// (true/false): the gateway parses and relays them itself, and hands
+    /// anything unusual (upgrades, chunked or large bodies, h2c, paused or
+    /// unknown sandboxes) to hyper's path. false sends every request
+    /// through hyper's path.
+    #[arg(
+        long,
+        env = "WARREN_GATEWAY_PROXY_FAST_PATH",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub proxy_fast_path: bool,
+
     /// Threads that serve the public listener's connections, each running
     /// its own event loop with its own pool of node connections (the way
     /// nginx runs worker processes); a connection stays on one thread.
@@ -332,8 +345,11 @@ pub struct Settings {
     pub uploads: crate::control::UploadSettings,
     /// The route cache; `None` with `--route-cache-capacity 0`.
     pub route_cache: Option<crate::resolver::CacheSettings>,
-    /// Largest body buffered for a possible replay.
+    /// Largest body buffered for a possible replay (and the largest the
+    /// fast path takes).
     pub retry_max_body: u64,
+    /// `--proxy-fast-path`.
+    pub proxy_fast_path: bool,
     /// Internal TLS flags, loaded when the part starts (before it binds).
     pub tls: warren_trust::TlsArgs,
     /// The public TLS listeners' addresses and their server configuration
@@ -581,6 +597,7 @@ impl Config {
             uploads,
             route_cache,
             retry_max_body: self.retry_max_body,
+            proxy_fast_path: self.proxy_fast_path,
             listener,
             admin_listener,
         })

@@ -125,6 +125,11 @@ pub struct Metrics {
     pub cache_coalesced: Counter,
     /// Requests replayed once on a moved sandbox's new route.
     pub cache_retries: Counter,
+    /// Data-plane requests answered by the proxy's HTTP/1.1 fast path.
+    pub fast_path_requests: Counter,
+    /// Connections the fast path handed to hyper (with the request it did
+    /// not take).
+    pub fast_path_handovers: Counter,
     /// 1 while the `WatchBindings` stream is open, else 0.
     pub watch_connected: Gauge,
     /// The last `WatchBindings` revision applied.
@@ -157,6 +162,8 @@ impl Metrics {
             cache_misses: Counter::default(),
             cache_coalesced: Counter::default(),
             cache_retries: Counter::default(),
+            fast_path_requests: Counter::default(),
+            fast_path_handovers: Counter::default(),
             watch_connected: Gauge::default(),
             watch_revision: Gauge::default(),
             evictions: Family::default(),
@@ -235,6 +242,16 @@ impl Metrics {
                 "route_cache_retries",
                 "Replay-safe requests retried once on a moved sandbox's new route",
                 m.cache_retries.clone(),
+            );
+            reg.register(
+                "proxy_fast_path_requests",
+                "Data-plane requests answered by the HTTP/1.1 fast path (--proxy-fast-path)",
+                m.fast_path_requests.clone(),
+            );
+            reg.register(
+                "proxy_fast_path_handovers",
+                "Connections the fast path handed to hyper's path, with the first request it did not take",
+                m.fast_path_handovers.clone(),
             );
             reg.register(
                 "route_cache_watch_connected",

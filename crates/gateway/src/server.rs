@@ -282,8 +282,23 @@ pub async fn serve(
     limits: Limits,
     metrics: ListenerMetrics,
 ) {
+    let fast = app
+        .settings
+        .proxy_fast_path
+        .then(|| crate::proxy::fast::FastPath::new(app.clone()));
     let handler = move |peer, req| handle(app.clone(), peer, req);
-    warren_core::server::serve_on(workers, listener, handler, shutdown, limits, metrics).await;
+    match fast {
+        Some(fast) => {
+            warren_core::server::serve_on_front(
+                workers, listener, fast, handler, shutdown, limits, metrics,
+            )
+            .await;
+        }
+        None => {
+            warren_core::server::serve_on(workers, listener, handler, shutdown, limits, metrics)
+                .await;
+        }
+    }
 }
 
 /// Serves `listener` on this runtime (no workers, no TLS, no reset on an

@@ -26,11 +26,37 @@ pub struct Target {
 }
 
 /// `None` for a control-plane request; otherwise the target or a 400.
-pub fn classify<'a, B>(req: &'a Request<B>, domain: &str) -> Option<Result<Target, ApiError>> {
+pub fn classify<B>(req: &Request<B>, domain: &str) -> Option<Result<Target, ApiError>> {
     let h = req.headers();
-    let (id, port) = (h.get(H_E2B_SANDBOX_ID), h.get(H_E2B_SANDBOX_PORT));
+    fn text(v: Option<&http::HeaderValue>) -> Option<Result<&str, ()>> {
+        v.map(|v| v.to_str().map_err(|_| ()))
+    }
+    let host = match req.uri().host() {
+        Some(host) => Some(Ok(host.to_string())),
+        None => h
+            .get(http::header::HOST)
+            .map(|v| v.to_str().map(strip_port).map_err(|_| ())),
+    };
+    from_parts(
+        text(h.get(H_E2B_SANDBOX_ID)),
+        text(h.get(H_E2B_SANDBOX_PORT)),
+        host,
+        domain,
+    )
+}
+
+/// [`classify`] from a request's parts: the `E2b-Sandbox-Id` and
+/// `E2b-Sandbox-Port` header values and the host (without its port), each
+/// `Err` when not visible ASCII. The proxy's fast path, which has no
+/// `Request`, asks this too, so both paths route alike.
+pub fn from_parts<'a>(
+    id: Option<Result<&'a str, ()>>,
+    port: Option<Result<&'a str, ()>>,
+    host: Option<Result<String, ()>>,
+    domain: &str,
+) -> Option<Result<Target, ApiError>> {
     if id.is_some() || port.is_some() {
-        let text = |v: Option<&'a http::HeaderValue>, name: &str| -> Result<&'a str, ApiError> {
+        let text = |v: Option<Result<&'a str, ()>>, name: &str| -> Result<&'a str, ApiError> {
             let v = v.ok_or_else(|| {
                 ApiError::bad_request(
                     "invalid_sandbox_target",
@@ -39,7 +65,7 @@ pub fn classify<'a, B>(req: &'a Request<B>, domain: &str) -> Option<Result<Targe
                     ),
                 )
             })?;
-            v.to_str().map(str::trim).map_err(|_| {
+            v.map(str::trim).map_err(|()| {
                 ApiError::bad_request("invalid_sandbox_target", format!("{name} is not ASCII"))
             })
         };
@@ -49,16 +75,7 @@ pub fn classify<'a, B>(req: &'a Request<B>, domain: &str) -> Option<Result<Targe
                 .and_then(|(id, port)| target(id, port)),
         );
     }
-    let host = req
-        .uri()
-        .host()
-        .map(str::to_string)
-        .or_else(|| {
-            h.get(http::header::HOST)
-                .and_then(|v| v.to_str().ok())
-                .map(strip_port)
-        })?
-        .to_ascii_lowercase();
+    let host = host?.ok()?.to_ascii_lowercase();
     let host = host.trim_end_matches('.');
     let label = host.strip_suffix(domain)?.strip_suffix('.')?;
     // `{port}-{id}`: a leading run of digits then '-'. Anything else under
@@ -70,7 +87,8 @@ pub fn classify<'a, B>(req: &'a Request<B>, domain: &str) -> Option<Result<Targe
     Some(target(id, port))
 }
 
-fn strip_port(host: &str) -> String {
+/// `host` without its `:port`.
+pub fn strip_port(host: &str) -> String {
     // `[v6]:port` keeps its brackets; `name:port` loses the port.
     match host.rsplit_once(':') {
         Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {

@@ -84,9 +84,15 @@ struct Inner {
     /// node endpoint (`host:port`) → idle connections, oldest first. The
     /// key is shared with every answer in flight (no copy per request).
     idle: Mutex<HashMap<Arc<str>, Node>>,
+    /// Idle connections of the proxy's fast path (`proxy::fast`), which
+    /// speaks HTTP/1.1 on them itself: by endpoint, newest last.
+    raw: Mutex<HashMap<Box<str>, Vec<RawIdle>>>,
 }
 
 /// One node's idle connections.
+/// An idle fast-path connection and when it went idle.
+type RawIdle = (DialedIo, Instant);
+
 struct Node {
     /// The map's key again, to hand out without a second lookup.
     key: Arc<str>,
@@ -138,6 +144,7 @@ impl NodePool {
                 connector,
                 scheme,
                 idle: Mutex::new(HashMap::new()),
+                raw: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -183,6 +190,57 @@ impl NodePool {
 
     /// The pool's key for `endpoint`, and an idle connection to it that is
     /// open and ready, the most recently used first.
+    /// An idle connection to `endpoint` for the fast path, the most
+    /// recently used first; those idle for [`IDLE_TIMEOUT`] are closed.
+    pub fn take_raw(&self, endpoint: &str) -> Option<DialedIo> {
+        let mut raw = lock(&self.inner.raw);
+        let list = raw.get_mut(endpoint)?;
+        while let Some((io, since)) = list.pop() {
+            if since.elapsed() < IDLE_TIMEOUT {
+                return Some(io);
+            }
+        }
+        None
+    }
+
+    /// Keeps `io` (its last answer read in full) for the next request to
+    /// `endpoint`, up to the same count per node as the hyper pool keeps.
+    pub fn put_raw(&self, endpoint: &str, io: DialedIo) {
+        let mut raw = lock(&self.inner.raw);
+        let list = match raw.get_mut(endpoint) {
+            Some(list) => list,
+            None => raw.entry(Box::from(endpoint)).or_default(),
+        };
+        if list.len() >= MAX_IDLE_PER_NODE {
+            list.retain(|(_, since)| since.elapsed() < IDLE_TIMEOUT);
+            if list.len() >= MAX_IDLE_PER_NODE {
+                return;
+            }
+        }
+        list.push((io, Instant::now()));
+    }
+
+    /// A new connection to `endpoint` (TCP, and TLS when internal TLS is
+    /// on), for the fast path to speak HTTP/1.1 on.
+    pub async fn dial_raw(&self, endpoint: &str) -> Result<DialedIo, SendError> {
+        match &self.inner.connector {
+            Dialer::Tls(connector) => {
+                let uri: Uri = format!("{}://{endpoint}/", self.inner.scheme)
+                    .parse()
+                    .map_err(|_| SendError::Endpoint(endpoint.to_string()))?;
+                let io = connector
+                    .clone()
+                    .call(uri)
+                    .await
+                    .map_err(SendError::Connect)?;
+                Ok(Box::new(hyper_util::rt::TokioIo::new(io)))
+            }
+            Dialer::Custom(dial) => dial(endpoint)
+                .await
+                .map_err(|e| SendError::Connect(e.into())),
+        }
+    }
+
     async fn checkout(&self, endpoint: &str) -> (Arc<str>, Option<http1::SendRequest<Body>>) {
         loop {
             let (key, found) = {

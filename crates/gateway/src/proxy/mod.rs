@@ -40,6 +40,7 @@
 //! (`control::network::admit_before_wake`). Only a sandbox created with
 //! auto-resume is: any other answers 502 "paused" and stays paused.
 
+pub(crate) mod fast;
 mod headers;
 mod replay;
 
@@ -130,7 +131,27 @@ async fn forward(
         Attempt::Stale(signal) => signal,
     };
 
-    app.resolver.evict(&route, EvictReason::Stale).await;
+    let fresh = refetch(app, id, &route, signal).await?;
+    let Some((outgoing, bytes)) = replay else {
+        return Err(ApiError::sandbox_moved(id));
+    };
+    app.metrics.cache_retries.inc();
+    match send(app, outgoing.into_request(&fresh, full(bytes)), &fresh).await? {
+        Attempt::Answered(resp) => finish(resp, client_upgrade, id, abort),
+        Attempt::Stale(signal) => Err(wrong_twice(app, &fresh, signal, id).await),
+    }
+}
+
+/// After `route` proved stale: evicts it, asks the scheduler once, and
+/// returns where the sandbox moved to (learned into the cache), or the
+/// error to answer when it did not move or is gone.
+async fn refetch(
+    app: &App,
+    id: &str,
+    route: &Route,
+    signal: Signal,
+) -> Result<std::sync::Arc<Route>, ApiError> {
+    app.resolver.evict(route, EvictReason::Stale).await;
     let fresh = match app.resolver.lookup_uncached(id).await {
         Ok(fresh) => fresh,
         Err(e) => {
@@ -142,7 +163,7 @@ async fn forward(
             return Err(e.into());
         }
     };
-    if fresh.same_place(&route) {
+    if fresh.same_place(route) {
         app.metrics.refetched(RefetchOutcome::SameNode);
         tracing::debug!(sandbox = id, node = %route.node_id, ?signal, "route refetched unchanged");
         return Err(match signal {
@@ -161,20 +182,16 @@ async fn forward(
     tracing::debug!(sandbox = id, from = %route.node_id, to = %fresh.node_id,
         generation = fresh.generation, "sandbox moved");
     app.resolver.learn(fresh.clone()).await;
-    let Some((outgoing, bytes)) = replay else {
-        return Err(ApiError::sandbox_moved(id));
-    };
-    app.metrics.cache_retries.inc();
-    match send(app, outgoing.into_request(&fresh, full(bytes)), &fresh).await? {
-        Attempt::Answered(resp) => finish(resp, client_upgrade, id, abort),
-        Attempt::Stale(signal) => {
-            // Wrong twice in a row: no second retry ("Retry only what is safe").
-            app.resolver.evict(&fresh, EvictReason::Stale).await;
-            Err(match signal {
-                Signal::Unreachable => ApiError::upstream_unreachable(),
-                Signal::NotHosted => ApiError::sandbox_moved(id),
-            })
-        }
+    Ok(fresh)
+}
+
+/// The answer when the retry on a moved sandbox's new node was wrong too:
+/// no second retry ("Retry only what is safe").
+async fn wrong_twice(app: &App, fresh: &Route, signal: Signal, id: &str) -> ApiError {
+    app.resolver.evict(fresh, EvictReason::Stale).await;
+    match signal {
+        Signal::Unreachable => ApiError::upstream_unreachable(),
+        Signal::NotHosted => ApiError::sandbox_moved(id),
     }
 }
 

@@ -31,25 +31,31 @@ pub(super) enum Prepared {
 
 /// Whether the request head allows a replay (the body is checked apart).
 pub(super) fn replay_safe(method: &Method, headers: &HeaderMap, upgrade: bool) -> bool {
-    if upgrade || is_streaming_rpc(headers) {
+    !upgrade
+        && safe_parts(
+            method.as_str(),
+            headers.contains_key(H_IDEMPOTENCY_KEY),
+            headers.get(header::CONTENT_TYPE).map(|v| v.as_bytes()),
+        )
+}
+
+/// [`replay_safe`] from the parts of a head that decide it (the proxy's
+/// fast path has no `HeaderMap`): the method, whether an
+/// `Idempotency-Key` was sent, and the `Content-Type`.
+pub(super) fn safe_parts(method: &str, idempotency_key: bool, content_type: Option<&[u8]>) -> bool {
+    if content_type.is_some_and(is_streaming_rpc) {
         return false;
     }
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::DELETE | Method::OPTIONS
-    ) || headers.contains_key(H_IDEMPOTENCY_KEY)
+    matches!(method, "GET" | "HEAD" | "DELETE" | "OPTIONS") || idempotency_key
 }
 
 /// Connect streaming and gRPC: a replay would repeat a stream's effects.
-fn is_streaming_rpc(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|ct| {
-            let ct = ct.trim_start().to_ascii_lowercase();
-            ct.starts_with("application/connect+") || ct.starts_with("application/grpc")
-        })
-        .unwrap_or(false)
+fn is_streaming_rpc(content_type: &[u8]) -> bool {
+    let Ok(ct) = std::str::from_utf8(content_type) else {
+        return false;
+    };
+    let ct = ct.trim_start().to_ascii_lowercase();
+    ct.starts_with("application/connect+") || ct.starts_with("application/grpc")
 }
 
 /// Buffers the body of a replay-safe request when it is small and of known
