@@ -33,8 +33,11 @@
 # -Port, -Generation, X-Forwarded-For) statically; the gateway parses the
 # E2B target, looks the route up in its cache and rewrites the head.
 # Extra paths: `direct` (wrk to the plain node itself, the upstream's own
-# ceiling) and `gateway-nocache` (the TLS gateway with
-# `--route-cache-capacity 0`: one scheduler LookupNode per request).
+# ceiling), `gateway-nocache` (the TLS gateway with
+# `--route-cache-capacity 0`: one scheduler LookupNode per request) and
+# `gateway-hyper` (in the tls and plain modes: a second gateway of the
+# cluster with `--proxy-fast-path false`, every request through hyper, to
+# see what the fast path saves in the same run).
 #
 # Every path is driven by `wrk -t$WRK_THREADS -c$CONNECTIONS` for DURATION
 # seconds, path after path, round after round (interleaved, so outside load
@@ -48,7 +51,7 @@
 # Usage: bench/gateway.sh [DURATION_SECONDS=6] [CONNECTIONS=32]
 #   env: ROUNDS=3, WRK_THREADS=2, WORKERS=2 (gateway tokio worker threads =
 #        nginx worker_processes = HAProxy nbthread), MODES="tls plain",
-#        EXTRA="direct gateway-nocache" (or "" for none); MODES="tls plain edge"
+#        EXTRA="direct gateway-nocache gateway-hyper" (or "" for none); MODES="tls plain edge"
 #        adds client-side TLS, MODES="h2 edge-h2" client-side HTTP/2,
 #        H2_STREAMS=4 (concurrent streams per h2load connection),
 #        RUNTIME=process,
@@ -71,7 +74,7 @@ ROUNDS="${ROUNDS:-3}"
 THREADS="${WRK_THREADS:-2}"
 WORKERS="${WORKERS:-${GATEWAY_WORKERS:-2}}"
 MODES="${MODES:-tls plain}"
-EXTRA="${EXTRA-direct gateway-nocache}"
+EXTRA="${EXTRA-direct gateway-nocache gateway-hyper}"
 H2_STREAMS="${H2_STREAMS:-4}"
 
 for tool in wrk nginx haproxy python3 curl; do
@@ -200,7 +203,7 @@ setup() {
   # shellcheck disable=SC2046,SC2086
   start "gateway-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
     --scheduler "http://$sched" $(tls_flags gateway bench) $edge_flags
-  local gw="$ADDR" gw_pid="$PID" nocache=""
+  local gw="$ADDR" gw_pid="$PID" nocache="" hyper=""
   if client_tls "$m"; then
     for _ in $(seq 1 50); do grep -q "^gateway https listening on" "$WORK/gateway-$m.out" && break; sleep 0.1; done
     GW_HTTPS="https://$(grep "^gateway https listening on" "$WORK/gateway-$m.out" | head -1 | sed 's/.* listening on //')"
@@ -210,6 +213,12 @@ setup() {
     start "gateway-nocache-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
       --scheduler "http://$sched" --route-cache-capacity 0 $(tls_flags gateway bench)
     nocache="gateway-nocache $ADDR $PID $NODE_PID e2b"
+  fi
+  if { [ "$m" = tls ] || [ "$m" = plain ]; } && [[ " $EXTRA " == *" gateway-hyper "* ]]; then
+    # shellcheck disable=SC2046
+    start "gateway-hyper-$m" "gateway http" gateway --listen 127.0.0.1:0 --admin-listen 127.0.0.1:0 \
+      --scheduler "http://$sched" --proxy-fast-path false $(tls_flags gateway bench)
+    hyper="gateway-hyper $ADDR $PID $NODE_PID e2b"
   fi
 
   local created sbx token gen
@@ -331,6 +340,7 @@ HAPROXY
     echo "direct $node - $NODE_PID warren:$gen" >>"$WORK/paths.$m"
   fi
   if [ -n "$nocache" ]; then echo "$nocache" >>"$WORK/paths.$m"; fi
+  if [ -n "$hyper" ]; then echo "$hyper" >>"$WORK/paths.$m"; fi
   echo "bench: $m: sandbox $sbx (generation $gen) on node $node; gateway $gw," \
     "nginx 127.0.0.1:$nginx_port, haproxy 127.0.0.1:$haproxy_port" >&2
 }
@@ -454,7 +464,7 @@ import statistics, sys
 rows = [line.split() for line in open(sys.argv[1]) if line.strip()]
 hz = float(sys.argv[2])
 modes = sys.argv[3].split()
-order = ["gateway", "nginx", "haproxy", "direct", "gateway-nocache"]
+order = ["gateway", "gateway-hyper", "nginx", "haproxy", "direct", "gateway-nocache"]
 def us_per_req(ticks, reqs):
     return float("nan") if ticks == "-" else int(ticks) / hz * 1e6 / int(reqs)
 stats = {}
@@ -484,7 +494,7 @@ for mode in modes:
     if not g:
         continue
     parts = []
-    for other in ("nginx", "haproxy"):
+    for other in ("nginx", "haproxy", "gateway-hyper"):
         o = stats.get((mode, other))
         if o:
             parts.append(f"gateway/{other}: CPU/req {g['cpu'] / o['cpu']:.2f}, req/s {g['rps'] / o['rps']:.2f}, p99 {g['p99'] / o['p99']:.2f}")
