@@ -107,10 +107,11 @@ where
 {
     let max_body = usize::try_from(app.settings.retry_max_body).unwrap_or(usize::MAX);
     let mut buf = BytesMut::with_capacity(4096);
+    // Allocated by the first request (a connection may bring none).
     let mut scratch = Scratch {
-        out: Vec::with_capacity(1024),
-        head: Vec::with_capacity(1024),
-        answer: BytesMut::with_capacity(ANSWER_BUFFER),
+        out: Vec::new(),
+        head: Vec::new(),
+        answer: BytesMut::new(),
     };
     loop {
         let req = loop {
@@ -145,6 +146,10 @@ where
         drop(busy);
         if !matches!(done, Done::Hyper) {
             app.metrics.fast_path_requests.inc();
+        }
+        if scratch.answer.capacity() > 4 * ANSWER_BUFFER {
+            // A large answer head: not kept by an idle connection.
+            scratch.answer = BytesMut::new();
         }
         match done {
             Done::KeepAlive if !close && !conn.draining() => buf.advance(total),
@@ -342,8 +347,9 @@ async fn send(
     }
 }
 
-/// Bytes read from the node at a time (and the first answer's buffer).
-const ANSWER_BUFFER: usize = 16 * 1024;
+/// Bytes read from the node at a time (about; the buffer is kept from
+/// request to request).
+const ANSWER_BUFFER: usize = 8 * 1024;
 
 /// How relaying an answer left the node's connection.
 enum Relayed {
