@@ -8,7 +8,10 @@
 //! must drop, and the request-smuggling shapes (two framings, two
 //! lengths), which the fast path must leave to hyper. Among the answers:
 //! chunked and streamed in pieces, a large one, and one the app cuts off
-//! (the client's connection must end in a reset, not a clean end).
+//! (the client's connection must end in a reset, not a clean end). And a
+//! client that leaves while its answer is pending takes the request with
+//! it: the app sees its connection go (what interrupts a code
+//! interpreter's run when the SDK's timeout fires).
 //!
 //! The app is a small HTTP server in this test process; under the
 //! `process` runtime a sandbox shares the host's network, so envd's port
@@ -18,17 +21,35 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use warren_test_support::cluster::{Cluster, Spec};
 use warren_test_support::http::create_sandbox;
+use warren_test_support::wait_until;
 
 const KEY: &str = "key-team-a";
 
+/// `/slow` requests the app began, and those it saw abandoned (its
+/// connection closed before it answered).
+static SLOW_BEGUN: AtomicUsize = AtomicUsize::new(0);
+static SLOW_ABANDONED: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts an abandoned `/slow` when dropped before it answered.
+struct Abandoned(bool);
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        if !self.0 {
+            SLOW_ABANDONED.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// The app: echoes what it was sent as JSON; `/chunked` streams three
 /// pieces; `/big` is 300 000 bytes; `/cut` promises 100 000 bytes and
-/// sends 10 before it drops the connection.
+/// sends 10 before it drops the connection; `/slow` answers after 60 s.
 async fn app() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let port = listener.local_addr().expect("addr").port();
@@ -60,6 +81,13 @@ async fn answer(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     let resp = match parts.uri.path() {
+        "/slow" => {
+            SLOW_BEGUN.fetch_add(1, Ordering::SeqCst);
+            let mut guard = Abandoned(false);
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            guard.0 = true;
+            http::Response::new(full(b"late".to_vec()))
+        }
         "/chunked" => {
             let pieces =
                 futures_util::stream::iter(["one\n", "two\n", "three\n"]).then(|p| async move {
@@ -267,7 +295,7 @@ async fn the_fast_path_answers_every_request_as_hyper_s_path_does() {
     )
     .await
     .expect("cluster");
-    let (fast, slow) = (c.gateway(0), c.gateway(1));
+    let (fast, slow_gw) = (c.gateway(0), c.gateway(1));
     let (id, _) = create_sandbox(&fast, KEY).await;
     let to = format!("E2b-Sandbox-Id: {id}\r\nE2b-Sandbox-Port: {port}\r\n");
     let host = format!("Host: {port}-{id}.localhost\r\n");
@@ -331,7 +359,7 @@ async fn the_fast_path_answers_every_request_as_hyper_s_path_does() {
     ];
     for (what, request, heads) in &cases {
         let a = exchange(&fast, request, heads).await;
-        let b = exchange(&slow, request, heads).await;
+        let b = exchange(&slow_gw, request, heads).await;
         assert_eq!(
             a, b,
             "{what}: the fast path (left) and hyper's (right) differ"
@@ -374,10 +402,35 @@ async fn the_fast_path_answers_every_request_as_hyper_s_path_does() {
     // An answer the app cuts off ends the client's connection with a
     // reset on both paths, after the bytes that came.
     let cut = format!("GET /cut HTTP/1.1\r\n{to}\r\n");
-    for gw in [&fast, &slow] {
+    for gw in [&fast, &slow_gw] {
         let t = exchange(gw, &cut, &[]).await;
         assert!(t.reset, "{gw}: a cut answer must end in a reset: {t:?}");
         assert!(t.answers.is_empty(), "{gw}: {t:?}");
+    }
+
+    // A client that leaves while the app works on its request: the app
+    // sees its connection closed, through either path.
+    let slow = format!("GET /slow HTTP/1.1\r\n{to}\r\n");
+    for gw in [&fast, &slow_gw] {
+        let (begun, abandoned) = (
+            SLOW_BEGUN.load(Ordering::SeqCst),
+            SLOW_ABANDONED.load(Ordering::SeqCst),
+        );
+        let mut s = TcpStream::connect(gw.as_str()).await.expect("connect");
+        s.write_all(slow.as_bytes()).await.expect("write");
+        wait_until(
+            "the app to begin /slow",
+            Duration::from_secs(20),
+            || async { (SLOW_BEGUN.load(Ordering::SeqCst) > begun).then_some(()) },
+        )
+        .await;
+        drop(s);
+        wait_until(
+            &format!("the app to see the client of {gw} go"),
+            Duration::from_secs(30),
+            || async { (SLOW_ABANDONED.load(Ordering::SeqCst) > abandoned).then_some(()) },
+        )
+        .await;
     }
 
     let (on, off) = (scrape(&c, 0).await, scrape(&c, 1).await);

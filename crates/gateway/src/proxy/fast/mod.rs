@@ -42,7 +42,7 @@ use crate::node_client::DialedIo;
 use crate::resolver::Route;
 use crate::server::Peer;
 use crate::state::App;
-use bytes::{Buf, BytesMut};
+use bytes::BytesMut;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -142,7 +142,14 @@ where
         }
         let busy = conn.begin_request();
         let close = req.close || conn.draining();
-        let done = exchange(&app, &req, &buf[..total], &mut io, close, &mut scratch).await;
+        // The request apart from what follows it, so that bytes the client
+        // sends meanwhile (a pipelined request) can join `buf`.
+        let mut request = buf.split_to(total);
+        let mut client = Client {
+            io: &mut io,
+            pending: &mut buf,
+        };
+        let done = exchange(&app, &req, &request, &mut client, close, &mut scratch).await;
         drop(busy);
         if !matches!(done, Done::Hyper) {
             app.metrics.fast_path_requests.inc();
@@ -152,7 +159,7 @@ where
             scratch.answer = BytesMut::new();
         }
         match done {
-            Done::KeepAlive if !close && !conn.draining() => buf.advance(total),
+            Done::KeepAlive if !close && !conn.draining() => {}
             Done::KeepAlive | Done::Close => {
                 let _ = io.shutdown().await;
                 return (io, Handover::Close);
@@ -163,8 +170,63 @@ where
             }
             Done::Hyper => {
                 app.metrics.fast_path_handovers.inc();
-                return (io, Handover::Hyper(buf.freeze()));
+                request.unsplit(buf);
+                return (io, Handover::Hyper(request.freeze()));
             }
+        }
+    }
+}
+
+/// The client's side of an exchange: its connection, and what it sent
+/// after the request being answered.
+struct Client<'a, I> {
+    io: &'a mut I,
+    pending: &'a mut BytesMut,
+}
+
+/// Why reading from the node stopped.
+enum Wait {
+    /// The node's bytes came (0 at its end), or its read failed.
+    Node(std::io::Result<usize>),
+    /// The client closed its connection (or it broke): its request is
+    /// abandoned, and the node's connection with it, so the node (and the
+    /// sandbox) see the client go, as on hyper's path.
+    ClientGone,
+}
+
+/// How long an answer may take before the client is watched while it
+/// waits (answers that come sooner cost no read of the client's socket).
+const WATCH_CLIENT_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Reads the node's next bytes into `answer`; from [`WATCH_CLIENT_AFTER`]
+/// on, also notices the client leaving (bytes it sends meanwhile are kept
+/// for after this answer, up to a head's worth).
+async fn read_node<I>(
+    node: &mut DialedIo,
+    answer: &mut BytesMut,
+    client: &mut Client<'_, I>,
+) -> Wait
+where
+    I: AsyncRead + Unpin,
+{
+    let read = node.read_buf(answer);
+    tokio::pin!(read);
+    tokio::select! {
+        biased;
+        n = &mut read => return Wait::Node(n),
+        () = tokio::time::sleep(WATCH_CLIENT_AFTER) => {}
+    }
+    loop {
+        if client.pending.len() >= wire::MAX_HEAD {
+            return Wait::Node(read.await);
+        }
+        tokio::select! {
+            biased;
+            n = &mut read => return Wait::Node(n),
+            sent = client.io.read_buf(client.pending) => match sent {
+                Ok(0) | Err(_) => return Wait::ClientGone,
+                Ok(_) => {}
+            },
         }
     }
 }
@@ -175,12 +237,12 @@ async fn exchange<I>(
     app: &App,
     req: &wire::Request,
     bytes: &[u8],
-    client: &mut I,
+    client: &mut Client<'_, I>,
     close: bool,
     scratch: &mut Scratch,
 ) -> Done
 where
-    I: AsyncWrite + Unpin,
+    I: AsyncRead + AsyncWrite + Unpin,
 {
     let start = Instant::now();
     let id = req.target.sandbox_id.as_str();
@@ -227,6 +289,8 @@ enum NoAnswer {
     Nothing,
     /// The node's bytes are not an answer the client can have.
     Bad(&'static str),
+    /// The client left while it waited.
+    ClientGone,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -235,13 +299,13 @@ async fn attempt<I>(
     route: &Route,
     req: &wire::Request,
     body: &[u8],
-    client: &mut I,
+    client: &mut Client<'_, I>,
     close: bool,
     start: Instant,
     scratch: &mut Scratch,
 ) -> Attempt
 where
-    I: AsyncWrite + Unpin,
+    I: AsyncRead + AsyncWrite + Unpin,
 {
     let pool = app.http.here();
     let endpoint = route.endpoint.as_str();
@@ -265,7 +329,7 @@ where
         },
     };
     let head = loop {
-        match send(&mut node, scratch, req.is_head, close).await {
+        match send(&mut node, scratch, client, req.is_head, close).await {
             Ok(head) => break head,
             // An idle connection the node closed: once more on a new one.
             Err(NoAnswer::Nothing) if reused && req.replay_safe => {
@@ -276,6 +340,7 @@ where
                 };
             }
             Err(NoAnswer::Nothing) => return Attempt::Stale(Signal::Unreachable),
+            Err(NoAnswer::ClientGone) => return Attempt::Done(Done::Close),
             Err(NoAnswer::Bad(why)) => {
                 let e = ApiError::new(http::StatusCode::BAD_GATEWAY, "bad_upstream", why);
                 let id = req.target.sandbox_id.as_str();
@@ -322,20 +387,25 @@ fn still_open(io: &mut DialedIo) -> bool {
 
 /// Writes the request in `scratch.out` to `node` and reads the answer's
 /// head into `scratch.answer`, the client's head into `scratch.head`.
-async fn send(
+async fn send<I>(
     node: &mut DialedIo,
     scratch: &mut Scratch,
+    client: &mut Client<'_, I>,
     is_head: bool,
     close: bool,
-) -> Result<wire::Response, NoAnswer> {
+) -> Result<wire::Response, NoAnswer>
+where
+    I: AsyncRead + Unpin,
+{
     if node.write_all(&scratch.out).await.is_err() {
         return Err(NoAnswer::Nothing);
     }
     scratch.answer.clear();
     loop {
         scratch.answer.reserve(ANSWER_BUFFER / 2);
-        match node.read_buf(&mut scratch.answer).await {
-            Ok(n) if n > 0 => {}
+        match read_node(node, &mut scratch.answer, client).await {
+            Wait::Node(Ok(n)) if n > 0 => {}
+            Wait::ClientGone => return Err(NoAnswer::ClientGone),
             _ if scratch.answer.is_empty() => return Err(NoAnswer::Nothing),
             _ => return Err(NoAnswer::Bad("the node's answer broke off")),
         }
@@ -364,12 +434,12 @@ enum Relayed {
 async fn relay<I>(
     node: &mut DialedIo,
     head: &wire::Response,
-    client: &mut I,
+    client: &mut Client<'_, I>,
     close: bool,
     scratch: &mut Scratch,
 ) -> Relayed
 where
-    I: AsyncWrite + Unpin,
+    I: AsyncRead + AsyncWrite + Unpin,
 {
     let mut reusable = head.reusable;
     let mut chunked = wire::Chunked::default();
@@ -406,9 +476,9 @@ where
         let written = if first {
             first = false;
             scratch.head.extend_from_slice(&bytes[..take]);
-            client.write_all(&scratch.head).await
+            client.io.write_all(&scratch.head).await
         } else if take > 0 {
-            client.write_all(&bytes[..take]).await
+            client.io.write_all(&bytes[..take]).await
         } else {
             Ok(())
         };
@@ -426,8 +496,9 @@ where
         scratch.answer.clear();
         scratch.answer.reserve(ANSWER_BUFFER);
         offset = 0;
-        match node.read_buf(&mut scratch.answer).await {
-            Ok(n) if n > 0 => {}
+        match read_node(node, &mut scratch.answer, client).await {
+            Wait::Node(Ok(n)) if n > 0 => {}
+            Wait::ClientGone => return Relayed::Spent(Done::Close),
             // The end of a close-delimited body.
             _ if head.framing == Framing::Close => return Relayed::Spent(Done::Close),
             _ => return Relayed::Spent(Done::Aborted),
@@ -438,7 +509,7 @@ where
 /// Writes `e` as hyper's path would answer it.
 async fn error<I>(
     app: &App,
-    client: &mut I,
+    client: &mut Client<'_, I>,
     e: ApiError,
     id: &str,
     close: bool,
@@ -480,7 +551,7 @@ where
     out.extend_from_slice(&body);
     app.metrics
         .observe(Plane::Data, parts.status.as_u16(), start.elapsed());
-    match client.write_all(&out).await {
+    match client.io.write_all(&out).await {
         Ok(()) if !close => Done::KeepAlive,
         _ => Done::Close,
     }
