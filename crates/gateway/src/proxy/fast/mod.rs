@@ -194,13 +194,11 @@ enum Wait {
     ClientGone,
 }
 
-/// How long an answer may take before the client is watched while it
-/// waits (answers that come sooner cost no read of the client's socket).
-const WATCH_CLIENT_AFTER: std::time::Duration = std::time::Duration::from_millis(2);
-
-/// Reads the node's next bytes into `answer`; from [`WATCH_CLIENT_AFTER`]
-/// on, also notices the client leaving (bytes it sends meanwhile are kept
-/// for after this answer, up to a head's worth).
+/// Reads the node's next bytes into `answer`, and meanwhile notices the
+/// client leaving (bytes it sends meanwhile are kept for after this
+/// answer, up to a head's worth). Watching costs no syscall while the
+/// client is quiet: its last read was short, so its socket is known
+/// drained until the event loop says otherwise.
 async fn read_node<I>(
     node: &mut DialedIo,
     answer: &mut BytesMut,
@@ -211,11 +209,6 @@ where
 {
     let read = node.read_buf(answer);
     tokio::pin!(read);
-    tokio::select! {
-        biased;
-        n = &mut read => return Wait::Node(n),
-        () = tokio::time::sleep(WATCH_CLIENT_AFTER) => {}
-    }
     loop {
         if client.pending.len() >= wire::MAX_HEAD {
             return Wait::Node(read.await);
