@@ -220,6 +220,13 @@ fn secrets_sealer(
     }
 }
 
+/// Bindings sealed again per write transaction: small, so a create that
+/// queues behind one waits ~10 ms at most (PostgreSQL, on a loaded machine).
+const RESEAL_BATCH: u32 = 100;
+/// How many times as long as a reseal batch took the pass rests before the
+/// next: it holds the write lock a quarter of the time at most.
+const RESEAL_REST: u32 = 3;
+
 /// Seals again, in the background, every token and `envVars` stored under
 /// another key than the one that seals now (a rotation), or before sealing
 /// existed, and every team secret sealed under another secrets key; says
@@ -245,16 +252,28 @@ async fn reseal_all(store: Arc<SqlStore>) {
         );
     }
     let mut total = 0usize;
+    let mut after = String::new();
     loop {
-        match store.reseal(500).await {
-            Ok(0) => break,
-            Ok(n) => total += n,
+        let started = tokio::time::Instant::now();
+        match store.reseal(&after, RESEAL_BATCH).await {
+            Ok(None) => break,
+            Ok(Some(batch)) => {
+                total += batch.looked_at;
+                after = batch.last;
+            }
             Err(e) => {
                 tracing::error!(error = %e, "store: cannot seal stored values again; they stay readable, under their old key");
                 return;
             }
         }
-        tokio::task::yield_now().await;
+        // Each batch is a write transaction, and every write in the store
+        // (a create's Place and RecordAssignment, heartbeats) waits for
+        // the one write lock: back to back, a million rows' worth held it
+        // for minutes and creates fell to a few a second. Resting
+        // RESEAL_REST times as long as the batch took keeps this pass to
+        // a fraction of the lock, and slower when writers queue (a batch
+        // that waited longer for the lock rests longer).
+        tokio::time::sleep(started.elapsed() * RESEAL_REST).await;
     }
     // Volumes' tokens the same way.
     loop {

@@ -750,8 +750,73 @@ async fn tokens_and_env_vars_are_sealed_at_rest(store: TestStore) {
     s.stop().await;
 }
 
+/// A reseal pass reads the bindings once, in id order: each batch starts
+/// after the last one's final id, never back at the first row. (Each
+/// batch starting from the first row again, past every row already
+/// sealed, made a pass over a million bindings quadratic: minutes of
+/// scans, each create waiting behind its batches for the write lock.)
+async fn a_reseal_pass_reads_each_binding_once(store: TestStore) {
+    use std::sync::Arc;
+    use warren_scheduler::store::{seal::Sealer, Resealed, SqlStore};
+    let sealer = Arc::new(Sealer::ephemeral());
+    let s = match &store {
+        TestStore::Sqlite(dir) => {
+            SqlStore::open_sqlite_file(dir.path().join("scheduler.db"), 2, sealer).await
+        }
+        TestStore::Postgres(url) => SqlStore::open_postgres(url, 2, sealer).await,
+    }
+    .unwrap();
+    sqlx::any::install_default_drivers();
+    let db = sqlx::AnyPool::connect(&store.raw_url()).await.unwrap();
+    // Five bindings an older version wrote, token and envVars in the clear.
+    for i in 1..=5 {
+        sqlx::query(
+            "INSERT INTO bindings (sandbox_id, node_id, endpoint, generation, state, team_id, \
+             template_id, started_at_ms, end_at_ms, metadata, env_vars, access_token, cpu_count, \
+             memory_mb, assigned_at_ms, updated_at_ms) \
+             VALUES ($1, 'node-a', 'node-a.test:7000', $2, 'running', 'team-1', 'base', 0, 0, \
+             '{}', '{}', $3, 2, 512, 0, 0)",
+        )
+        .bind(format!("sbx{i}"))
+        .bind(i64::from(i))
+        .bind(format!("token-{i}"))
+        .execute(&db)
+        .await
+        .unwrap();
+    }
+    let batch = |looked_at, last: &str| {
+        Some(Resealed {
+            looked_at,
+            last: last.to_string(),
+        })
+    };
+    assert_eq!(s.reseal("", 2).await.unwrap(), batch(2, "sbx2"));
+    // sbx1 back in the clear behind the pass: the pass does not go back
+    // for it (the next start's pass does).
+    sqlx::query("UPDATE bindings SET access_token = 'token-1' WHERE sandbox_id = 'sbx1'")
+        .execute(&db)
+        .await
+        .unwrap();
+    assert_eq!(s.reseal("sbx2", 2).await.unwrap(), batch(2, "sbx4"));
+    assert_eq!(s.reseal("sbx4", 2).await.unwrap(), batch(1, "sbx5"));
+    assert_eq!(s.reseal("sbx5", 2).await.unwrap(), None);
+    assert_eq!(s.reseal("", 2).await.unwrap(), batch(1, "sbx1"));
+    assert_eq!(s.reseal("", 2).await.unwrap(), None);
+    let clear: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM bindings WHERE access_token NOT LIKE 'sealed:%'")
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(clear, 0);
+    let b = s.get("sbx3").await.unwrap().unwrap();
+    assert_eq!(b.access_token, "token-3");
+    db.close().await;
+    s.close().await;
+}
+
 on_both_stores!(
     tokens_and_env_vars_are_sealed_at_rest,
+    a_reseal_pass_reads_each_binding_once,
     place_record_lookup,
     delayed_delete_of_an_old_generation_leaves_the_new_binding,
     the_same_idempotency_key_returns_the_same_sandbox,

@@ -392,6 +392,16 @@ impl SweepReport {
     }
 }
 
+/// One batch of [`crate::store::SqlStore::reseal`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resealed {
+    /// The bindings the batch read to seal again (a row changed since it
+    /// was read is left as its writer wrote it).
+    pub looked_at: usize,
+    /// The last of them by id: where the next batch starts.
+    pub last: String,
+}
+
 /// Counts for the state gauges.
 #[derive(Debug, Clone, Default)]
 pub struct Census {
