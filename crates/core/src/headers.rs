@@ -63,6 +63,14 @@ pub fn is_hop_by_hop(name: &HeaderName) -> bool {
     HOP_BY_HOP.contains(name)
 }
 
+/// [`is_hop_by_hop`] for a name as it came on the wire, in any case (the
+/// gateway's fast path, which parses heads without `HeaderName`s).
+pub fn is_hop_by_hop_str(name: &str) -> bool {
+    HOP_BY_HOP
+        .iter()
+        .any(|h| h.as_str().eq_ignore_ascii_case(name))
+}
+
 /// Removes hop-by-hop headers, including those the `Connection` header names.
 /// A proxy that passes an upgrade on re-adds `Upgrade`/`Connection` itself.
 pub fn strip_hop_by_hop(h: &mut HeaderMap) {

@@ -18,8 +18,8 @@ use crate::proxy::replay;
 use crate::target::{self, Target};
 use std::net::IpAddr;
 use warren_core::headers::{
-    API_KEY, E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, IDEMPOTENCY_KEY, INTERNAL_PREFIX, ROUTE,
-    ROUTE_NOT_FOUND, SANDBOX_ID, SANDBOX_PORT,
+    is_hop_by_hop_str, API_KEY, E2B_SANDBOX_ID, E2B_SANDBOX_PORT, GENERATION, IDEMPOTENCY_KEY,
+    INTERNAL_PREFIX, ROUTE, ROUTE_NOT_FOUND, SANDBOX_ID, SANDBOX_PORT,
 };
 
 /// Headers a request or answer may have, as many as hyper allows: a
@@ -71,6 +71,12 @@ pub(super) struct Request {
 /// Case-insensitive name comparison against a lower-case constant.
 fn is(name: &str, lower: &str) -> bool {
     name.len() == lower.len() && name.as_bytes().eq_ignore_ascii_case(lower.as_bytes())
+}
+
+/// An `x-warren-*` header, in any case.
+fn is_internal(name: &str) -> bool {
+    name.len() >= INTERNAL_PREFIX.len()
+        && name.as_bytes()[..INTERNAL_PREFIX.len()].eq_ignore_ascii_case(INTERNAL_PREFIX.as_bytes())
 }
 
 /// A header value as `HeaderValue::to_str` sees it: visible ASCII (and
@@ -181,24 +187,11 @@ pub(super) fn parse_request(buf: &[u8], domain: &str, peer: IpAddr, max_body: us
                 return Parsed::Hyper;
             }
             continue;
-        } else if is(name, "transfer-encoding")
-            || is(name, "upgrade")
-            || is(name, "expect")
-            || is(name, "keep-alive")
-            || is(name, "proxy-connection")
-            || is(name, "proxy-authenticate")
-            || is(name, "proxy-authorization")
-            || is(name, "te")
-            || is(name, "trailer")
-        {
+        } else if is(name, "expect") || is_hop_by_hop_str(name) {
             return Parsed::Hyper;
-        } else if is(name, API_KEY) {
-            // The team's key never reaches a sandbox (see `headers`).
-            continue;
-        } else if name.len() >= INTERNAL_PREFIX.len()
-            && name.as_bytes()[..INTERNAL_PREFIX.len()]
-                .eq_ignore_ascii_case(INTERNAL_PREFIX.as_bytes())
-        {
+        } else if is(name, API_KEY) || is_internal(name) {
+            // The team's key never reaches a sandbox (see `headers`), nor
+            // does a client's `x-warren-*`.
             continue;
         } else if is(name, IDEMPOTENCY_KEY) {
             idempotency_key = true;
@@ -392,18 +385,9 @@ pub(super) fn parse_response(
                 .trim_ascii()
                 .eq_ignore_ascii_case(ROUTE_NOT_FOUND.as_bytes());
             continue;
-        } else if is(name, "connection")
-            || is(name, "keep-alive")
-            || is(name, "proxy-connection")
-            || is(name, "proxy-authenticate")
-            || is(name, "proxy-authorization")
-            || is(name, "te")
-            || is(name, "trailer")
-            || is(name, "upgrade")
+        } else if is_hop_by_hop_str(name)
             || named.iter().any(|n| n.eq_ignore_ascii_case(name))
-            || (name.len() >= INTERNAL_PREFIX.len()
-                && name.as_bytes()[..INTERNAL_PREFIX.len()]
-                    .eq_ignore_ascii_case(INTERNAL_PREFIX.as_bytes()))
+            || is_internal(name)
         {
             continue;
         }
