@@ -395,11 +395,11 @@ impl<H, F> Connection<H, F> {
         };
         let state = ConnState::new(accepted_at);
         let io = Watched::new(io, state.clone(), slot);
-        let (io, prefix, draining) = match self.front(io, &peer, &state).await {
+        let (mut io, prefix, draining) = match self.front(io, &peer, &state).await {
             Some((io, Handover::Hyper(prefix), draining)) => (io, prefix, draining),
             Some((_, Handover::Close, _)) | None => return,
         };
-        let io = front::Rewind::new(prefix, io);
+        io.rewind(prefix);
         let svc = {
             let (handler, state, metrics, who) = (
                 self.handler.clone(),
@@ -501,8 +501,7 @@ impl<H, F> Connection<H, F> {
     /// Runs the front on `io` under the connection's clock and the
     /// listener's stage: a timeout or a close ends the connection; a drain
     /// ends it at once between requests, after the response in flight
-    /// otherwise.
-    /// `None` when the connection ended under the front.
+    /// otherwise. `None` when the connection ended under the front.
     async fn front<I, P>(
         &mut self,
         io: I,

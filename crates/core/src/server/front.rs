@@ -11,13 +11,11 @@
 //! ([`FrontConn::draining`]).
 
 use super::watchdog::{Busy, ConnState};
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// What a front decided about its connection.
 #[derive(Debug)]
@@ -90,84 +88,5 @@ impl FrontConn {
     /// (and say so with `Connection: close`).
     pub fn draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
-    }
-}
-
-/// `io`, with `prefix` read first.
-pub(super) struct Rewind<Io> {
-    prefix: Bytes,
-    io: Io,
-}
-
-impl<Io> Rewind<Io> {
-    pub(super) fn new(prefix: Bytes, io: Io) -> Self {
-        Rewind { prefix, io }
-    }
-}
-
-impl<Io: AsyncRead + Unpin> AsyncRead for Rewind<Io> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        if this.prefix.has_remaining() {
-            let n = this.prefix.len().min(buf.remaining());
-            buf.put_slice(&this.prefix[..n]);
-            this.prefix.advance(n);
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut this.io).poll_read(cx, buf)
-    }
-}
-
-impl<Io: AsyncWrite + Unpin> AsyncWrite for Rewind<Io> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use tokio::io::AsyncReadExt;
-
-    #[tokio::test]
-    async fn a_rewound_stream_reads_its_prefix_first() {
-        let (mut a, b) = tokio::io::duplex(64);
-        tokio::io::AsyncWriteExt::write_all(&mut a, b" world")
-            .await
-            .unwrap();
-        drop(a);
-        let mut r = Rewind::new(Bytes::from_static(b"hello"), b);
-        let mut s = String::new();
-        r.read_to_string(&mut s).await.unwrap();
-        assert_eq!(s, "hello world");
     }
 }

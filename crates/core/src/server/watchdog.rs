@@ -24,6 +24,7 @@
 use super::admission::Slot;
 use super::metrics::Timeout;
 use super::Limits;
+use bytes::Bytes;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -160,11 +161,14 @@ enum Sniff {
 
 /// An accepted stream with its connection's clock and admission slot:
 /// bytes arriving move the clock, and dropping the stream (also after an
-/// upgrade, which takes it over) frees the slot.
+/// upgrade, which takes it over) frees the slot. Bytes a listener's front
+/// read and handed back ([`Watched::rewind`]) are read again first.
 pub(crate) struct Watched<Io> {
     io: Io,
     state: Arc<ConnState>,
     sniff: Sniff,
+    /// Read before `io` (already seen by the clock).
+    prefix: Bytes,
     _slot: Slot,
 }
 
@@ -174,8 +178,14 @@ impl<Io> Watched<Io> {
             io,
             state,
             sniff: Sniff::Unknown([0; 4], 0),
+            prefix: Bytes::new(),
             _slot: slot,
         }
+    }
+
+    /// `prefix` is read next, before the stream's own bytes.
+    pub(crate) fn rewind(&mut self, prefix: Bytes) {
+        self.prefix = prefix;
     }
 
     fn arrived(&mut self, bytes: &[u8]) {
@@ -205,6 +215,11 @@ impl<Io: AsyncRead + Unpin> AsyncRead for Watched<Io> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
+        if !this.prefix.is_empty() {
+            let n = this.prefix.len().min(buf.remaining());
+            buf.put_slice(&this.prefix.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = polled {
@@ -250,6 +265,23 @@ impl<Io: AsyncWrite + Unpin> AsyncWrite for Watched<Io> {
 mod tests {
     use super::*;
     use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn a_rewound_stream_reads_its_prefix_first() {
+        let metrics = super::super::Metrics::register(&mut Default::default()).listener("test");
+        let slot = super::super::Admission::new(1, None, metrics)
+            .admit(None)
+            .expect("a slot");
+        let (mut a, b) = tokio::io::duplex(64);
+        a.write_all(b" world").await.expect("write");
+        drop(a);
+        let mut w = Watched::new(b, ConnState::new(Instant::now()), slot);
+        w.rewind(Bytes::from_static(b"hello"));
+        let mut s = String::new();
+        w.read_to_string(&mut s).await.expect("read");
+        assert_eq!(s, "hello world");
+    }
 
     fn limits() -> Limits {
         Limits {
