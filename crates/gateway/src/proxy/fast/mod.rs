@@ -148,8 +148,10 @@ where
         let mut client = Client {
             io: &mut io,
             pending: &mut buf,
+            close,
+            start: Instant::now(),
         };
-        let done = exchange(&app, &req, &request, &mut client, close, &mut scratch).await;
+        let done = exchange(&app, &req, &request, &mut client, &mut scratch).await;
         drop(busy);
         if !matches!(done, Done::Hyper) {
             app.metrics.fast_path_requests.inc();
@@ -177,11 +179,14 @@ where
     }
 }
 
-/// The client's side of an exchange: its connection, and what it sent
-/// after the request being answered.
+/// The client's side of an exchange: its connection, what it sent after
+/// the request being answered, whether the connection ends with this
+/// answer, and when the request came (for the latency histogram).
 struct Client<'a, I> {
     io: &'a mut I,
     pending: &'a mut BytesMut,
+    close: bool,
+    start: Instant,
 }
 
 /// Why reading from the node stopped.
@@ -231,13 +236,11 @@ async fn exchange<I>(
     req: &wire::Request,
     bytes: &[u8],
     client: &mut Client<'_, I>,
-    close: bool,
     scratch: &mut Scratch,
 ) -> Done
 where
     I: AsyncRead + AsyncWrite + Unpin,
 {
-    let start = Instant::now();
     let id = req.target.sandbox_id.as_str();
     let route = match app.resolver.resolve(id).await {
         Ok(route) if route.state != BindingState::Paused => route,
@@ -246,24 +249,24 @@ where
         Ok(_) => return Done::Hyper,
         // Not found, node down, the scheduler away: answered here, as
         // hyper's path would, without asking the scheduler twice.
-        Err(e) => return error(app, client, e.into(), id, close, start).await,
+        Err(e) => return error(app, client, e.into(), id).await,
     };
     let body = &bytes[req.head_len..];
-    let signal = match attempt(app, &route, req, body, client, close, start, scratch).await {
+    let signal = match attempt(app, &route, req, body, client, scratch).await {
         Attempt::Done(done) => return done,
         Attempt::Stale(signal) => signal,
     };
     let fresh = match refetch(app, id, &route, signal).await {
         Ok(fresh) if req.replay_safe => fresh,
-        Ok(_) => return error(app, client, ApiError::sandbox_moved(id), id, close, start).await,
-        Err(e) => return error(app, client, e, id, close, start).await,
+        Ok(_) => return error(app, client, ApiError::sandbox_moved(id), id).await,
+        Err(e) => return error(app, client, e, id).await,
     };
     app.metrics.cache_retries.inc();
-    match attempt(app, &fresh, req, body, client, close, start, scratch).await {
+    match attempt(app, &fresh, req, body, client, scratch).await {
         Attempt::Done(done) => done,
         Attempt::Stale(signal) => {
             let e = wrong_twice(app, &fresh, signal, id).await;
-            error(app, client, e, id, close, start).await
+            error(app, client, e, id).await
         }
     }
 }
@@ -286,15 +289,12 @@ enum NoAnswer {
     ClientGone,
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn attempt<I>(
     app: &App,
     route: &Route,
     req: &wire::Request,
     body: &[u8],
     client: &mut Client<'_, I>,
-    close: bool,
-    start: Instant,
     scratch: &mut Scratch,
 ) -> Attempt
 where
@@ -322,7 +322,7 @@ where
         },
     };
     let head = loop {
-        match send(&mut node, scratch, client, req.is_head, close).await {
+        match send(&mut node, scratch, client, req.is_head).await {
             Ok(head) => break head,
             // An idle connection the node closed: once more on a new one.
             Err(NoAnswer::Nothing) if reused && req.replay_safe => {
@@ -337,7 +337,7 @@ where
             Err(NoAnswer::Bad(why)) => {
                 let e = ApiError::new(http::StatusCode::BAD_GATEWAY, "bad_upstream", why);
                 let id = req.target.sandbox_id.as_str();
-                return Attempt::Done(error(app, client, e, id, close, start).await);
+                return Attempt::Done(error(app, client, e, id).await);
             }
         }
     };
@@ -345,8 +345,8 @@ where
         return Attempt::Stale(Signal::NotHosted);
     }
     app.metrics
-        .observe(Plane::Data, head.status, start.elapsed());
-    let done = match relay(&mut node, &head, client, close, scratch).await {
+        .observe(Plane::Data, head.status, client.start.elapsed());
+    let done = match relay(&mut node, &head, client, scratch).await {
         Relayed::Reusable(done) => {
             pool.put_raw(endpoint, node);
             done
@@ -385,7 +385,6 @@ async fn send<I>(
     scratch: &mut Scratch,
     client: &mut Client<'_, I>,
     is_head: bool,
-    close: bool,
 ) -> Result<wire::Response, NoAnswer>
 where
     I: AsyncRead + Unpin,
@@ -402,7 +401,7 @@ where
             _ if scratch.answer.is_empty() => return Err(NoAnswer::Nothing),
             _ => return Err(NoAnswer::Bad("the node's answer broke off")),
         }
-        match wire::parse_response(&scratch.answer, is_head, close, &mut scratch.head) {
+        match wire::parse_response(&scratch.answer, is_head, client.close, &mut scratch.head) {
             ParsedResponse::Partial => {}
             ParsedResponse::Bad(why) => return Err(NoAnswer::Bad(why)),
             ParsedResponse::Response(head) => return Ok(head),
@@ -428,7 +427,6 @@ async fn relay<I>(
     node: &mut DialedIo,
     head: &wire::Response,
     client: &mut Client<'_, I>,
-    close: bool,
     scratch: &mut Scratch,
 ) -> Relayed
 where
@@ -479,7 +477,11 @@ where
             return Relayed::Spent(Done::Close);
         }
         if ended {
-            let done = if close { Done::Close } else { Done::KeepAlive };
+            let done = if client.close {
+                Done::Close
+            } else {
+                Done::KeepAlive
+            };
             return if reusable {
                 Relayed::Reusable(done)
             } else {
@@ -500,14 +502,7 @@ where
 }
 
 /// Writes `e` as hyper's path would answer it.
-async fn error<I>(
-    app: &App,
-    client: &mut Client<'_, I>,
-    e: ApiError,
-    id: &str,
-    close: bool,
-    start: Instant,
-) -> Done
+async fn error<I>(app: &App, client: &mut Client<'_, I>, e: ApiError, id: &str) -> Done
 where
     I: AsyncWrite + Unpin,
 {
@@ -537,15 +532,15 @@ where
     }
     let mut n = itoa::Buffer::new();
     wire::push_header(&mut out, b"content-length", n.format(body.len()).as_bytes());
-    if close {
+    if client.close {
         out.extend_from_slice(b"connection: close\r\n");
     }
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&body);
     app.metrics
-        .observe(Plane::Data, parts.status.as_u16(), start.elapsed());
+        .observe(Plane::Data, parts.status.as_u16(), client.start.elapsed());
     match client.io.write_all(&out).await {
-        Ok(()) if !close => Done::KeepAlive,
+        Ok(()) if !client.close => Done::KeepAlive,
         _ => Done::Close,
     }
 }
