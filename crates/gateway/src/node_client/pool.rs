@@ -89,10 +89,10 @@ struct Inner {
     raw: Mutex<HashMap<Box<str>, Vec<RawIdle>>>,
 }
 
-/// One node's idle connections.
 /// An idle fast-path connection and when it went idle.
 type RawIdle = (DialedIo, Instant);
 
+/// One node's idle connections.
 struct Node {
     /// The map's key again, to hand out without a second lookup.
     key: Arc<str>,
@@ -188,8 +188,6 @@ impl NodePool {
         Ok(resp.map(|body| PooledBody::new(body, reuse)))
     }
 
-    /// The pool's key for `endpoint`, and an idle connection to it that is
-    /// open and ready, the most recently used first.
     /// An idle connection to `endpoint` for the fast path, the most
     /// recently used first; those idle for [`IDLE_TIMEOUT`] are closed.
     pub fn take_raw(&self, endpoint: &str) -> Option<DialedIo> {
@@ -241,6 +239,8 @@ impl NodePool {
         }
     }
 
+    /// The pool's key for `endpoint`, and an idle connection to it that is
+    /// open and ready, the most recently used first.
     async fn checkout(&self, endpoint: &str) -> (Arc<str>, Option<http1::SendRequest<Body>>) {
         loop {
             let (key, found) = {
